@@ -1,0 +1,187 @@
+"""`sparse-run`: the Hydra command line.
+
+Before Hydra starts anything, every job of the command (one, or each point of a `-m` sweep) is
+composed and validated; a bad group option, key or value ends in ONE line naming the problem and the
+valid choices, with exit status 2 and nothing written. Then Hydra runs the jobs. In a multirun a job
+that fails is recorded as failed (metrics.json, its log) and the sweep goes on; the command exits 1
+at the end if any job failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from sparse_runner.config import CONF_DIR, ConfigError, describe_omegaconf_error, group_options, validate
+
+log = logging.getLogger("sparse_runner")
+
+EXIT_CONFIG = 2
+GROUPS = ("model", "task", "trainer", "experiment")
+
+
+def run_name(override_dirname: str) -> str:
+    """Directory name of a run: its overrides (`model.num_heads=2,trainer.lr=0.001`), 'default' if none.
+
+    Long names are shortened with a hash so they stay valid file names.
+    """
+    name = override_dirname.replace("/", "_") or "default"
+    if len(name) > 150:
+        name = f"{name[:100]}...{hashlib.sha1(name.encode()).hexdigest()[:10]}"
+    return name
+
+
+if not OmegaConf.has_resolver("run_name"):
+    OmegaConf.register_new_resolver("run_name", run_name)
+
+
+class _Failures:
+    """Jobs of this process that failed (multirun keeps going; the exit status reports them)."""
+
+    dirs: list[str] = []
+
+
+def _error(message: str) -> None:
+    print(f"sparse-run: error: {message}", file=sys.stderr)
+
+
+# ------------------------------------------------------------------------------------ pre-flight
+def describe_composition_error(exc: BaseException) -> str:
+    """One line for an exception raised while Hydra composes a config."""
+    msg = str(exc)
+    missing = re.search(r"Could not find '([\w/]+)/([^']+)'", msg)
+    if missing and missing.group(1) in GROUPS + ("hydra/launcher", "hydra/sweeper"):
+        group, option = missing.groups()
+        options = group_options(group) if group in GROUPS else re.findall(r"^\t(\S+)", msg, re.M)
+        return f"{group}={option}: no such {group} option; valid: {', '.join(options) or '(none)'}"
+    cause = exc.__cause__
+    if isinstance(cause, OmegaConfBaseException):
+        return describe_omegaconf_error(cause)
+    override = re.match(r"Could not override '([^']+)'", msg)
+    if override:
+        return f"{override.group(1)}: {msg.splitlines()[-1].strip()}"
+    lines = [line.strip() for line in msg.splitlines() if line.strip()]
+    return " ".join(lines[:2]) if lines else type(exc).__name__
+
+
+def job_override_lists(overrides: list[str], multirun: bool) -> list[list[str]]:
+    """The override list of every job the command would launch (sweeps expanded)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    sweeps = [o for o in parsed if o.is_sweep_override()]
+    if sweeps and not multirun:
+        raise ConfigError(f"{sweeps[0].input_line!r} is a sweep; add -m (--multirun) to run one job per value")
+    if any(not o.is_discrete_sweep() for o in sweeps):
+        # Interval sweeps belong to optimising sweepers (Optuna ...): check the fixed part only.
+        parsed = [o for o in parsed if not o.is_sweep_override()]
+    return BasicSweeper.split_arguments(parsed, None)[0] or [[]]
+
+
+def preflight(overrides: list[str], multirun: bool) -> None:
+    """Compose and validate every job; raise ConfigError (one line) on the first bad one."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        jobs = job_override_lists(overrides, multirun)
+    except ConfigError:
+        raise
+    except Exception as exc:  # Hydra's override grammar errors
+        raise ConfigError(describe_composition_error(exc)) from None
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sparse_run"):
+            for job in jobs:
+                try:
+                    cfg = compose(config_name="config", overrides=job)
+                except Exception as exc:
+                    raise ConfigError(describe_composition_error(exc)) from None
+                validate(cfg)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _hydra_args(argv: list[str]) -> Any:
+    from hydra._internal.utils import get_args_parser
+
+    return get_args_parser().parse_args(argv)
+
+
+def run_main() -> None:
+    """Console entry point of `sparse-run`."""
+    argv = sys.argv[1:]
+    try:
+        args = _hydra_args(argv)
+    except SystemExit:
+        raise
+    informational = any(
+        getattr(args, name, None) for name in ("help", "hydra_help", "version", "cfg", "shell_completion", "info", "experimental_rerun")
+    )
+    custom_config = any(getattr(args, name, None) for name in ("config_path", "config_name", "config_dir"))
+    if not informational and not custom_config:
+        try:
+            preflight(list(args.overrides), bool(args.multirun))
+        except ConfigError as exc:
+            _error(str(exc))
+            sys.exit(EXIT_CONFIG)
+    _hydra_main()
+    if _Failures.dirs:
+        _error(f"{len(_Failures.dirs)} job(s) failed: " + ", ".join(_Failures.dirs))
+        sys.exit(1)
+
+
+# -------------------------------------------------------------------------------------- the job
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+def _hydra_main(cfg: DictConfig) -> float | None:
+    return run_job(cfg)
+
+
+def run_job(cfg: DictConfig) -> float | None:
+    """Hydra's task function: validate, run, and turn failures into recorded, one-line outcomes."""
+    from sparse_runner.run import run
+    from sparse_runner.training.trainer import Preempted
+
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    multirun = hc.mode == RunMode.MULTIRUN
+    meta = {"experiment": hc.runtime.choices.get("experiment"), "overrides": list(hc.overrides.task)}
+    try:
+        typed = validate(cfg)
+        return run(typed, run_dir, meta)
+    except Preempted as exc:
+        log.warning("%s; run the same command again to resume", exc)
+        sys.exit(0)
+    except ConfigError as exc:
+        if not multirun:
+            _error(str(exc))
+            sys.exit(EXIT_CONFIG)
+        # Nothing is written: the directory may hold another configuration's finished run.
+        log.error("%s: %s", run_dir, exc)
+        _Failures.dirs.append(str(run_dir))
+        return None
+    except Exception as exc:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        log.exception("run failed in %s: %s", run_dir, exc)  # traceback into the job's log file
+        _Failures.dirs.append(str(run_dir))
+        if not multirun:
+            _error(f"run failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__} (log: {run_dir})")
+            sys.exit(1)
+        return None
+
+
+if __name__ == "__main__":
+    run_main()

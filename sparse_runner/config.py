@@ -1,0 +1,264 @@
+"""The typed schema of a run and its validation.
+
+Hydra composes YAML; this module checks the result against dataclasses (types, unknown keys) and
+then against the rules the types cannot express (positive sizes, head geometry, known normalisers,
+existing paths). Every problem becomes a `ConfigError` whose message is ONE line naming the key,
+what is wrong and the valid choices; the CLI prints it and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from sparse_runner.attention import NORMALISERS, PATTERNS
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+
+
+class ConfigError(ValueError):
+    """A configuration problem, described in one line."""
+
+
+# ----------------------------------------------------------------------------------------- schema
+@dataclass
+class ModelConfig:
+    name: str = "softmax"
+    d_model: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    head_size: Optional[int] = None
+    ffn_dim: int = 256
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    normaliser: str = "softmax"
+    pattern: str = "dense"
+    pooling: str = "cls"
+    positions: str = "sinusoidal"
+    norm_first: bool = True
+
+
+@dataclass
+class ListOpsGeneratorConfig:
+    num_train: int = 20000
+    num_val: int = 1000
+    num_test: int = 1000
+    min_length: int = 10
+    max_length: int = 100
+    max_depth: int = 10
+    max_args: int = 10
+    seed: int = 0
+
+
+@dataclass
+class ListOpsTaskConfig:
+    name: str = "listops"
+    family: str = "listops"
+    data_dir: Optional[str] = None
+    max_length: int = 100
+    generator: ListOpsGeneratorConfig = field(default_factory=ListOpsGeneratorConfig)
+
+
+# task.family -> schema of the task node; each task family adds its entry here.
+TASK_SCHEMAS: dict[str, type] = {"listops": ListOpsTaskConfig}
+
+
+@dataclass
+class TrainerConfig:
+    device: str = "auto"
+    precision: str = "fp32"
+    compile: bool = False
+    num_threads: Optional[int] = None
+    deterministic: bool = True
+    max_steps: int = 1000
+    batch_size: int = 32
+    accumulate: int = 1
+    bucket_size: int = 50
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    schedule: str = "linear"
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.0
+    clip_grad_norm: Optional[float] = 1.0
+    label_smoothing: float = 0.0
+    eval_every: int = 200
+    eval_max_batches: Optional[int] = None
+    monitor: str = "val/accuracy"
+    monitor_mode: str = "max"
+    patience: Optional[int] = None
+    log_every: int = 20
+    progress: str = "auto"
+    resume: bool = True
+
+
+@dataclass
+class PathsConfig:
+    output_dir: str = "outputs"
+    cache_dir: str = "~/.cache/sparse_runner"
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: Any = None  # checked against TASK_SCHEMAS[task.family]
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    seed: int = 0
+
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+SCHEDULES = ("constant", "linear", "inverse_sqrt", "cosine")
+POOLINGS = ("cls", "mean")
+POSITIONS = ("sinusoidal", "learned")
+PROGRESS = ("auto", "true", "false")
+MONITOR_MODES = ("min", "max")
+MONITORS = ("val/accuracy", "val/loss")
+
+
+# ------------------------------------------------------------------------------------- validation
+def validate(cfg: DictConfig) -> DictConfig:
+    """Check a composed config (without its `hydra` node); return it typed and read-only.
+
+    Raises ConfigError (one line) on the first problem found.
+    """
+    plain = OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k != "hydra"]) if "hydra" in cfg else cfg
+    try:
+        container = OmegaConf.to_container(plain, resolve=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(describe_omegaconf_error(exc)) from None
+    family = (container.get("task") or {}).get("family")
+    if family not in TASK_SCHEMAS:
+        raise ConfigError(f"task.family: unknown task family {family!r}; valid: {', '.join(sorted(TASK_SCHEMAS))}")
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(RunConfig), {"task": OmegaConf.structured(TASK_SCHEMAS[family])})
+        typed = OmegaConf.merge(typed, container)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(describe_omegaconf_error(exc)) from None
+    _check_values(typed)
+    OmegaConf.set_readonly(typed, True)
+    return typed
+
+
+def _fail(key: str, problem: str, valid: str | None = None) -> None:
+    raise ConfigError(f"{key}: {problem}" + (f"; valid: {valid}" if valid else ""))
+
+
+def _choice(key: str, value: Any, choices: tuple | list) -> None:
+    if value not in choices:
+        _fail(key, f"unknown value {value!r}", ", ".join(map(str, choices)))
+
+
+def _positive(key: str, value: Any, allow_none: bool = False, allow_zero: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if value is None or value < 0 or (value == 0 and not allow_zero):
+        _fail(key, f"must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+def _check_values(cfg: DictConfig) -> None:
+    m, t, tr = cfg.model, cfg.task, cfg.trainer
+    for key in ("d_model", "num_layers", "num_heads", "ffn_dim"):
+        _positive(f"model.{key}", m[key])
+    _positive("model.head_size", m.head_size, allow_none=True)
+    if m.head_size is None and m.d_model % m.num_heads != 0:
+        _fail(
+            "model.num_heads",
+            f"{m.num_heads} does not divide model.d_model={m.d_model} (head_size is null, so it is d_model / num_heads)",
+            "a divisor of d_model, or set model.head_size",
+        )
+    for key in ("dropout", "attention_dropout"):
+        if not 0.0 <= m[key] < 1.0:
+            _fail(f"model.{key}", f"must be in [0, 1), got {m[key]}")
+    _choice("model.normaliser", m.normaliser, sorted(NORMALISERS))
+    _choice("model.pattern", m.pattern, sorted(PATTERNS))
+    _choice("model.pooling", m.pooling, POOLINGS)
+    _choice("model.positions", m.positions, POSITIONS)
+
+    _positive("task.max_length", t.max_length)
+    if t.family == "listops":
+        _check_listops(t)
+
+    for key in ("max_steps", "batch_size", "accumulate", "bucket_size", "eval_every", "log_every"):
+        _positive(f"trainer.{key}", tr[key])
+    _positive("trainer.warmup_steps", tr.warmup_steps, allow_zero=True)
+    _positive("trainer.num_threads", tr.num_threads, allow_none=True)
+    _positive("trainer.eval_max_batches", tr.eval_max_batches, allow_none=True)
+    _positive("trainer.patience", tr.patience, allow_none=True)
+    _positive("trainer.clip_grad_norm", tr.clip_grad_norm, allow_none=True)
+    _positive("trainer.lr", tr.lr)
+    _positive("trainer.weight_decay", tr.weight_decay, allow_zero=True)
+    if not 0.0 <= tr.min_lr_ratio <= 1.0:
+        _fail("trainer.min_lr_ratio", f"must be in [0, 1], got {tr.min_lr_ratio}")
+    if not 0.0 <= tr.label_smoothing < 1.0:
+        _fail("trainer.label_smoothing", f"must be in [0, 1), got {tr.label_smoothing}")
+    if len(tr.betas) != 2 or not all(0.0 <= b < 1.0 for b in tr.betas):
+        _fail("trainer.betas", f"must be two numbers in [0, 1), got {list(tr.betas)}")
+    _choice("trainer.precision", tr.precision, PRECISIONS)
+    _choice("trainer.schedule", tr.schedule, SCHEDULES)
+    _choice("trainer.monitor", tr.monitor, MONITORS)
+    _choice("trainer.monitor_mode", tr.monitor_mode, MONITOR_MODES)
+    _choice("trainer.progress", str(tr.progress).lower(), PROGRESS)
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", tr.device):
+        _fail("trainer.device", f"unknown device {tr.device!r}", "auto, cpu, cuda, cuda:N")
+
+
+def _check_listops(t: DictConfig) -> None:
+    if t.data_dir is not None:
+        path = Path(os.path.expanduser(t.data_dir))
+        if not path.is_dir():
+            _fail("task.data_dir", f"{t.data_dir} is not a directory", "a folder with basic_{train,val,test}.tsv, or null to generate")
+        missing = [f"basic_{s}.tsv" for s in ("train", "val", "test") if not (path / f"basic_{s}.tsv").is_file()]
+        if missing:
+            _fail("task.data_dir", f"{t.data_dir} lacks {', '.join(missing)}", "a folder with basic_{train,val,test}.tsv, or null to generate")
+        return
+    g = t.generator
+    for key in ("num_train", "num_val", "num_test", "max_length", "max_depth"):
+        _positive(f"task.generator.{key}", g[key])
+    _positive("task.generator.min_length", g.min_length, allow_zero=True)
+    if g.max_args < 3:
+        _fail("task.generator.max_args", f"must be >= 3 (children are drawn from 2..max_args-1), got {g.max_args}")
+    if g.max_length - g.min_length < 2:
+        _fail("task.generator.max_length", f"must exceed min_length + 1 (lengths are strict bounds), got {g.min_length}..{g.max_length}")
+
+
+# ------------------------------------------------------------------------------- error messages
+def describe_omegaconf_error(exc: OmegaConfBaseException) -> str:
+    """One line from an OmegaConf error: the full key, the problem, and the valid keys if relevant."""
+    full_key = getattr(exc, "full_key", None) or ""
+    msg = str(exc).split("\n")[0].strip()
+    missing = re.match(r"Key '([^']+)' (?:not in|is not in struct)", msg)
+    if missing:
+        return f"{full_key or missing.group(1)}: unknown key; valid keys: {', '.join(valid_keys(full_key))}"
+    conversion = re.match(r"Value '(.*)' (?:of type '(\w+)' )?could not be converted to (\w+)", msg)
+    if conversion:
+        return f"{full_key}: {conversion.group(1)!r} is not a valid {conversion.group(3).lower()}"
+    if "Missing mandatory value" in msg:
+        return f"{full_key}: a value is required"
+    return f"{full_key}: {msg}" if full_key else msg
+
+
+def valid_keys(full_key: str) -> list[str]:
+    """Keys allowed next to `full_key` (e.g. 'model.foo' -> fields of ModelConfig)."""
+    parent = full_key.rsplit(".", 1)[0] if "." in full_key else ""
+    node: Any = RunConfig
+    for part in filter(None, parent.split(".")):
+        if part == "task":
+            node = ListOpsTaskConfig  # keys of the task families overlap at the top
+            continue
+        hint = {f.name: f for f in fields(node)}.get(part) if hasattr(node, "__dataclass_fields__") else None
+        if hint is None or not hasattr(hint.default_factory, "__dataclass_fields__"):
+            return []
+        node = hint.default_factory
+    return [f.name for f in fields(node)] if hasattr(node, "__dataclass_fields__") else []
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group, i.e. the YAML files in conf/<group>/."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))

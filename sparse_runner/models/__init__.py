@@ -1,0 +1,5 @@
+"""Models built from the attention axes."""
+
+from sparse_runner.models.encoder import EncoderClassifier, TransformerEncoder
+
+__all__ = ["EncoderClassifier", "TransformerEncoder"]

@@ -1,0 +1,136 @@
+"""Transformer encoder and a sequence classifier on top of it (LRA-style).
+
+Every attention layer is a `MultiHeadAttention` with the configured normaliser, pattern and geometry.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from sparse_runner.attention import MultiHeadAttention
+
+
+def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
+    """(length, dim) fixed sinusoidal position encodings (Vaswani et al. 2017)."""
+    position = torch.arange(length, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(length, dim)
+    table[:, 0::2] = torch.sin(position * freq)
+    table[:, 1::2] = torch.cos(position * freq[: dim // 2])
+    return table
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention + feed-forward, each with a residual; pre- or post-LayerNorm."""
+
+    def __init__(self, d_model, num_heads, head_size, ffn_dim, dropout, attention_dropout, normaliser, pattern, norm_first):
+        super().__init__()
+        self.attn = MultiHeadAttention(
+            d_model, num_heads, head_size, normaliser=normaliser, pattern=pattern, dropout=attention_dropout
+        )
+        self.ffn = nn.Sequential(nn.Linear(d_model, ffn_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.drop = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+        if self.norm_first:
+            x = x + self.drop(self.attn(self.norm1(x), key_padding_mask=key_padding_mask))
+            return x + self.drop(self.ffn(self.norm2(x)))
+        x = self.norm1(x + self.drop(self.attn(x, key_padding_mask=key_padding_mask)))
+        return self.norm2(x + self.drop(self.ffn(x)))
+
+
+class TransformerEncoder(nn.Module):
+    """Token embeddings + positions + a stack of EncoderLayers.
+
+    forward(tokens (B, N) long, key_padding_mask (B, N) bool True = real) -> (B, N, d_model).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        max_length: int,
+        *,
+        d_model: int,
+        num_layers: int,
+        num_heads: int,
+        head_size: int | None,
+        ffn_dim: int,
+        dropout: float,
+        attention_dropout: float,
+        normaliser: str,
+        pattern: str,
+        positions: str,
+        norm_first: bool,
+        pad_id: int = 0,
+        **_: object,
+    ) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.max_length = max_length
+        if positions == "learned":
+            self.positions = nn.Parameter(torch.randn(max_length, d_model) * 0.02)
+        else:
+            self.register_buffer("positions", sinusoidal_positions(max_length, d_model), persistent=False)
+        self.drop = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, num_heads, head_size, ffn_dim, dropout, attention_dropout, normaliser, pattern, norm_first)
+            for _ in range(num_layers)
+        )
+        self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.scale = math.sqrt(d_model)
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, N) token ids, or (B, N, d_model) already embedded (e.g. with a CLS vector in front)."""
+        if x.dim() == 2:
+            x = self.embed(x) * self.scale
+        n = x.shape[1]
+        if n > self.max_length:
+            raise ValueError(f"sequence of {n} positions exceeds the model's max_length={self.max_length}")
+        x = self.drop(x + self.positions[:n])
+        for layer in self.layers:
+            x = layer(x, key_padding_mask)
+        return self.final_norm(x)
+
+    @property
+    def attention_backends(self) -> list[str]:
+        return sorted({m.backend for m in self.modules() if isinstance(m, MultiHeadAttention)})
+
+
+class EncoderClassifier(nn.Module):
+    """Sequence classification: encoder, pooling (learned CLS vector in front, or mean), MLP head.
+
+    forward(tokens (B, N) long, lengths (B,) long) -> logits (B, num_classes). Padding is id 0 after
+    `lengths`; attention never looks at it and mean pooling ignores it.
+    """
+
+    def __init__(self, vocab_size: int, num_classes: int, max_length: int, *, pooling: str, **encoder_kwargs) -> None:
+        super().__init__()
+        self.pooling = pooling
+        extra = 1 if pooling == "cls" else 0
+        self.encoder = TransformerEncoder(vocab_size, max_length + extra, **encoder_kwargs)
+        d_model = encoder_kwargs["d_model"]
+        if pooling == "cls":
+            self.cls = nn.Parameter(torch.randn(1, 1, d_model) * 0.02)
+        self.head = nn.Sequential(nn.Linear(d_model, d_model), nn.ReLU(), nn.Linear(d_model, num_classes))
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        b, n = tokens.shape
+        valid = torch.arange(n, device=tokens.device)[None, :] < lengths[:, None]  # (B, N)
+        x = self.encoder.embed(tokens) * self.encoder.scale
+        if self.pooling == "cls":
+            x = torch.cat([self.cls.expand(b, 1, -1).to(x.dtype), x], dim=1)
+            valid = torch.cat([valid.new_ones(b, 1), valid], dim=1)
+        # A batch without padding needs no mask, which lets SDPA take its fastest kernels.
+        mask = None if bool(valid.all()) else valid
+        h = self.encoder(x, key_padding_mask=mask)
+        if self.pooling == "cls":
+            pooled = h[:, 0]
+        else:
+            w = valid[..., None].to(h.dtype)
+            pooled = (h * w).sum(1) / w.sum(1).clamp_min(1.0)
+        return self.head(pooled)

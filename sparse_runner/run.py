@@ -1,0 +1,195 @@
+"""One run, start to finish: seed, build task -> model -> trainer, train, test, write metrics.json.
+
+The Hydra entry point (cli.py) calls `run(cfg, run_dir, meta)`; tests and scripts may call it
+directly with a composed config.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import random
+import resource
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+import sparse_runner
+from sparse_runner.io import atomic_write_json, atomic_write_text
+from sparse_runner.tasks import build_task
+from sparse_runner.training.trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+# Config keys that do not change a run's result: excluded from the resume fingerprint.
+NON_RESULT_KEYS = ("trainer.resume", "trainer.device", "trainer.progress", "trainer.log_every", "trainer.num_threads", "paths.output_dir", "paths.cache_dir")
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # needed by deterministic cuBLAS
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        from sparse_runner.config import ConfigError
+
+        raise ConfigError(f"trainer.device: {name!r} requested but CUDA is not available; valid: auto, cpu")
+    return device
+
+
+def flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in cfg.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def fingerprint(cfg: DictConfig) -> dict[str, Any]:
+    flat = flatten(OmegaConf.to_container(cfg, resolve=True))
+    return {k: v for k, v in flat.items() if k not in NON_RESULT_KEYS}
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(sparse_runner.__file__).parent, capture_output=True, text=True, timeout=5
+        )
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def versions() -> dict[str, str]:
+    import hydra
+    import omegaconf
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "hydra": hydra.__version__,
+        "omegaconf": omegaconf.__version__,
+        "sparse_runner": sparse_runner.__version__,
+        "cuda": torch.version.cuda or "",
+    }
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class MetricsFile:
+    """metrics.json of a run: written atomically at start (status running) and at every end."""
+
+    def __init__(self, run_dir: Path, cfg: DictConfig, meta: dict[str, Any]) -> None:
+        self.path = Path(run_dir) / "metrics.json"
+        self.data: dict[str, Any] = {
+            "schema": 1,
+            "status": "running",
+            "error": None,
+            "run_dir": str(Path(run_dir).resolve()),
+            "task": cfg.task.name,
+            "task_family": cfg.task.family,
+            "model": cfg.model.name,
+            "experiment": meta.get("experiment"),
+            "overrides": list(meta.get("overrides", [])),
+            "config": OmegaConf.to_container(cfg, resolve=True),
+            "seed": cfg.seed,
+            "versions": versions(),
+            "git_commit": git_commit(),
+            "started_at": now(),
+        }
+
+    def write(self, **fields: Any) -> None:
+        self.data.update(fields)
+        atomic_write_json(self.path, self.data)
+
+
+def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> float:
+    """Train and test one configuration in `run_dir`; return the best validation value of trainer.monitor."""
+    meta = meta or {}
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    wall_start = time.perf_counter()
+
+    t = cfg.trainer
+    if t.num_threads:
+        torch.set_num_threads(t.num_threads)
+    seed_everything(cfg.seed, t.deterministic)
+    device = pick_device(t.device)
+    task = build_task(cfg)
+    # The model is built after the data so its initial weights do not depend on whether the data
+    # came from the cache or were generated (generation uses its own RNG anyway).
+    torch.manual_seed(cfg.seed)
+    model = task.build_model(cfg.model)
+    num_parameters = sum(p.numel() for p in model.parameters())
+    log.info("task %s (%s) | model %s: %.2fM parameters | device %s", task.name, task.sizes(), cfg.model.name, num_parameters / 1e6, device)
+
+    trainer = Trainer(cfg, task, model, run_dir, device, fingerprint=fingerprint(cfg))
+    trainer.restore()
+    if trainer.progress.completed and (run_dir / "metrics.json").exists():
+        log.info("run already complete; its metrics are in %s (trainer.resume=false starts over)", run_dir / "metrics.json")
+        return float(trainer.progress.best_value)
+    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    metrics = MetricsFile(run_dir, cfg, meta)
+    common = {
+        "num_parameters": num_parameters,
+        "device": str(device),
+        "attention_backend": ",".join(model.encoder.attention_backends) if hasattr(model, "encoder") else None,
+        "max_steps": t.max_steps,
+        "dataset_sizes": task.sizes(),
+    }
+    metrics.write(**common)
+    try:
+        final = trainer.fit()
+    except BaseException as exc:
+        p = trainer.progress
+        status = "preempted" if type(exc).__name__ == "Preempted" else "failed"
+        metrics.write(
+            status=status,
+            error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            step=p.step,
+            wall_time_s=time.perf_counter() - wall_start,
+            finished_at=now(),
+        )
+        raise
+    p = trainer.progress
+    metrics.write(
+        status="completed",
+        metrics=final,
+        selection={"metric": t.monitor, "mode": t.monitor_mode, "best_value": p.best_value, "best_step": p.best_step},
+        step=p.step,
+        stopped_early=p.stopped_early,
+        tokens_seen=p.tokens_seen,
+        train_time_s=p.train_time_s,
+        tokens_per_second=p.tokens_seen / p.train_time_s if p.train_time_s > 0 else None,
+        wall_time_s=time.perf_counter() - wall_start,
+        peak_memory_mb=peak_memory_mb(device),
+        finished_at=now(),
+    )
+    return float(p.best_value) if p.best_value is not None else float("nan")

@@ -1,0 +1,1 @@
+"""Training: the loop, checkpoints, learning-rate schedules and the run log."""

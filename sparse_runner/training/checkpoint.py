@@ -1,0 +1,112 @@
+"""Checkpoints: atomic writes, safe loading, and a fallback when the newest file is damaged.
+
+`last.pt` is rotated to `last.prev.pt` before a new one is written, so a damaged `last.pt` (a disk
+problem, a file truncated by hand) costs one checkpoint interval, not the run. Files are loaded with
+`weights_only=True`: a checkpoint can never execute code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from sparse_runner.io import atomic_open
+
+log = logging.getLogger(__name__)
+
+
+def save(path: Path, state: dict[str, Any]) -> None:
+    with atomic_open(path, "wb") as handle:
+        torch.save(state, handle)
+
+
+def load(path: Path) -> dict[str, Any]:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+class CheckpointDir:
+    """`last.pt` (+ `last.prev.pt`) for resuming and `best.pt` for the selected model."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = Path(directory)
+        self.last, self.prev, self.best = (self.dir / n for n in ("last.pt", "last.prev.pt", "best.pt"))
+
+    def save_last(self, state: dict[str, Any]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.last.exists():
+            os.replace(self.last, self.prev)
+        save(self.last, state)
+
+    def save_best(self, state: dict[str, Any]) -> None:
+        save(self.best, state)
+
+    def load_latest(self) -> dict[str, Any] | None:
+        """The newest readable resume state, or None if there is none."""
+        for path in (self.last, self.prev):
+            if not path.exists():
+                continue
+            try:
+                return load(path)
+            except Exception as exc:  # any unreadable file: report in one line and fall back
+                log.warning("checkpoint %s is unreadable (%s); trying the previous one", path, _first_line(exc))
+        return None
+
+    def load_best(self) -> dict[str, Any] | None:
+        if not self.best.exists():
+            return None
+        try:
+            return load(self.best)
+        except Exception as exc:
+            log.warning("best checkpoint %s is unreadable (%s); testing the last model instead", self.best, _first_line(exc))
+            return None
+
+    def clear(self) -> None:
+        for path in (self.last, self.prev, self.best):
+            path.unlink(missing_ok=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+# ---------------------------------------------------------------------------- random-number state
+def rng_state() -> dict[str, Any]:
+    """Python, numpy and torch generator states in a form `weights_only` loading accepts."""
+    np_state = np.random.get_state(legacy=False)
+    state = {
+        "python": random.getstate(),
+        "numpy": {
+            "key": torch.from_numpy(np_state["state"]["key"].astype(np.int64)),
+            "pos": int(np_state["state"]["pos"]),
+            "has_gauss": int(np_state["has_gauss"]),
+            "gauss": float(np_state["gauss"]),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np_state = state["numpy"]
+    np.random.set_state(
+        {
+            "bit_generator": "MT19937",
+            "state": {"key": np_state["key"].numpy().astype(np.uint32), "pos": np_state["pos"]},
+            "has_gauss": np_state["has_gauss"],
+            "gauss": np_state["gauss"],
+        }
+    )
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

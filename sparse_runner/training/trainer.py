@@ -1,0 +1,279 @@
+"""The training loop: plain PyTorch, driven by `cfg.trainer`, resumable to the exact step.
+
+What makes resume exact: a checkpoint holds model, optimiser, scheduler, grad scaler, every RNG state,
+the data position (epoch, batch index: batch plans are a pure function of seed and epoch), the step,
+the best metric and the early-stopping counter; it is written only at step boundaries, after the
+evaluation of that step. Evaluation uses no randomness.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from sparse_runner.tasks.base import Task
+from sparse_runner.training import checkpoint as ckpt
+from sparse_runner.training.run_log import RunLog
+from sparse_runner.training.schedules import build_scheduler
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = 1
+
+
+class Preempted(Exception):
+    """Raised after a checkpoint was saved because SIGTERM/SIGUSR1 arrived."""
+
+    def __init__(self, signum: int, step: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name} at step {step}; checkpoint saved")
+        self.signum, self.step = signum, step
+
+
+@dataclass
+class Progress:
+    """Everything besides tensors that a resumed run must get back."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    best_value: float | None = None
+    best_step: int | None = None
+    bad_evals: int = 0
+    tokens_seen: int = 0
+    train_time_s: float = 0.0
+    # The log window since the last step-log line (kept here so a resumed run logs the same lines).
+    window_loss: float = 0.0
+    window_steps: int = 0
+    window_tokens: int = 0
+    window_time_s: float = 0.0
+    stopped_early: bool = False
+    completed: bool = False
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    last_eval: dict[str, float] = field(default_factory=dict)
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def optimizer_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay on matrices only; biases, norms, embeddings' padding-free vectors and CLS are exempt."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (decay if p.dim() >= 2 and "positions" not in name else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class Trainer:
+    def __init__(self, cfg: Any, task: Task, model: torch.nn.Module, run_dir: Path, device: torch.device, *, fingerprint: dict[str, Any]) -> None:
+        self.cfg, self.tcfg = cfg, cfg.trainer
+        self.task, self.device = task, device
+        self.run_dir = Path(run_dir)
+        self.model = model.to(device)
+        self.step_model = torch.compile(self.model) if self.tcfg.compile else self.model
+        self.fingerprint = fingerprint
+        t = self.tcfg
+        self.optimizer = torch.optim.AdamW(
+            optimizer_groups(self.model, t.weight_decay), lr=t.lr, betas=tuple(t.betas), fused=device.type == "cuda"
+        )
+        self.scheduler = build_scheduler(
+            self.optimizer, schedule=t.schedule, warmup_steps=t.warmup_steps, max_steps=t.max_steps, min_lr_ratio=t.min_lr_ratio
+        )
+        amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(t.precision)
+        self.autocast_dtype = amp_dtype if device.type == "cuda" else None
+        if amp_dtype is not None and device.type != "cuda":
+            log.warning("trainer.precision=%s applies on GPU only; training in fp32 on %s", t.precision, device)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.autocast_dtype == torch.float16)
+        self.checkpoints = ckpt.CheckpointDir(self.run_dir / "checkpoints")
+        self.progress = Progress()
+        self._stop_signal: int | None = None
+
+    # ------------------------------------------------------------------------------ state
+    def autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "fingerprint": self.fingerprint,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": ckpt.rng_state(),
+            "progress": self.progress.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        ckpt.set_rng_state(state["rng"])
+        self.progress = Progress(**state["progress"])
+
+    def restore(self) -> dict[str, Any] | None:
+        """Load the run directory's newest checkpoint if resuming; returns it (or None)."""
+        if not self.tcfg.resume:
+            self.checkpoints.clear()
+            return None
+        state = self.checkpoints.load_latest()
+        if state is None:
+            return None
+        mismatch = fingerprint_difference(state.get("fingerprint", {}), self.fingerprint)
+        if mismatch:
+            from sparse_runner.config import ConfigError
+
+            raise ConfigError(
+                f"{self.run_dir} holds a checkpoint of a different config ({mismatch}); "
+                "add trainer.resume=false to start over, or use another run directory"
+            )
+        self.load_state_dict(state)
+        log.info("resuming %s at step %d", self.run_dir, self.progress.step)
+        return state
+
+    # ------------------------------------------------------------------------------ signals
+    @contextlib.contextmanager
+    def _preemption_signals(self):
+        """SIGTERM / SIGUSR1 (SLURM preemption, `scancel --signal`) ask for a checkpoint and a clean exit."""
+
+        def request_stop(signum, _frame):
+            self._stop_signal = signum
+
+        installed = {}
+        with contextlib.suppress(ValueError):  # not the main thread: leave handlers alone
+            for sig in (signal.SIGTERM, signal.SIGUSR1):
+                installed[sig] = signal.signal(sig, request_stop)
+        try:
+            yield
+        finally:
+            for sig, handler in installed.items():
+                signal.signal(sig, handler)
+
+    # ------------------------------------------------------------------------------ loop
+    def fit(self) -> dict[str, float]:
+        """Train to max_steps (or early stop), then test the best checkpoint. Returns final metrics.
+
+        Call `restore()` first to continue from the run directory's checkpoint.
+        """
+        t, p = self.tcfg, self.progress
+        if p.completed:
+            return p.final_metrics
+        run_log = RunLog(self.run_dir, resume_step=p.step if p.step > 0 else None)
+        show = {"auto": sys.stderr.isatty(), "true": True, "false": False}[str(t.progress).lower()]
+        bar = tqdm(total=t.max_steps, initial=p.step, disable=not show, dynamic_ncols=True, desc=self.task.name, unit="step")
+        self.model.train()
+        plan = self.task.plan_epoch(seed=self.cfg.seed, epoch=p.epoch, batch_size=t.batch_size, bucket_size=t.bucket_size)
+        try:
+            with self._preemption_signals():
+                while p.step < t.max_steps and not p.stopped_early:
+                    started = time.perf_counter()
+                    self.optimizer.zero_grad(set_to_none=True)
+                    step_loss = torch.zeros((), device=self.device)
+                    for _ in range(t.accumulate):
+                        if p.batch_in_epoch >= len(plan):
+                            p.epoch, p.batch_in_epoch = p.epoch + 1, 0
+                            plan = self.task.plan_epoch(seed=self.cfg.seed, epoch=p.epoch, batch_size=t.batch_size, bucket_size=t.bucket_size)
+                        batch = self.task.make_batch("train", plan[p.batch_in_epoch], self.device)
+                        p.batch_in_epoch += 1
+                        with self.autocast():
+                            loss, stats = self.task.training_step(self.step_model, batch, t.label_smoothing)
+                        self.scaler.scale(loss / t.accumulate).backward()
+                        step_loss += loss.detach() / t.accumulate
+                        p.window_tokens += stats["tokens"]
+                    if t.clip_grad_norm is not None:
+                        self.scaler.unscale_(self.optimizer)
+                        torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_grad_norm)
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
+                    self.scheduler.step()
+                    p.step += 1
+                    p.window_loss += float(step_loss)
+                    p.window_steps += 1
+                    p.window_time_s += time.perf_counter() - started
+                    bar.update(1)
+
+                    if p.step % t.log_every == 0 or p.step == t.max_steps:
+                        p.tokens_seen += p.window_tokens
+                        p.train_time_s += p.window_time_s
+                        values = {
+                            "train/loss": p.window_loss / p.window_steps,
+                            "train/lr": self.scheduler.get_last_lr()[0],
+                            "train/tokens_per_s": p.window_tokens / max(p.window_time_s, 1e-9),
+                            "epoch": p.epoch,
+                        }
+                        if not math.isfinite(values["train/loss"]):
+                            raise FloatingPointError(f"training loss is {values['train/loss']} at step {p.step}; lower trainer.lr or set trainer.clip_grad_norm")
+                        run_log.write(p.step, values)
+                        bar.set_postfix(loss=f"{values['train/loss']:.3f}", lr=f"{values['train/lr']:.2e}", tok_s=f"{values['train/tokens_per_s']:.0f}")
+                        p.window_loss, p.window_steps, p.window_tokens, p.window_time_s = 0.0, 0, 0, 0.0
+
+                    if p.step % t.eval_every == 0 or p.step == t.max_steps:
+                        self._evaluate_and_select(run_log)
+                        self.checkpoints.save_last(self.state_dict())
+                        run_log.flush()
+                    if self._stop_signal is not None:
+                        self.checkpoints.save_last(self.state_dict())
+                        run_log.flush()
+                        raise Preempted(self._stop_signal, p.step)
+        finally:
+            bar.close()
+            run_log.close()
+        return self._final_test()
+
+    def _evaluate_and_select(self, run_log: RunLog) -> None:
+        t, p = self.tcfg, self.progress
+        metrics = self.task.evaluate(self.step_model, "val", self.device, max_batches=t.eval_max_batches, autocast=self.autocast())
+        p.last_eval = metrics
+        value = metrics[t.monitor]
+        better = p.best_value is None or (value > p.best_value if t.monitor_mode == "max" else value < p.best_value)
+        if better:
+            p.best_value, p.best_step, p.bad_evals = value, p.step, 0
+            self.checkpoints.save_best({"model": self.model.state_dict(), "step": p.step, t.monitor: value})
+        else:
+            p.bad_evals += 1
+            if t.patience is not None and p.bad_evals >= t.patience:
+                p.stopped_early = True
+                log.info("early stop at step %d: %s has not improved for %d evaluations", p.step, t.monitor, p.bad_evals)
+        run_log.write(p.step, {**metrics, f"best/{t.monitor}": p.best_value})
+        shown = " | ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        log.info("step %d/%d | %s | best %s %.4f @ %d", p.step, t.max_steps, shown, t.monitor, p.best_value, p.best_step)
+
+    def _final_test(self) -> dict[str, float]:
+        """Test the best checkpoint; record completion in the last checkpoint."""
+        p = self.progress
+        best = self.checkpoints.load_best()
+        if best is not None:
+            current = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            self.model.load_state_dict(best["model"])
+        test = self.task.evaluate(self.model, "test", self.device, autocast=self.autocast())
+        if best is not None:
+            self.model.load_state_dict(current)
+        p.final_metrics = {**p.last_eval, **test, f"best/{self.tcfg.monitor}": p.best_value}
+        p.completed = True
+        self.checkpoints.save_last(self.state_dict())
+        log.info("test (best checkpoint, step %s) | %s", p.best_step, " | ".join(f"{k} {v:.4f}" for k, v in test.items()))
+        return p.final_metrics
+
+
+def fingerprint_difference(saved: dict[str, Any], current: dict[str, Any]) -> str:
+    """'' if two flattened configs agree, else a short description of the first differences."""
+    keys = sorted(set(saved) | set(current))
+    diffs = [k for k in keys if saved.get(k) != current.get(k)]
+    if not diffs:
+        return ""
+    shown = ", ".join(f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in diffs[:3])
+    return shown + (f" and {len(diffs) - 3} more" if len(diffs) > 3 else "")
