@@ -80,7 +80,14 @@ def job_override_lists(overrides: list[str], multirun: bool) -> list[list[str]]:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
+    parser = OverridesParser.create()
+    parsed = []
+    for text in overrides:
+        try:
+            parsed.extend(parser.parse_overrides([text]))
+        except Exception as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConfigError(f"cannot parse override {text!r}: {reason} (see Hydra's override grammar)") from None
     sweeps = [o for o in parsed if o.is_sweep_override()]
     if sweeps and not multirun:
         raise ConfigError(f"{sweeps[0].input_line!r} is a sweep; add -m (--multirun) to run one job per value")

@@ -6,6 +6,7 @@ directly with a composed config.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import platform
@@ -22,6 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import sparse_runner
+from sparse_runner.config import ConfigError
 from sparse_runner.io import atomic_write_json, atomic_write_text
 from sparse_runner.tasks import build_task
 from sparse_runner.training.trainer import Trainer
@@ -47,8 +49,6 @@ def pick_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        from sparse_runner.config import ConfigError
-
         raise ConfigError(f"trainer.device: {name!r} requested but CUDA is not available; valid: auto, cpu")
     return device
 
@@ -130,6 +130,18 @@ class MetricsFile:
         atomic_write_json(self.path, self.data)
 
 
+def _status(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "metrics.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> float:
     """Train and test one configuration in `run_dir`; return the best validation value of trainer.monitor."""
     meta = meta or {}
@@ -141,20 +153,26 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
     if t.num_threads:
         torch.set_num_threads(t.num_threads)
     seed_everything(cfg.seed, t.deterministic)
-    device = pick_device(t.device)
-    task = build_task(cfg)
-    # The model is built after the data so its initial weights do not depend on whether the data
-    # came from the cache or were generated (generation uses its own RNG anyway).
-    torch.manual_seed(cfg.seed)
-    model = task.build_model(cfg.model)
-    num_parameters = sum(p.numel() for p in model.parameters())
-    log.info("task %s (%s) | model %s: %.2fM parameters | device %s", task.name, task.sizes(), cfg.model.name, num_parameters / 1e6, device)
-
-    trainer = Trainer(cfg, task, model, run_dir, device, fingerprint=fingerprint(cfg))
-    trainer.restore()
-    if trainer.progress.completed and (run_dir / "metrics.json").exists():
+    try:
+        device = pick_device(t.device)
+        task = build_task(cfg)
+        # Re-seed so the initial weights do not depend on what building the task drew.
+        torch.manual_seed(cfg.seed)
+        model = task.build_model(cfg.model)
+        trainer = Trainer(cfg, task, model, run_dir, device, fingerprint=fingerprint(cfg))
+        trainer.restore()
+    except ConfigError:
+        raise  # the directory may hold another configuration's run: write nothing
+    except Exception as exc:
+        if _status(run_dir) != "completed":
+            MetricsFile(run_dir, cfg, meta).write(status="failed", error=_one_line(exc), finished_at=now())
+        raise
+    if trainer.progress.completed and _status(run_dir) == "completed":
         log.info("run already complete; its metrics are in %s (trainer.resume=false starts over)", run_dir / "metrics.json")
         return float(trainer.progress.best_value)
+
+    num_parameters = sum(p.numel() for p in model.parameters())
+    log.info("task %s (%s) | model %s: %.2fM parameters | device %s", task.name, task.sizes(), cfg.model.name, num_parameters / 1e6, device)
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     metrics = MetricsFile(run_dir, cfg, meta)
     common = {
@@ -172,7 +190,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
         status = "preempted" if type(exc).__name__ == "Preempted" else "failed"
         metrics.write(
             status=status,
-            error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            error=_one_line(exc),
             step=p.step,
             wall_time_s=time.perf_counter() - wall_start,
             finished_at=now(),

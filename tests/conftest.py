@@ -1,0 +1,68 @@
+"""Shared test helpers: compose the real configs, shrunk to CPU size and a few steps."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from sparse_runner.config import CONF_DIR, validate
+
+# A model and a data set small enough that a run takes a few seconds on 2 cores.
+TINY = [
+    "task.generator.num_train=256",
+    "task.generator.num_val=64",
+    "task.generator.num_test=64",
+    "task.generator.max_length=40",
+    "task.max_length=40",
+    "model.d_model=32",
+    "model.num_heads=2",
+    "model.ffn_dim=64",
+    "trainer.max_steps=30",
+    "trainer.eval_every=10",
+    "trainer.batch_size=16",
+    "trainer.warmup_steps=5",
+    "trainer.log_every=5",
+    "trainer.progress=false",
+    "trainer.num_threads=1",
+]
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """One data cache for the whole test session (generated data are reused, as in real use)."""
+    path = tmp_path_factory.mktemp("cache")
+    os.environ["SPARSE_RUNNER_CACHE"] = str(path)
+    return path
+
+
+def compose_config(overrides: list[str] = (), *, cache_dir: Path | None = None, tiny: bool = True):
+    """Compose conf/config.yaml with overrides (no validation)."""
+    GlobalHydra.instance().clear()
+    extra = [f"paths.cache_dir={cache_dir}"] if cache_dir else []
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=(TINY if tiny else []) + extra + list(overrides))
+
+
+@pytest.fixture
+def tiny_config(cache_dir):
+    """Factory: a validated tiny config with extra overrides."""
+
+    def make(*overrides: str):
+        return validate(compose_config(list(overrides), cache_dir=cache_dir))
+
+    return make
+
+
+def sparse_run(args: list[str], cwd: Path, cache_dir: Path, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    """Run the real `sparse-run` entry point in a subprocess."""
+    env = {**os.environ, "SPARSE_RUNNER_CACHE": str(cache_dir), "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", "from sparse_runner.cli import run_main; run_main()", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **kwargs,
+    )

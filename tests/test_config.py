@@ -1,0 +1,103 @@
+"""Every config composes; every bad input ends in one line, exit status 2, nothing written."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparse_runner.cli import preflight, run_name
+from sparse_runner.config import ConfigError, group_options, validate
+from tests.conftest import TINY, compose_config, sparse_run
+
+
+@pytest.mark.parametrize("group", ["model", "task", "trainer"])
+def test_every_group_option_composes_and_validates(group, cache_dir):
+    options = group_options(group)
+    assert options, f"conf/{group} is empty"
+    for option in options:
+        validate(compose_config([f"{group}={option}"], tiny=False))
+
+
+@pytest.mark.parametrize("experiment", group_options("experiment"))
+def test_every_experiment_composes_and_validates(experiment):
+    cfg = validate(compose_config([f"experiment={experiment}"], tiny=False))
+    assert cfg.trainer.max_steps > 0
+
+
+def test_experiment_states_only_deltas():
+    base = compose_config([], tiny=False)
+    exp = compose_config(["experiment=lra_listops"], tiny=False)
+    assert exp.model.d_model == 512 and exp.task.max_length == 2000
+    assert exp.model.normaliser == base.model.normaliser  # untouched keys come from the groups
+
+
+def test_head_size_null_means_d_model_over_heads(tiny_config):
+    from sparse_runner.attention import MultiHeadAttention
+
+    cfg = tiny_config("model.d_model=48", "model.num_heads=3")
+    assert cfg.model.head_size is None
+    layer = MultiHeadAttention(48, 3, cfg.model.head_size)
+    assert layer.head_size == 16
+    free = MultiHeadAttention(48, 3, 64)  # free head size: projections widen to 3 * 64
+    assert free.q_proj.out_features == 192
+
+
+BAD_OVERRIDES = {
+    "model=nope": ("model=nope", "valid: softmax"),
+    "task=nope": ("task=nope", "valid: listops, listops_lra"),
+    "experiment=nope": ("experiment=nope", "valid: lra_listops"),
+    "model.foo=1": ("model.foo", "valid keys:"),
+    "+model.foo=1": ("model.foo", "valid keys:"),
+    "trainer.max_steps=-5": ("trainer.max_steps", "> 0"),
+    "trainer.max_steps=abc": ("trainer.max_steps", "not a valid int"),
+    "model.head_size=0": ("model.head_size", "> 0"),
+    "model.num_heads=3": ("model.num_heads", "does not divide"),
+    "model.normaliser=sparsemaxx": ("model.normaliser", "valid: softmax"),
+    "model.pattern=diagonal": ("model.pattern", "valid: causal, dense"),
+    "trainer.schedule=exp": ("trainer.schedule", "valid: constant, linear, inverse_sqrt, cosine"),
+    "trainer.precision=fp8": ("trainer.precision", "valid: fp32, bf16, fp16"),
+    "trainer.device=tpu": ("trainer.device", "valid: auto, cpu, cuda"),
+    "trainer.monitor=val/f1": ("trainer.monitor", "valid:"),
+    "task.data_dir=/does/not/exist": ("task.data_dir", "not a directory"),
+    "model.dropout=1.5": ("model.dropout", "[0, 1)"),
+    "model.num_heads=2,4": ("is a sweep", "-m"),
+    "trainer.max_steps=[": ("trainer.max_steps", ""),
+}
+
+
+@pytest.mark.parametrize("override", list(BAD_OVERRIDES))
+def test_bad_override_is_one_clear_line(override):
+    with pytest.raises(ConfigError) as info:
+        preflight(TINY + [override], multirun=False)
+    message = str(info.value)
+    assert "\n" not in message
+    for part in BAD_OVERRIDES[override]:
+        assert part in message, message
+
+
+def test_bad_value_inside_a_sweep_is_caught_before_any_job(tmp_path, cache_dir):
+    with pytest.raises(ConfigError, match="model.num_heads"):
+        preflight(TINY + ["model.num_heads=2,3"], multirun=True)
+
+
+def test_missing_official_file_is_named(tmp_path):
+    (tmp_path / "basic_train.tsv").write_text("Source\tTarget\n")
+    with pytest.raises(ConfigError, match="lacks basic_val.tsv, basic_test.tsv"):
+        preflight(TINY + [f"task.data_dir={tmp_path}"], multirun=False)
+
+
+@pytest.mark.parametrize("override", ["model=nope", "trainer.max_steps=-1", "model.foo=1"])
+def test_cli_exits_2_with_one_line_and_writes_nothing(override, tmp_path, cache_dir):
+    result = sparse_run(TINY + [override], cwd=tmp_path, cache_dir=cache_dir)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("sparse-run: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_run_name_is_stable_and_short():
+    assert run_name("") == "default"
+    assert run_name("model.num_heads=2,trainer.lr=0.001") == "model.num_heads=2,trainer.lr=0.001"
+    long = ",".join(f"k{i}=v{i}" for i in range(60))
+    assert len(run_name(long)) < 160 and run_name(long) == run_name(long)
+    assert "/" not in run_name("hydra/launcher=x")

@@ -1,0 +1,436 @@
+"""Tests of the ListOps generator, tokeniser, TSV files and cache (sparse_runner.tasks.listops_data).
+
+Labels are checked with a stack machine written here over the token ids, independent of
+``listops_data.evaluate``, and lengths are computed from the token lists, not from ``tree_length``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+
+import numpy as np
+import pytest
+
+from sparse_runner.tasks import listops_data as ld
+
+# Small settings: hundreds of examples in milliseconds.
+SMALL = dict(min_length=20, max_length=120, max_depth=10, max_args=10)
+TINY_CFG = dict(num_train=40, num_val=10, num_test=10, seed=7, **SMALL)
+
+ID = ld.TOKEN_TO_ID
+OP_IDS = {ID[op]: op for op in ("MIN", "MAX", "MED", "SM")}
+DIGIT_IDS = {ID[str(d)]: d for d in range(10)}
+
+
+def stack_value(ids: list[int]) -> int:
+    """Evaluate a tokenised ListOps sequence with a stack (independent of listops_data.evaluate)."""
+    stack: list = []
+    for i in ids:
+        if i in OP_IDS:
+            stack.append(("op", OP_IDS[i]))
+        elif i in DIGIT_IDS:
+            stack.append(DIGIT_IDS[i])
+        elif i == ID["X"]:
+            args = []
+            while not isinstance(stack[-1], tuple):
+                args.append(stack.pop())
+            _, op = stack.pop()
+            assert len(args) >= 2, "an operator needs at least two arguments"
+            if op == "MIN":
+                value = min(args)
+            elif op == "MAX":
+                value = max(args)
+            elif op == "MED":
+                value = int(np.median(args))
+            else:
+                value = int(np.sum(args)) % 10
+            stack.append(value)
+        else:
+            raise AssertionError(f"unexpected id {i}")
+    assert len(stack) == 1 and isinstance(stack[0], int), stack
+    return stack[0]
+
+
+def ids_of(*tokens: str) -> list[int]:
+    return [ID[t] for t in tokens]
+
+
+def assert_splits_equal(a: dict, b: dict) -> None:
+    assert set(a) == set(b) == set(ld.SPLITS)
+    for split in ld.SPLITS:
+        np.testing.assert_array_equal(a[split].tokens, b[split].tokens)
+        np.testing.assert_array_equal(a[split].offsets, b[split].offsets)
+        np.testing.assert_array_equal(a[split].labels, b[split].labels)
+
+
+def assert_one_line_error(excinfo, *needles: str) -> None:
+    message = str(excinfo.value)
+    assert "\n" not in message, message
+    for needle in needles:
+        assert needle in message, (needle, message)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Vocabulary, serialisation, tokenisation
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_vocab_layout():
+    assert ld.VOCAB[0] == "<pad>" and ld.PAD_ID == 0
+    assert ld.VOCAB[1:11] == tuple(str(d) for d in range(10))
+    assert ld.VOCAB[11:] == ("MIN", "MAX", "MED", "SM", "X")
+    assert ld.NUM_CLASSES == 10
+
+
+def test_stack_machine_itself():
+    # Guard the reference: MED of an even count is the truncated mean of the two middle values.
+    assert stack_value(ids_of("MED", "1", "2", "X")) == 1
+    assert stack_value(ids_of("MED", "3", "9", "0", "8", "X")) == 5  # median 5.5 -> 5
+    assert stack_value(ids_of("SM", "5", "7", "9", "X")) == 1
+    assert stack_value(ids_of("MAX", "2", "MIN", "4", "7", "X", "0", "X")) == 4
+
+
+def test_serialisation_example_and_tokens():
+    text = ld.tree_to_string(("MAX", (2, 9)))
+    assert text == "( ( ( [MAX 2 ) 9 ) ] )"
+    assert ld.tokenize(text) == ids_of("MAX", "2", "9", "X")
+    nested = ("MIN", (("MAX", (2, 9)), 3))
+    assert ld.tree_to_string(nested) == "( ( ( [MIN ( ( ( [MAX 2 ) 9 ) ] ) ) 3 ) ] )"
+    assert ld.tokenize(ld.tree_to_string(nested)) == ids_of("MIN", "MAX", "2", "9", "X", "3", "X")
+    assert ld.tree_to_string(5) == "5"
+
+
+def test_tokenize_rules():
+    # Parentheses are deleted even when glued to other tokens; "]" becomes X; "[" of operators goes.
+    assert ld.tokenize("((( [SM 1 )(4 )] )") == ids_of("SM", "1", "4", "X")
+    assert ld.tokenize("  [MED\t3  0 ]\n") == ids_of("MED", "3", "0", "X")
+    assert "(" not in ld.VOCAB and ")" not in ld.VOCAB and "]" not in ld.VOCAB
+
+
+@pytest.mark.parametrize("bad", ["[FIRST", "[", "10", "[5", "max"])
+def test_tokenize_unknown_token_is_one_line_error(bad):
+    with pytest.raises(ValueError) as excinfo:
+        ld.tokenize(f"( ( ( [MAX 2 ) {bad} ) ] )")
+    assert_one_line_error(excinfo, repr(bad), "[MAX", "]")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Trees and the generator
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_random_trees_length_value_and_text_agree():
+    rng = random.Random(0)
+    for _ in range(300):
+        tree = ld.generate_tree(rng, max_depth=5, max_args=6)
+        ids = ld.tokenize(ld.tree_to_string(tree))
+        assert ld.tree_length(tree) == len(ids)
+        assert ld.evaluate(tree) == stack_value(ids)
+
+
+def test_child_count_is_2_to_max_args_inclusive_and_depth_capped():
+    # LRA's generator calls Python's random.randint(2, max_args): both ends included.
+    counts, depths = set(), set()
+
+    def walk(tree, depth):
+        depths.add(depth)
+        if not isinstance(tree, int):
+            counts.add(len(tree[1]))
+            for child in tree[1]:
+                walk(child, depth + 1)
+
+    rng = random.Random(1)
+    for _ in range(2000):
+        walk(ld.generate_tree(rng, max_depth=3, max_args=4), 1)
+    assert counts == {2, 3, 4}
+    assert max(depths) == 3  # leaves are forced at depth == max_depth
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SMALL, dict(min_length=10, max_length=60, max_depth=6, max_args=5), dict(min_length=3, max_length=8, max_depth=3, max_args=3)],
+)
+def test_generated_examples_bounds_labels_and_uniqueness(params):
+    examples = ld.generate_examples(300, seed=3, **params)
+    assert len(examples) == 300
+    assert len({source for source, _ in examples}) == 300
+    for source, label in examples:
+        ids = ld.tokenize(source)
+        assert params["min_length"] < len(ids) < params["max_length"], len(ids)
+        assert label == stack_value(ids)
+        assert 0 <= label <= 9
+
+
+def test_generator_is_deterministic_per_seed():
+    a = ld.generate_examples(100, seed=11, **SMALL)
+    b = ld.generate_examples(100, seed=11, **SMALL)
+    c = ld.generate_examples(100, seed=12, **SMALL)
+    assert a == b
+    assert a != c
+    # A prefix of a longer request is the shorter request (generation order).
+    assert ld.generate_examples(150, seed=11, **SMALL)[:100] == a
+
+
+def test_impossible_window_fails_instead_of_looping():
+    # Only single digits have length 1: at most 10 distinct examples exist.
+    with pytest.raises(RuntimeError, match="rejected"):
+        ld.generate_examples(11, min_length=0, max_length=2, max_depth=10, max_args=10, seed=0,
+                             max_consecutive_rejects=10_000)
+
+
+def test_generator_rejects_bad_parameters():
+    with pytest.raises(ValueError):
+        ld.generate_examples(1, min_length=10, max_length=10, max_depth=10, max_args=10, seed=0)
+    with pytest.raises(ValueError):
+        ld.generate_examples(1, min_length=1, max_length=10, max_depth=10, max_args=1, seed=0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# TSV files
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_tsv_round_trip(tmp_path):
+    rows = ld.generate_examples(30, seed=2, **SMALL)
+    path = tmp_path / "sub" / "basic_train.tsv"
+    ld.write_tsv(path, rows)
+    assert path.read_text().splitlines()[0] == "Source\tTarget"
+    assert ld.read_tsv(path) == rows
+    assert [p.name for p in path.parent.iterdir()] == ["basic_train.tsv"]  # no temporary left
+
+
+def test_read_official_format_written_by_hand(tmp_path):
+    # As csv.writer wrote the release: "\r\n" line ends.
+    path = tmp_path / "basic_val.tsv"
+    path.write_bytes(
+        b"Source\tTarget\r\n"
+        b"( ( ( [MAX 2 ) 9 ) ] )\t9\r\n"
+        b"( ( ( [MED ( ( ( [SM 5 ) 7 ) ] ) ) 8 ) ] )\t5\r\n"
+    )
+    rows = ld.read_tsv(path)
+    assert rows == [("( ( ( [MAX 2 ) 9 ) ] )", 9), ("( ( ( [MED ( ( ( [SM 5 ) 7 ) ] ) ) 8 ) ] )", 5)]
+    for source, label in rows:
+        assert stack_value(ld.tokenize(source)) == label
+
+
+@pytest.mark.parametrize(
+    "content, line",
+    [
+        ("", 1),
+        ("( ( ( [MAX 2 ) 9 ) ] )\t9\n", 1),  # no header
+        ("Source,Target\n", 1),
+        ("Source\tTarget\n( ( ( [MAX 2 ) 9 ) ] )\t9\n[MAX 1 ]\n", 3),  # one field
+        ("Source\tTarget\n[MAX 1 2 ]\t2\textra\n", 2),  # three fields
+        ("Source\tTarget\n[MAX 1 2 ]\t10\n", 2),
+        ("Source\tTarget\n[MAX 1 2 ]\tx\n", 2),
+        ("Source\tTarget\n[MAX 1 2 ]\t\n", 2),
+        ("Source\tTarget\n[MAX 1 2 ]\t2\n\n", 3),  # blank line
+    ],
+)
+def test_malformed_tsv_is_one_line_error_naming_file_and_line(tmp_path, content, line):
+    path = tmp_path / "bad.tsv"
+    path.write_text(content)
+    with pytest.raises(ValueError) as excinfo:
+        ld.read_tsv(path)
+    assert_one_line_error(excinfo, f"{path}:{line}:")
+
+
+def test_missing_tsv_is_value_error(tmp_path):
+    with pytest.raises(ValueError) as excinfo:
+        ld.read_tsv(tmp_path / "nope.tsv")
+    assert_one_line_error(excinfo, "nope.tsv")
+
+
+# ----------------------------------------------------------------------------------------------------
+# TokenizedSplit
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_tokenized_split_layout_and_npz_round_trip(tmp_path):
+    rows = [("( ( ( [MAX 2 ) 9 ) ] )", 9), ("7", 7), ("( ( ( [SM 5 ) 7 ) ] )", 2)]
+    split = ld.TokenizedSplit.from_rows(rows)
+    assert len(split) == 3
+    assert split.tokens.dtype == np.uint8 and split.offsets.dtype == np.int64 and split.labels.dtype == np.int64
+    np.testing.assert_array_equal(split.lengths(), [4, 1, 4])
+    assert split.lengths().dtype == np.int64
+    assert split.sequence(2).tolist() == ids_of("SM", "5", "7", "X")
+    assert split.sequence(-2).tolist() == ids_of("7")
+    np.testing.assert_array_equal(split.labels, [9, 7, 2])
+    with pytest.raises(IndexError):
+        split.sequence(3)
+
+    path = tmp_path / "tokens.npz"
+    split.save(path)
+    loaded = ld.TokenizedSplit.load(path)
+    assert_splits_equal({s: split for s in ld.SPLITS}, {s: loaded for s in ld.SPLITS})
+    assert loaded.tokens.dtype == np.uint8
+
+
+def test_tokenized_split_rejects_inconsistent_arrays(tmp_path):
+    path = tmp_path / "broken.npz"
+    np.savez(path, tokens=np.zeros(3, np.uint8), offsets=np.array([0, 2, 5]), labels=np.array([1, 2]))
+    with pytest.raises(ValueError, match="broken.npz"):
+        ld.TokenizedSplit.load(path)
+    with pytest.raises(ValueError, match="row 1"):
+        ld.TokenizedSplit.from_rows([("1", 1), ("[FIRST 1 2 ]", 1)])
+
+
+# ----------------------------------------------------------------------------------------------------
+# prepare_listops: official files
+# ----------------------------------------------------------------------------------------------------
+
+OFFICIAL = {
+    "train": [("( ( ( [MAX 2 ) 9 ) ] )", 9), ("( ( ( [MIN 4 ) 1 ) ] )", 1)],
+    "val": [("( ( ( [SM 5 ) 7 ) ] )", 2)],
+    "test": [("( ( ( [MED 3 ) 8 ) ] )", 5)],
+}
+
+
+def write_official(data_dir, rows_by_split=OFFICIAL):
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for split, rows in rows_by_split.items():
+        lines = ["Source\tTarget"] + [f"{s}\t{t}" for s, t in rows]
+        (data_dir / f"basic_{split}.tsv").write_text("\r\n".join(lines) + "\r\n")
+
+
+def prepare(tmp_path, data_dir=None, **overrides):
+    cfg = dict(TINY_CFG, **overrides)
+    return ld.prepare_listops(data_dir=data_dir, cache_dir=tmp_path / "cache", **cfg)
+
+
+def test_official_files_are_read_and_not_truncated(tmp_path):
+    write_official(tmp_path / "lra")
+    # max_length=3 is shorter than every official sequence: they must be kept whole.
+    splits = prepare(tmp_path, data_dir=tmp_path / "lra", max_length=3, min_length=0)
+    assert splits["train"].sequence(0).tolist() == ids_of("MAX", "2", "9", "X")
+    np.testing.assert_array_equal(splits["train"].labels, [9, 1])
+    np.testing.assert_array_equal(splits["val"].labels, [2])
+    assert splits["test"].sequence(0).tolist() == ids_of("MED", "3", "8", "X")
+    assert len(list((tmp_path / "cache" / "listops").glob("official-*"))) == 1
+
+
+def test_missing_official_file_names_expected_files(tmp_path):
+    write_official(tmp_path / "lra", {"train": OFFICIAL["train"], "test": OFFICIAL["test"]})
+    with pytest.raises(FileNotFoundError) as excinfo:
+        prepare(tmp_path, data_dir=tmp_path / "lra")
+    assert_one_line_error(excinfo, "basic_train.tsv", "basic_val.tsv", "basic_test.tsv")
+
+
+def test_bad_token_in_official_file_names_file_and_line(tmp_path):
+    write_official(tmp_path / "lra", dict(OFFICIAL, val=[("( ( ( [SM 5 ) 7 ) ] )", 2), ("[FIRST 1 2 ]", 1)]))
+    with pytest.raises(ValueError) as excinfo:
+        prepare(tmp_path, data_dir=tmp_path / "lra")
+    assert_one_line_error(excinfo, "basic_val.tsv:3:", "'[FIRST'")
+
+
+def test_official_cache_is_reused_and_a_changed_file_is_reread(tmp_path, monkeypatch):
+    data_dir = tmp_path / "lra"
+    write_official(data_dir)
+    first = prepare(tmp_path, data_dir=data_dir)
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the cache should have been used")
+
+    with monkeypatch.context() as m:
+        m.setattr(ld, "_iter_tsv", no_reading)
+        assert_splits_equal(first, prepare(tmp_path, data_dir=data_dir))
+
+    val = data_dir / "basic_val.tsv"
+    old = val.stat()
+    write_official(data_dir, {"val": [("( ( ( [SM 5 ) 6 ) ] )", 1)]})
+    os.utime(val, ns=(old.st_atime_ns, old.st_mtime_ns + 1_000_000_000))  # coarse clocks: make sure
+    second = prepare(tmp_path, data_dir=data_dir)
+    np.testing.assert_array_equal(second["val"].labels, [1])
+    assert second["val"].sequence(0).tolist() == ids_of("SM", "5", "6", "X")
+
+
+# ----------------------------------------------------------------------------------------------------
+# prepare_listops: generated data
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_generated_splits_sizes_bounds_labels_and_no_overlap(tmp_path):
+    splits = prepare(tmp_path)
+    assert [len(splits[s]) for s in ld.SPLITS] == [40, 10, 10]
+    seen = set()
+    for split in splits.values():
+        lengths = split.lengths()
+        assert np.all((lengths > SMALL["min_length"]) & (lengths < SMALL["max_length"]))
+        for i in range(len(split)):
+            seq = split.sequence(i)
+            assert stack_value(seq.tolist()) == split.labels[i]
+            seen.add(seq.tobytes())
+    assert len(seen) == 60  # distinct within and across splits
+
+
+def test_generated_tsv_files_match_the_arrays(tmp_path):
+    splits = prepare(tmp_path)
+    (directory,) = (tmp_path / "cache" / "listops").glob("generated-*")
+    for split in ld.SPLITS:
+        from_file = ld.TokenizedSplit.from_rows(ld.read_tsv(directory / f"basic_{split}.tsv"))
+        assert_splits_equal({s: from_file for s in ld.SPLITS}, {s: splits[split] for s in ld.SPLITS})
+
+
+def test_generated_cache_is_reused_without_generating(tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger=ld.__name__)
+    first = prepare(tmp_path)
+    assert "generated 60 examples" in caplog.text
+
+    def no_generation(*args, **kwargs):
+        raise AssertionError("the cache should have been used")
+
+    monkeypatch.setattr(ld, "generate_examples", no_generation)
+    caplog.clear()
+    assert_splits_equal(first, prepare(tmp_path))
+    assert "loaded cache" in caplog.text
+    # Other parameters are another cache entry (so they do call the generator).
+    with pytest.raises(AssertionError, match="cache should have been used"):
+        prepare(tmp_path, seed=8)
+
+
+def test_same_params_same_data_different_seed_different_data(tmp_path):
+    a = prepare(tmp_path / "a")
+    b = prepare(tmp_path / "b")
+    c = prepare(tmp_path / "c", seed=8)
+    assert_splits_equal(a, b)
+    assert not np.array_equal(a["train"].tokens, c["train"].tokens)
+
+
+@pytest.mark.parametrize("where", ["generator", "writing"])
+def test_killed_generation_leaves_nothing_usable(tmp_path, monkeypatch, where):
+    real_generate = ld.generate_examples
+    real_write = ld.write_tsv
+    calls = {"generate": 0, "write": 0}
+
+    def generate_then_die(num_examples, **kwargs):
+        calls["generate"] += 1
+        real_generate(num_examples // 2, **kwargs)  # half-way through...
+        raise KeyboardInterrupt  # ...the run is killed
+
+    def write_then_die(path, rows):
+        calls["write"] += 1
+        real_write(path, rows)
+        if calls["write"] == 2:  # two of the three TSV files are written
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        if where == "generator":
+            m.setattr(ld, "generate_examples", generate_then_die)
+        else:
+            m.setattr(ld, "write_tsv", write_then_die)
+        with pytest.raises(KeyboardInterrupt):
+            prepare(tmp_path)
+    cache_root = tmp_path / "cache" / "listops"
+    assert not cache_root.exists() or list(cache_root.iterdir()) == []
+
+    def counting_generate(*args, **kwargs):
+        calls["generate"] += 1
+        return real_generate(*args, **kwargs)
+
+    before = calls["generate"]
+    monkeypatch.setattr(ld, "generate_examples", counting_generate)
+    splits = prepare(tmp_path)
+    assert calls["generate"] == before + 1  # nothing half-made was taken for a cache
+    assert [len(splits[s]) for s in ld.SPLITS] == [40, 10, 10]
