@@ -1,0 +1,30 @@
+"""Atomic writes: a failed or interrupted write leaves the old file (or nothing), never half a file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparse_runner.io import atomic_open, atomic_write_json, atomic_write_text
+
+
+def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "metrics.json"
+    atomic_write_json(path, {"status": "completed"})
+    with pytest.raises(RuntimeError):
+        with atomic_open(path) as handle:
+            handle.write('{"status": "runn')
+            raise RuntimeError("killed mid-write")
+    assert json.loads(path.read_text()) == {"status": "completed"}
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+
+
+def test_new_file_appears_only_when_complete(tmp_path):
+    path = tmp_path / "sub" / "report.md"
+    with atomic_open(path) as handle:
+        handle.write("partial")
+        assert not path.exists()  # readers never see the partial content
+    assert path.read_text() == "partial"
+    atomic_write_text(path, "replaced")
+    assert path.read_text() == "replaced"
