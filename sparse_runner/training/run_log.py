@@ -16,6 +16,7 @@ from sparse_runner.io import atomic_write_text
 class RunLog:
     def __init__(self, run_dir: Path, *, resume_step: int | None) -> None:
         self.path = Path(run_dir) / "log.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is None:
             self.path.unlink(missing_ok=True)
         elif self.path.exists():
