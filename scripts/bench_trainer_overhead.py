@@ -83,7 +83,7 @@ def minimal_tokens_per_s(cfg, task) -> tuple[float, int]:
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_grad_norm)
         opt.step()
         sched.step()
-        tokens += int(batch["lengths"].sum())
+        tokens += batch["num_tokens"]
     return tokens / (time.perf_counter() - start), tokens
 
 

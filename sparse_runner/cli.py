@@ -61,10 +61,15 @@ def describe_composition_error(exc: BaseException) -> str:
     """One line for an exception raised while Hydra composes a config."""
     msg = str(exc)
     missing = re.search(r"Could not find '([\w/]+)/([^']+)'", msg)
-    if missing and missing.group(1) in GROUPS + ("hydra/launcher", "hydra/sweeper"):
+    if missing:
         group, option = missing.groups()
-        options = group_options(group) if group in GROUPS else re.findall(r"^\t(\S+)", msg, re.M)
-        return f"{group}={option}: no such {group} option; valid: {', '.join(options) or '(none)'}"
+        if group in GROUPS:
+            options = group_options(group)
+        else:  # Hydra's own groups (hydra/launcher ...): the options it listed
+            listed = re.search(r"Available options in '[^']+':\n((?:\t\S+\n?)*)", msg)
+            options = listed.group(1).split() if listed else []
+        hint = " (SLURM: pip install -e '.[slurm]')" if "submitit" in option else ""
+        return f"{group}={option}: no such {group} option; valid: {', '.join(options) or '(none)'}{hint}"
     cause = exc.__cause__
     if isinstance(cause, OmegaConfBaseException):
         return describe_omegaconf_error(cause)

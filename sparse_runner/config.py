@@ -236,7 +236,7 @@ def describe_omegaconf_error(exc: OmegaConfBaseException) -> str:
     missing = re.match(r"Key '([^']+)' (?:not in|is not in struct)", msg)
     if missing:
         return f"{full_key or missing.group(1)}: unknown key; valid keys: {', '.join(valid_keys(full_key))}"
-    conversion = re.match(r"Value '(.*)' (?:of type '(\w+)' )?could not be converted to (\w+)", msg)
+    conversion = re.match(r"Value '(.*?)' (?:of type '(\w+)' )?could not be converted to (\w+)", msg)
     if conversion:
         return f"{full_key}: {conversion.group(1)!r} is not a valid {conversion.group(3).lower()}"
     if "Missing mandatory value" in msg:

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from sparse_runner.reporting import main as report_main
 from sparse_runner.tasks import listops_data
 from tests.conftest import TINY, sparse_run
@@ -22,30 +24,57 @@ def metrics_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "metrics.json").read_text())
 
 
-def test_kill_9_then_same_command_gives_identical_metrics(tmp_path, cache_dir):
-    reference = sparse_run(LONGER + [f"paths.output_dir={tmp_path / 'a'}"], cwd=tmp_path, cache_dir=cache_dir)
-    assert reference.returncode == 0, reference.stderr
-    (ref_dir,) = (tmp_path / "a" / "runs").iterdir()
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory, cache_dir) -> Path:
+    """An uninterrupted run of LONGER through the real command line."""
+    root = tmp_path_factory.mktemp("reference")
+    result = sparse_run(LONGER + [f"paths.output_dir={root / 'out'}"], cwd=root, cache_dir=cache_dir)
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = (root / "out" / "runs").iterdir()
+    return run_dir
 
-    args = LONGER + [f"paths.output_dir={tmp_path / 'b'}"]
+
+def _start_and_interrupt(args: list[str], tmp_path: Path, cache_dir: Path, sig: signal.Signals) -> subprocess.Popen:
+    """Start `sparse-run args`, wait for its first checkpoint, then a random moment, then send `sig`."""
     env = {**os.environ, "SPARSE_RUNNER_CACHE": str(cache_dir)}
     proc = subprocess.Popen(
         [sys.executable, "-c", "from sparse_runner.cli import run_main; run_main()", *args],
-        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     deadline = time.time() + 120
-    while not list((tmp_path / "b").glob("runs/*/checkpoints/last.pt")) and time.time() < deadline:
+    while not list(tmp_path.glob("out/runs/*/checkpoints/last.pt")) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     time.sleep(random.uniform(0.0, 0.5))  # somewhere after the first checkpoint: mid-step, mid-write...
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    (run_dir,) = (tmp_path / "b" / "runs").iterdir()
-    assert ref_dir.name == run_dir.name  # the run directory is a function of the command
+    proc.send_signal(sig)
+    proc.wait(timeout=120)
+    return proc
+
+
+def test_kill_9_then_same_command_gives_identical_metrics(reference_run, tmp_path, cache_dir):
+    args = LONGER + [f"paths.output_dir={tmp_path / 'out'}"]
+    _start_and_interrupt(args, tmp_path, cache_dir, signal.SIGKILL)
+    (run_dir,) = (tmp_path / "out" / "runs").iterdir()
+    assert run_dir.name == reference_run.name  # the run directory is a function of the command
 
     again = sparse_run(args, cwd=tmp_path, cache_dir=cache_dir)
     assert again.returncode == 0, again.stderr
-    assert metrics_of(run_dir)["metrics"] == metrics_of(ref_dir)["metrics"]
+    assert metrics_of(run_dir)["metrics"] == metrics_of(reference_run)["metrics"]
     assert not list(run_dir.rglob("*.tmp")), "a temporary file was left behind"
+
+
+def test_sigterm_checkpoints_exits_0_and_resumes(reference_run, tmp_path, cache_dir):
+    args = LONGER + [f"paths.output_dir={tmp_path / 'out'}"]
+    proc = _start_and_interrupt(args, tmp_path, cache_dir, signal.SIGTERM)
+    output = proc.stdout.read()
+    (run_dir,) = (tmp_path / "out" / "runs").iterdir()
+    if proc.returncode == 0 and metrics_of(run_dir)["status"] == "completed":
+        pytest.skip("the run finished before SIGTERM arrived")  # a very fast machine
+    assert proc.returncode == 0, output
+    assert "Traceback" not in output and "stopped by SIGTERM" in output
+    assert metrics_of(run_dir)["status"] == "preempted"
+    again = sparse_run(args, cwd=tmp_path, cache_dir=cache_dir)
+    assert again.returncode == 0, again.stderr
+    assert metrics_of(run_dir)["metrics"] == metrics_of(reference_run)["metrics"]
 
 
 def _official_files(folder: Path, *, broken: bool = False) -> Path:

@@ -104,8 +104,8 @@ class TransformerEncoder(nn.Module):
 class EncoderClassifier(nn.Module):
     """Sequence classification: encoder, pooling (learned CLS vector in front, or mean), MLP head.
 
-    forward(tokens (B, N) long, lengths (B,) long) -> logits (B, num_classes). Padding is id 0 after
-    `lengths`; attention never looks at it and mean pooling ignores it.
+    forward(tokens (B, N) long, lengths (B,) long or None) -> logits (B, num_classes). Padding is id 0
+    after `lengths`; attention never looks at it and mean pooling ignores it.
     """
 
     def __init__(self, vocab_size: int, num_classes: int, max_length: int, *, pooling: str, **encoder_kwargs) -> None:
@@ -118,18 +118,20 @@ class EncoderClassifier(nn.Module):
             self.cls = nn.Parameter(torch.randn(1, 1, d_model) * 0.02)
         self.head = nn.Sequential(nn.Linear(d_model, d_model), nn.ReLU(), nn.Linear(d_model, num_classes))
 
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """lengths=None means no padding: no mask is built."""
         b, n = tokens.shape
-        valid = torch.arange(n, device=tokens.device)[None, :] < lengths[:, None]  # (B, N)
+        valid = None if lengths is None else torch.arange(n, device=tokens.device)[None, :] < lengths[:, None]  # (B, N)
         x = self.encoder.embed(tokens) * self.encoder.scale
         if self.pooling == "cls":
             x = torch.cat([self.cls.expand(b, 1, -1).to(x.dtype), x], dim=1)
-            valid = torch.cat([valid.new_ones(b, 1), valid], dim=1)
-        # A batch without padding needs no mask, which lets SDPA take its fastest kernels.
-        mask = None if bool(valid.all()) else valid
-        h = self.encoder(x, key_padding_mask=mask)
+            if valid is not None:
+                valid = torch.cat([valid.new_ones(b, 1), valid], dim=1)
+        h = self.encoder(x, key_padding_mask=valid)
         if self.pooling == "cls":
             pooled = h[:, 0]
+        elif valid is None:
+            pooled = h.mean(1)
         else:
             w = valid[..., None].to(h.dtype)
             pooled = (h * w).sum(1) / w.sum(1).clamp_min(1.0)

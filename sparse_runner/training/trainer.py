@@ -177,12 +177,13 @@ class Trainer:
         bar = tqdm(total=t.max_steps, initial=p.step, disable=not show, dynamic_ncols=True, desc=self.task.name, unit="step")
         self.model.train()
         plan = self.task.plan_epoch(seed=self.cfg.seed, epoch=p.epoch, batch_size=t.batch_size, bucket_size=t.bucket_size)
+        # Loss summed on the device and read back only when logged or checkpointed: no per-step sync.
+        window_loss = torch.zeros((), device=self.device)
         try:
             with self._preemption_signals():
                 while p.step < t.max_steps and not p.stopped_early:
                     started = time.perf_counter()
                     self.optimizer.zero_grad(set_to_none=True)
-                    step_loss = torch.zeros((), device=self.device)
                     for _ in range(t.accumulate):
                         if p.batch_in_epoch >= len(plan):
                             p.epoch, p.batch_in_epoch = p.epoch + 1, 0
@@ -192,7 +193,7 @@ class Trainer:
                         with self.autocast():
                             loss, stats = self.task.training_step(self.step_model, batch, t.label_smoothing)
                         self.scaler.scale(loss / t.accumulate).backward()
-                        step_loss += loss.detach() / t.accumulate
+                        window_loss += loss.detach() / t.accumulate
                         p.window_tokens += stats["tokens"]
                     if t.clip_grad_norm is not None:
                         self.scaler.unscale_(self.optimizer)
@@ -201,12 +202,13 @@ class Trainer:
                     self.scaler.update()
                     self.scheduler.step()
                     p.step += 1
-                    p.window_loss += float(step_loss)
                     p.window_steps += 1
                     p.window_time_s += time.perf_counter() - started
                     bar.update(1)
 
                     if p.step % t.log_every == 0 or p.step == t.max_steps:
+                        p.window_loss += float(window_loss)  # the only host sync of the step loop
+                        window_loss.zero_()
                         p.tokens_seen += p.window_tokens
                         p.train_time_s += p.window_time_s
                         values = {
@@ -221,6 +223,9 @@ class Trainer:
                         bar.set_postfix(loss=f"{values['train/loss']:.3f}", lr=f"{values['train/lr']:.2e}", tok_s=f"{values['train/tokens_per_s']:.0f}")
                         p.window_loss, p.window_steps, p.window_tokens, p.window_time_s = 0.0, 0, 0, 0.0
 
+                    if p.step % t.eval_every == 0 or p.step == t.max_steps or self._stop_signal is not None:
+                        p.window_loss += float(window_loss)  # into the checkpointed state
+                        window_loss.zero_()
                     if p.step % t.eval_every == 0 or p.step == t.max_steps:
                         self._evaluate_and_select(run_log)
                         self.checkpoints.save_last(self.state_dict())
