@@ -24,15 +24,14 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
+from sparse_runner.benchmarking import minimal_training_tokens_per_s
 from sparse_runner.config import CONF_DIR, validate
 from sparse_runner.io import atomic_write_json, atomic_write_text
 from sparse_runner.run import fingerprint, seed_everything
 from sparse_runner.tasks import build_task
-from sparse_runner.training.schedules import build_scheduler
-from sparse_runner.training.trainer import Trainer, optimizer_groups
+from sparse_runner.training.trainer import Trainer
 
 
 def runner_tokens_per_s(cfg, task, run_dir: Path) -> tuple[float, int]:
@@ -60,33 +59,6 @@ def runner_tokens_per_s(cfg, task, run_dir: Path) -> tuple[float, int]:
     return trainer.progress.tokens_seen / elapsed, trainer.progress.tokens_seen
 
 
-def minimal_tokens_per_s(cfg, task) -> tuple[float, int]:
-    """What a researcher would write by hand: no logging, no checkpoints, no progress bar."""
-    t = cfg.trainer
-    seed_everything(cfg.seed, t.deterministic)
-    model = task.build_model(cfg.model)
-    model.train()
-    opt = torch.optim.AdamW(optimizer_groups(model, t.weight_decay), lr=t.lr, betas=tuple(t.betas))
-    sched = build_scheduler(opt, schedule=t.schedule, warmup_steps=t.warmup_steps, max_steps=t.max_steps, min_lr_ratio=t.min_lr_ratio)
-    epoch, plan, index = 0, task.plan_epoch(seed=cfg.seed, epoch=0, batch_size=t.batch_size, bucket_size=t.bucket_size), 0
-    tokens = 0
-    start = time.perf_counter()
-    for _ in range(t.max_steps):
-        if index == len(plan):
-            epoch, index = epoch + 1, 0
-            plan = task.plan_epoch(seed=cfg.seed, epoch=epoch, batch_size=t.batch_size, bucket_size=t.bucket_size)
-        batch = task.make_batch("train", plan[index], torch.device("cpu"))
-        index += 1
-        loss = F.cross_entropy(model(batch["tokens"], batch["lengths"]), batch["labels"])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_grad_norm)
-        opt.step()
-        sched.step()
-        tokens += batch["num_tokens"]
-    return tokens / (time.perf_counter() - start), tokens
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--steps", type=int, default=300)
@@ -105,11 +77,11 @@ def main() -> None:
     threads = torch.get_num_threads()
     runner, minimal = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        minimal_tokens_per_s(cfg, task)  # warm-up: allocator, kernels, page cache
+        minimal_training_tokens_per_s(cfg, task)  # warm-up: allocator, kernels, page cache
         for r in range(args.rounds):
             tps, runner_tokens = runner_tokens_per_s(cfg, task, Path(tmp) / f"run{r}")
             runner.append(tps)
-            tps, minimal_tokens = minimal_tokens_per_s(cfg, task)
+            tps, minimal_tokens = minimal_training_tokens_per_s(cfg, task)
             minimal.append(tps)
             print(f"round {r}: runner {runner[-1]:.0f} tok/s, minimal loop {minimal[-1]:.0f} tok/s", file=sys.stderr)
     assert runner_tokens == minimal_tokens, "the two loops must see the same tokens"

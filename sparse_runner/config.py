@@ -38,6 +38,8 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     normaliser: str = "softmax"
+    alpha: Optional[float] = None
+    alpha_init: Any = "random"
     pattern: str = "dense"
     pooling: str = "cls"
     positions: str = "sinusoidal"
@@ -93,6 +95,7 @@ class TrainerConfig:
     monitor: str = "val/accuracy"
     monitor_mode: str = "max"
     patience: Optional[int] = None
+    analysis: bool = True
     log_every: int = 20
     progress: str = "auto"
     resume: bool = True
@@ -177,6 +180,15 @@ def _check_values(cfg: DictConfig) -> None:
         if not 0.0 <= m[key] < 1.0:
             _fail(f"model.{key}", f"must be in [0, 1), got {m[key]}")
     _choice("model.normaliser", m.normaliser, sorted(NORMALISERS))
+    if m.alpha is not None and not 1.0 <= m.alpha <= 2.0:
+        _fail("model.alpha", f"must be in [1, 2], got {m.alpha}", "a float in [1, 2] (fixed alpha), or null to learn one per head")
+    if m.alpha_init != "random":
+        try:
+            init = float(m.alpha_init)
+        except (TypeError, ValueError):
+            init = None
+        if init is None or not 1.0 < init < 2.0:
+            _fail("model.alpha_init", f"unknown value {m.alpha_init!r}", "random (a ~ N(0,1), as Correia et al.) or a float in (1, 2)")
     _choice("model.pattern", m.pattern, sorted(PATTERNS))
     _choice("model.pooling", m.pooling, POOLINGS)
     _choice("model.positions", m.positions, POSITIONS)

@@ -142,6 +142,19 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _figures(run_dir: Path, analysis: dict[str, Any]) -> list[str]:
+    """The analysis figures; a plotting problem is logged, never fatal to a finished run."""
+    if not analysis:
+        return []
+    from sparse_runner.analysis.collect import alpha_trajectory, write_figures
+
+    try:
+        return write_figures(run_dir, analysis, alpha_trajectory(run_dir / "log.jsonl"))
+    except Exception as exc:
+        log.warning("could not draw the analysis figures: %s", _one_line(exc))
+        return []
+
+
 def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> float:
     """Train and test one configuration in `run_dir`; return the best validation value of trainer.monitor."""
     meta = meta or {}
@@ -197,8 +210,11 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
         )
         raise
     p = trainer.progress
+    figures = _figures(run_dir, p.analysis)
     metrics.write(
         status="completed",
+        analysis=p.analysis or None,
+        figures=figures,
         metrics=final,
         selection={"metric": t.monitor, "mode": t.monitor_mode, "best_value": p.best_value, "best_step": p.best_step},
         step=p.step,

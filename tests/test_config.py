@@ -42,7 +42,7 @@ def test_head_size_null_means_d_model_over_heads(tiny_config):
 
 
 BAD_OVERRIDES = {
-    "model=nope": ("model=nope", "valid: softmax"),
+    "model=nope": ("model=nope", "valid: entmax, entmax15, softmax, sparsemax"),
     "task=nope": ("task=nope", "valid: listops, listops_lra"),
     "experiment=nope": ("experiment=nope", "valid: lra_listops"),
     "model.foo=1": ("model.foo", "valid keys:"),
@@ -51,7 +51,9 @@ BAD_OVERRIDES = {
     "trainer.max_steps=abc": ("trainer.max_steps", "not a valid int"),
     "model.head_size=0": ("model.head_size", "> 0"),
     "model.num_heads=3": ("model.num_heads", "does not divide"),
-    "model.normaliser=sparsemaxx": ("model.normaliser", "valid: softmax"),
+    "model.normaliser=sparsemaxx": ("model.normaliser", "valid: alpha_entmax, entmax15, softmax, sparsemax"),
+    "model.alpha=2.5": ("model.alpha", "[1, 2]"),
+    "model.alpha_init=big": ("model.alpha_init", "random"),
     "model.pattern=diagonal": ("model.pattern", "valid: causal, dense"),
     "trainer.schedule=exp": ("trainer.schedule", "valid: constant, linear, inverse_sqrt, cosine"),
     "trainer.precision=fp8": ("trainer.precision", "valid: fp32, bf16, fp16"),

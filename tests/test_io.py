@@ -28,3 +28,13 @@ def test_new_file_appears_only_when_complete(tmp_path):
     assert path.read_text() == "partial"
     atomic_write_text(path, "replaced")
     assert path.read_text() == "replaced"
+
+
+def test_written_files_have_ordinary_permissions(tmp_path):
+    import os
+
+    path = tmp_path / "metrics.json"
+    atomic_write_text(path, "{}")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask

@@ -1,12 +1,23 @@
 """Attention = normaliser x pattern x head geometry (see ARCHITECTURE.md).
 
-- `NORMALISERS`: name -> function turning scores into weights along the last dim.
+- `NORMALISERS`: name -> factory of a normaliser module (softmax, sparsemax, entmax15, alpha_entmax).
 - `PATTERNS`: name -> pattern object saying which query-key pairs may interact.
 - `MultiHeadAttention`: the one attention module every model builds on.
 """
 
-from sparse_runner.attention.normalisers import NORMALISERS
+from sparse_runner.attention.normalisers import NORMALISERS, Normaliser, build_normaliser
 from sparse_runner.attention.patterns import PATTERNS, Pattern
-from sparse_runner.attention.multihead import MultiHeadAttention, attend
+from sparse_runner.attention.multihead import MultiHeadAttention, attend, attention_layers, head_alphas, set_observer
 
-__all__ = ["NORMALISERS", "PATTERNS", "Pattern", "MultiHeadAttention", "attend"]
+__all__ = [
+    "NORMALISERS",
+    "Normaliser",
+    "build_normaliser",
+    "PATTERNS",
+    "Pattern",
+    "MultiHeadAttention",
+    "attend",
+    "attention_layers",
+    "head_alphas",
+    "set_observer",
+]

@@ -26,11 +26,9 @@ def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
 class EncoderLayer(nn.Module):
     """Self-attention + feed-forward, each with a residual; pre- or post-LayerNorm."""
 
-    def __init__(self, d_model, num_heads, head_size, ffn_dim, dropout, attention_dropout, normaliser, pattern, norm_first):
+    def __init__(self, d_model, num_heads, head_size, ffn_dim, dropout, attention_dropout, norm_first, **attention):
         super().__init__()
-        self.attn = MultiHeadAttention(
-            d_model, num_heads, head_size, normaliser=normaliser, pattern=pattern, dropout=attention_dropout
-        )
+        self.attn = MultiHeadAttention(d_model, num_heads, head_size, dropout=attention_dropout, **attention)
         self.ffn = nn.Sequential(nn.Linear(d_model, ffn_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.drop = nn.Dropout(dropout)
@@ -66,6 +64,8 @@ class TransformerEncoder(nn.Module):
         pattern: str,
         positions: str,
         norm_first: bool,
+        alpha: float | None = None,
+        alpha_init: float | str = "random",
         pad_id: int = 0,
         **_: object,
     ) -> None:
@@ -78,8 +78,11 @@ class TransformerEncoder(nn.Module):
             self.register_buffer("positions", sinusoidal_positions(max_length, d_model), persistent=False)
         self.drop = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, head_size, ffn_dim, dropout, attention_dropout, normaliser, pattern, norm_first)
-            for _ in range(num_layers)
+            EncoderLayer(
+                d_model, num_heads, head_size, ffn_dim, dropout, attention_dropout, norm_first,
+                normaliser=normaliser, pattern=pattern, alpha=alpha, alpha_init=alpha_init, key=("encoder_self", i),
+            )
+            for i in range(num_layers)
         )
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.scale = math.sqrt(d_model)

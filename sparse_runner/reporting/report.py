@@ -87,6 +87,16 @@ class RunRecord:
     def test_accuracy(self) -> float | None:
         return _as_float(self.metrics.get("test/accuracy"))
 
+    def attention_mean(self, field_name: str) -> float | None:
+        """An analysis value (`mean_density`, `js_mean`) averaged over the attention types of the run."""
+        analysis = self.data.get("analysis")
+        attention = analysis.get("attention") if isinstance(analysis, dict) else None
+        if not isinstance(attention, dict):
+            return None
+        values = [_as_float(v.get(field_name)) for v in attention.values() if isinstance(v, dict)]
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values) if values else None
+
     @property
     def val_accuracy(self) -> float | None:
         """Best validation accuracy (the checkpoint-selection value if that is accuracy), else the final one."""
@@ -344,7 +354,7 @@ def runs_tables(records: list[RunRecord]) -> list[Table]:
         notes = [_note(rec) for rec in runs]
         headers = ["run", "status", "model"] + (["experiment"] if show_experiment else []) + varied
         first_numeric = len(headers)
-        headers += ["test acc (%)", "best val", "params", "tokens/s", "wall time (s)"]
+        headers += ["test acc (%)", "best val", "attn density", "head JS", "params", "tokens/s", "wall time (s)"]
         numeric = set(range(first_numeric, len(headers)))
         if any(notes):
             headers.append("note")
@@ -357,6 +367,8 @@ def runs_tables(records: list[RunRecord]) -> list[Table]:
             row += [
                 _pct(rec.test_accuracy),
                 _best_val(rec),
+                _fmt_number(rec.attention_mean("mean_density"), ".3f"),
+                _fmt_number(rec.attention_mean("js_mean"), ".3f"),
                 _fmt_number(rec.data.get("num_parameters"), ".0f"),
                 _fmt_number(rec.data.get("tokens_per_second"), ".0f"),
                 _fmt_number(rec.data.get("wall_time_s"), ".1f"),

@@ -39,6 +39,9 @@ class RunLog:
         for key, value in values.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 self._tb.add_scalar(key, value, step)
+            elif isinstance(value, list):  # one value per head, e.g. learned alphas
+                for i, item in enumerate(value):
+                    self._tb.add_scalar(f"{key}/h{i}", item, step)
 
     def flush(self) -> None:
         self._file.flush()

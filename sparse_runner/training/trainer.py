@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from sparse_runner.analysis.collect import alpha_log_values, analyse
 from sparse_runner.tasks.base import Task
 from sparse_runner.training import checkpoint as ckpt
 from sparse_runner.training.run_log import RunLog
@@ -60,6 +61,7 @@ class Progress:
     completed: bool = False
     final_metrics: dict[str, float] = field(default_factory=dict)
     last_eval: dict[str, float] = field(default_factory=dict)
+    analysis: dict[str, Any] = field(default_factory=dict)
 
     def state_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -216,6 +218,7 @@ class Trainer:
                             "train/lr": self.scheduler.get_last_lr()[0],
                             "train/tokens_per_s": p.window_tokens / max(p.window_time_s, 1e-9),
                             "epoch": p.epoch,
+                            **alpha_log_values(self.model),
                         }
                         if not math.isfinite(values["train/loss"]):
                             raise FloatingPointError(f"training loss is {values['train/loss']} at step {p.step}; lower trainer.lr or set trainer.clip_grad_norm")
@@ -265,6 +268,8 @@ class Trainer:
             current = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             self.model.load_state_dict(best["model"])
         test = self.task.evaluate(self.model, "test", self.device, autocast=self.autocast())
+        if self.tcfg.analysis:
+            p.analysis = analyse(self.model, lambda: self.task.evaluate(self.model, "val", self.device, autocast=self.autocast()))
         if best is not None:
             self.model.load_state_dict(current)
         p.final_metrics = {**p.last_eval, **test, f"best/{self.tcfg.monitor}": p.best_value}
