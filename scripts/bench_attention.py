@@ -51,6 +51,7 @@ def layer_case(normaliser: str, n: int, batch: int, explicit: bool, threads: int
         x.grad = None
         layer(x).backward(grad)
 
+    step()  # warm-up: first-call allocations, kernel builds
     return benchmark.Timer(stmt="step()", globals={"step": step}, num_threads=threads)
 
 

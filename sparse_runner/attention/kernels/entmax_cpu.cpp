@@ -1,0 +1,877 @@
+// Fused CPU kernels for alpha-entmax over the last dim of a (rows, n) contiguous tensor.
+//
+// Built on first use by sparse_runner/attention/kernels/__init__.py (torch.utils.cpp_extension.load);
+// sparse_runner/attention/entmax.py holds the maths, the autograd wiring and the pure-PyTorch
+// reference these kernels are tested against.  Rows run in parallel (at::parallel_for); each row is
+// processed while it sits in L1/L2.
+//
+// Notation (one row):  y = x - max(x) <= 0,  a1 = alpha - 1 in (0, 1],  k = 1 / a1,
+//     p_i = [1 + a1 (y_i - u)]_+^k   with u >= 0 chosen so that sum_i p_i = 1.
+// (u is the entmax threshold tau = a1 u - 1 measured in units of 1/a1; in these units the alpha -> 1
+// limit is softmax with u = logsumexp(y), so nothing degenerates for small a1.)
+//
+// Forward, per row:
+//   1. max pass.
+//   2. filter pass = first evaluation at u = 0 (tau = -1, where the max element alone has p = 1, so
+//      F(0) = sum p >= 1): entries with 1 + a1 y <= 0 can never enter the support (u only grows), so
+//      they are dropped here and every later pass runs over the compacted survivors only (attention
+//      rows are sparse: often a few dozen of 2048 entries survive).
+//   3. Newton from the left on G(u) = F(u)^a1 - 1 = ||d(u)||_k - 1, d_i = [1 + a1 (y_i - u)]_+.
+//      G is a norm of convex non-negative functions, so it is convex and decreasing: Newton started
+//      at u = 0 (G >= 0) never overshoots, and every pass may drop the entries that left the support.
+//      Newton on G instead of on F - 1 is exact in one step in both limits (alpha = 2: G is linear on
+//      each support piece; alpha -> 1: G -> log F, linear in u), so rows converge in ~2-5 passes at
+//      every alpha instead of ~log(n) + 3 passes near alpha = 1.
+//   4. exact finish: alpha = 2 (sparsemax): the Newton step is the exact root on the current support
+//      (Michelot), done when the support stops shrinking.  alpha = 1.5: the root of
+//      sum_S (d_i - e)^2 = 1 on the current support S is a closed form, and it is the answer as soon
+//      as it keeps every entry of S non-negative (checked with min_S d).  Other alpha: Newton
+//      converges quadratically; stop at |F - 1| <= tol and divide by F.
+//   5. output: zero the row and scatter the survivors (or store directly when nothing was dropped).
+//
+// Backward, per row, with s_i = p_i^(2 - alpha) on the support (0 elsewhere):
+//   dx = s * (g - <s, g> / sum s)                                      (Jacobian diag(s) - s s^T / sum s)
+//   dalpha = -sum_i g_i A_i + (<s, g> / sum s) sum_i A_i,   A_i = p_i l_i^2 psi(-a1 l_i),  l_i = log p_i,
+//   psi(x) = (e^x - 1 - x) / x^2.  This is Correia et al.'s
+//   dp/dalpha = (p - p~)/a1^2 + (h - p~ H)/a1 rewritten without the 1/a1^2 cancellation (see entmax.py),
+//   so it stays accurate down to alpha -> 1, where psi -> 1/2 gives the softmax limit.
+//
+// Rows with alpha - 1 < thr (set by entmax.py) are computed as softmax, with the alpha = 1 limits in
+// the backward.  Fully -inf rows give zeros and zero gradients.
+//
+// SIMD: explicit AVX-512 or AVX2+FMA code, chosen at compile time.  The Python loader compiles one
+// build per instruction set, with the ISA in the extension name, so a cached build made on one CPU is
+// never loaded on a CPU that lacks its instructions.  Other CPUs (and float64 everywhere) use the
+// scalar template instantiation; the maths is identical.
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// ------------------------------------------------------------------------------------------------
+// SIMD layer.  Every struct provides the same static functions; kernels are templates over it.
+// Arithmetic operators (+ - * /) work directly on __m512 / __m256 (GCC/Clang vector types).
+// ------------------------------------------------------------------------------------------------
+
+// Scalar fallback: one lane.  Used for float64 always and for float32 on CPUs without AVX2.
+template <typename T>
+struct Scalar {
+  using Elem = T;
+  using V = T;
+  using VI = int32_t;
+  using M = bool;
+  static constexpr int W = 1;
+  static const char* name() { return "scalar"; }
+  static V set1(T a) { return a; }
+  static V load(const T* p) { return *p; }
+  static V load_n(const T* p, int n, T fill) { return n > 0 ? *p : fill; }
+  static void store(T* p, V v) { *p = v; }
+  static void store_n(T* p, V v, int n) { if (n > 0) *p = v; }
+  static V fma(V a, V b, V c) { return a * b + c; }
+  static V max(V a, V b) { return a > b ? a : b; }
+  static V min(V a, V b) { return a < b ? a : b; }
+  static V sqrt(V a) { return std::sqrt(a); }
+  static M gt(V a, V b) { return a > b; }
+  static M ge(V a, V b) { return a >= b; }
+  static M lt(V a, V b) { return a < b; }
+  static V select(M m, V a, V b) { return m ? a : b; }
+  static V maskz(M m, V a) { return m ? a : T(0); }
+  static bool any(M m) { return m; }
+  static int count(M m) { return m ? 1 : 0; }
+  static T hsum(V v) { return v; }
+  static T hmax(V v) { return v; }
+  static T hmin(V v) { return v; }
+  static VI load_i(const int32_t* p) { return *p; }
+  static VI iota(int32_t base) { return base; }
+  // Writes v at dst unconditionally (dst has slack); the caller advances by count(m).
+  static void compress(T* dst, M, V v) { *dst = v; }
+  static void compress_i(int32_t* dst, M, VI v) { *dst = v; }
+  static V exp(V a) { return std::exp(a); }
+  static V log(V a) { return std::log(a); }
+  static V log1p(V a) { return std::log1p(a); }
+};
+
+// Polynomial kernels shared by the vector ISAs (Cephes single-precision coefficients, ~1 ulp on the
+// reduced ranges).
+#define ENTMAX_EXP_POLY(S, r)                                                       \
+  ({                                                                                \
+    auto _r = (r);                                                                  \
+    auto _y = S::set1(1.9875691500E-4f);                                            \
+    _y = S::fma(_y, _r, S::set1(1.3981999507E-3f));                                 \
+    _y = S::fma(_y, _r, S::set1(8.3334519073E-3f));                                 \
+    _y = S::fma(_y, _r, S::set1(4.1665795894E-2f));                                 \
+    _y = S::fma(_y, _r, S::set1(1.6666665459E-1f));                                 \
+    _y = S::fma(_y, _r, S::set1(5.0000001201E-1f));                                 \
+    S::fma(_y, _r * _r, _r + S::set1(1.0f));                                        \
+  })
+
+// log(1 + f) for f in [sqrt(1/2) - 1, sqrt(2) - 1], e = exponent: returns f + poly + e ln 2.
+#define ENTMAX_LOG_POLY(S, f, e)                                                    \
+  ({                                                                                \
+    auto _f = (f);                                                                  \
+    auto _e = (e);                                                                  \
+    auto _z = _f * _f;                                                              \
+    auto _y = S::set1(7.0376836292E-2f);                                            \
+    _y = S::fma(_y, _f, S::set1(-1.1514610310E-1f));                                \
+    _y = S::fma(_y, _f, S::set1(1.1676998740E-1f));                                 \
+    _y = S::fma(_y, _f, S::set1(-1.2420140846E-1f));                                \
+    _y = S::fma(_y, _f, S::set1(1.4249322787E-1f));                                 \
+    _y = S::fma(_y, _f, S::set1(-1.6668057665E-1f));                                \
+    _y = S::fma(_y, _f, S::set1(2.0000714765E-1f));                                 \
+    _y = S::fma(_y, _f, S::set1(-2.4999993993E-1f));                                \
+    _y = S::fma(_y, _f, S::set1(3.3333331174E-1f));                                 \
+    _y = _y * _f * _z;                                                              \
+    _y = S::fma(_e, S::set1(-2.12194440e-4f), _y);                                  \
+    _y = S::fma(_z, S::set1(-0.5f), _y);                                            \
+    S::fma(_e, S::set1(0.693359375f), _f + _y);                                     \
+  })
+
+#if defined(__AVX512F__)
+struct Avx512 {
+  using Elem = float;
+  using V = __m512;
+  using VI = __m512i;
+  using M = __mmask16;
+  static constexpr int W = 16;
+  static const char* name() { return "avx512"; }
+  static V set1(float a) { return _mm512_set1_ps(a); }
+  static M head(int n) { return (M)((1u << n) - 1u); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load_n(const float* p, int n, float fill) { return _mm512_mask_loadu_ps(set1(fill), head(n), p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static void store_n(float* p, V v, int n) { _mm512_mask_storeu_ps(p, head(n), v); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V min(V a, V b) { return _mm512_min_ps(a, b); }
+  static V sqrt(V a) { return _mm512_sqrt_ps(a); }
+  static M gt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+  static M ge(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+  static M lt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+  static V select(M m, V a, V b) { return _mm512_mask_blend_ps(m, b, a); }
+  static V maskz(M m, V a) { return _mm512_maskz_mov_ps(m, a); }
+  static bool any(M m) { return m != 0; }
+  static int count(M m) { return __builtin_popcount((unsigned)m); }
+  static float hsum(V v) { return _mm512_reduce_add_ps(v); }
+  static float hmax(V v) { return _mm512_reduce_max_ps(v); }
+  static float hmin(V v) { return _mm512_reduce_min_ps(v); }
+  static VI load_i(const int32_t* p) { return _mm512_loadu_si512((const void*)p); }
+  static VI iota(int32_t base) {
+    return _mm512_add_epi32(_mm512_set1_epi32(base),
+                            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  }
+  // In-register compress, then a full-width store (the memory form of vcompressps is slow on Zen 4).
+  static void compress(float* dst, M m, V v) { _mm512_storeu_ps(dst, _mm512_maskz_compress_ps(m, v)); }
+  static void compress_i(int32_t* dst, M m, VI v) {
+    _mm512_storeu_si512((void*)dst, _mm512_maskz_compress_epi32(m, v));
+  }
+  static V exp(V x) {
+    // Clamp: below -104 the result rounds to 0 (scalef handles the denormal range exactly).
+    x = _mm512_max_ps(_mm512_min_ps(x, set1(88.3762626647949f)), set1(-104.0f));
+    V n = _mm512_roundscale_ps(x * set1(1.44269504088896341f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm512_fnmadd_ps(n, set1(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, set1(-2.12194440e-4f), r);
+    return _mm512_scalef_ps(ENTMAX_EXP_POLY(Avx512, r), n);
+  }
+  static V log(V x) {  // x > 0 (denormals included); other lanes give garbage, callers mask them
+    V e = _mm512_getexp_ps(x);
+    V m = _mm512_getmant_ps(x, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_src);
+    M big = _mm512_cmp_ps_mask(m, set1(1.41421356237f), _CMP_GT_OQ);
+    m = _mm512_mask_mul_ps(m, big, m, set1(0.5f));
+    e = _mm512_mask_add_ps(e, big, e, set1(1.0f));
+    return ENTMAX_LOG_POLY(Avx512, m - set1(1.0f), e);
+  }
+  static V log1p(V t) {  // t > -1; accurate for tiny |t| (the rounding of 1 + t is corrected)
+    V u = t + set1(1.0f);
+    return log(u) + (t - (u - set1(1.0f))) / u;
+  }
+};
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+struct Avx2 {
+  using Elem = float;
+  using V = __m256;
+  using VI = __m256i;
+  using M = __m256;  // all-ones / all-zeros lanes
+  static constexpr int W = 8;
+  static const char* name() { return "avx2"; }
+  // Permutation table for compress: lane order of the set bits of an 8-bit mask.
+  struct Lut {
+    alignas(32) int32_t idx[256][8];
+    Lut() {
+      for (int m = 0; m < 256; ++m) {
+        int j = 0;
+        for (int l = 0; l < 8; ++l)
+          if (m & (1 << l)) idx[m][j++] = l;
+        for (; j < 8; ++j) idx[m][j] = 0;
+      }
+    }
+  };
+  static const Lut& lut() {
+    static const Lut table;
+    return table;
+  }
+  static V set1(float a) { return _mm256_set1_ps(a); }
+  static __m256i head(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load_n(const float* p, int n, float fill) {
+    __m256i h = head(n);
+    return _mm256_blendv_ps(set1(fill), _mm256_maskload_ps(p, h), _mm256_castsi256_ps(h));
+  }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static void store_n(float* p, V v, int n) { _mm256_maskstore_ps(p, head(n), v); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V min(V a, V b) { return _mm256_min_ps(a, b); }
+  static V sqrt(V a) { return _mm256_sqrt_ps(a); }
+  static M gt(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+  static M ge(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
+  static M lt(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+  static V select(M m, V a, V b) { return _mm256_blendv_ps(b, a, m); }
+  static V maskz(M m, V a) { return _mm256_and_ps(m, a); }
+  static int bits(M m) { return _mm256_movemask_ps(m); }
+  static bool any(M m) { return bits(m) != 0; }
+  static int count(M m) { return __builtin_popcount((unsigned)bits(m)); }
+  static float hsum(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+  }
+  static float hmax(V v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+  }
+  static float hmin(V v) {
+    __m128 s = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_min_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_min_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+  }
+  static VI load_i(const int32_t* p) { return _mm256_loadu_si256((const __m256i*)p); }
+  static VI iota(int32_t base) {
+    return _mm256_add_epi32(_mm256_set1_epi32(base), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static void compress(float* dst, M m, V v) {
+    __m256i perm = _mm256_load_si256((const __m256i*)lut().idx[bits(m)]);
+    _mm256_storeu_ps(dst, _mm256_permutevar8x32_ps(v, perm));
+  }
+  static void compress_i(int32_t* dst, M m, VI v) {
+    __m256i perm = _mm256_load_si256((const __m256i*)lut().idx[bits(m)]);
+    _mm256_storeu_si256((__m256i*)dst, _mm256_permutevar8x32_epi32(v, perm));
+  }
+  static V exp(V x) {
+    // Results below FLT_MIN are flushed to 0 (no denormals on this path).
+    V tiny = _mm256_cmp_ps(x, set1(-87.33654f), _CMP_LT_OQ);
+    x = _mm256_max_ps(_mm256_min_ps(x, set1(88.3762626647949f)), set1(-87.33654f));
+    V n = _mm256_round_ps(x * set1(1.44269504088896341f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm256_fnmadd_ps(n, set1(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, set1(-2.12194440e-4f), r);
+    V y = ENTMAX_EXP_POLY(Avx2, r);
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, y * _mm256_castsi256_ps(e));
+  }
+  static V log(V x) {  // x >= FLT_MIN; other lanes give garbage, callers mask them
+    __m256i b = _mm256_castps_si256(x);
+    V e = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b, 23), _mm256_set1_epi32(127)));
+    V m = _mm256_castsi256_ps(
+        _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x3f800000)));
+    V big = _mm256_cmp_ps(m, set1(1.41421356237f), _CMP_GT_OQ);
+    m = _mm256_blendv_ps(m, m * set1(0.5f), big);
+    e = e + _mm256_and_ps(big, set1(1.0f));
+    return ENTMAX_LOG_POLY(Avx2, m - set1(1.0f), e);
+  }
+  static V log1p(V t) {
+    V u = t + set1(1.0f);
+    return log(u) + (t - (u - set1(1.0f))) / u;
+  }
+};
+#endif
+
+#if defined(__AVX512F__)
+using SimdF = Avx512;
+#elif defined(__AVX2__) && defined(__FMA__)
+using SimdF = Avx2;
+#else
+using SimdF = Scalar<float>;
+#endif
+using SimdD = Scalar<double>;
+
+// ------------------------------------------------------------------------------------------------
+// Per-row kernels.
+// ------------------------------------------------------------------------------------------------
+
+enum Mode { kSoftmax = 0, kSparsemax = 1, kEntmax15 = 2, kGeneral = 3 };
+
+template <typename T>
+struct Tol;
+// Stop the general-alpha Newton at |sum p - 1| <= tol; after the division by sum p the output error is
+// at most about tol (float32: 2e-6, well inside the 1e-5 budget; quadratic convergence usually lands
+// far below it).
+template <>
+struct Tol<float> {
+  static constexpr double newton = 2e-6;
+  static constexpr float psi_switch = 1.0f;  // psi(x): series below, direct formula above
+};
+template <>
+struct Tol<double> {
+  static constexpr double newton = 1e-12;
+  static constexpr double psi_switch = 0.1;
+};
+
+constexpr int kMaxIter = 64;
+
+template <class S>
+struct Kernels {
+  using T = typename S::Elem;
+  using V = typename S::V;
+  using VI = typename S::VI;
+  using M = typename S::M;
+  static constexpr int W = S::W;
+
+  static T row_max(const T* x, int64_t n) {
+    const T ninf = -std::numeric_limits<T>::infinity();
+    V a0 = S::set1(ninf), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 4 * W <= n; i += 4 * W) {
+      a0 = S::max(a0, S::load(x + i));
+      a1 = S::max(a1, S::load(x + i + W));
+      a2 = S::max(a2, S::load(x + i + 2 * W));
+      a3 = S::max(a3, S::load(x + i + 3 * W));
+    }
+    for (; i + W <= n; i += W) a0 = S::max(a0, S::load(x + i));
+    if (i < n) a1 = S::max(a1, S::load_n(x + i, int(n - i), ninf));
+    return S::hmax(S::max(S::max(a0, a1), S::max(a2, a3)));
+  }
+
+  static void fill_zero(T* out, int64_t n) {
+    const V z = S::set1(T(0));
+    int64_t i = 0;
+    for (; i + W <= n; i += W) S::store(out + i, z);
+    if (i < n) S::store_n(out + i, z, int(n - i));
+  }
+
+  // Pads a compacted buffer of length c with W copies of `fill`, so passes read whole vectors.
+  static void pad(T* buf, int64_t c, T fill) {
+    for (int l = 0; l < W; ++l) buf[c + l] = fill;
+  }
+
+  // Applies body(vector of x, vector of indices) to a whole row; the tail is padded with `fill`.
+  template <class Body>
+  static void for_row(const T* x, int64_t n, T fill, Body body) {
+    int64_t i = 0;
+    for (; i + W <= n; i += W) body(S::load(x + i), S::iota(int32_t(i)));
+    if (i < n) body(S::load_n(x + i, int(n - i), fill), S::iota(int32_t(i)));
+  }
+
+  // Writes out[idx[j]] = val(j) for the c survivors; the rest of the row is 0.  When nothing was
+  // dropped (c == n, order is preserved) the buffer is the row itself: plain vector stores.
+  template <class ValV>
+  static void write_out(T* out, int64_t n, const T* buf, const int32_t* idx, int64_t c, ValV val) {
+    if (c == n) {
+      int64_t j = 0;
+      for (; j + W <= n; j += W) S::store(out + j, val(S::load(buf + j)));
+      if (j < n) S::store_n(out + j, val(S::load(buf + j)), int(n - j));
+      return;
+    }
+    fill_zero(out, n);
+    alignas(64) T tmp[W];
+    int64_t j = 0;
+    for (; j < c; j += W) {
+      S::store(tmp, val(S::load(buf + j)));
+      const int lim = int(std::min<int64_t>(W, c - j));
+      for (int l = 0; l < lim; ++l) out[idx[j + l]] = tmp[l];
+    }
+  }
+
+  static void softmax_row(const T* x, T* out, int64_t n, T m) {
+    const V vm = S::set1(m);
+    V acc = S::set1(T(0));
+    int64_t i = 0;
+    for (; i + W <= n; i += W) {
+      V e = S::exp(S::load(x + i) - vm);
+      S::store(out + i, e);
+      acc = acc + e;
+    }
+    if (i < n) {  // exp(-inf) is exactly 0 on every path
+      V e = S::exp(S::load_n(x + i, int(n - i), -std::numeric_limits<T>::infinity()) - vm);
+      S::store_n(out + i, e, int(n - i));
+      acc = acc + e;
+    }
+    const V inv = S::set1(T(1) / S::hsum(acc));
+    for (i = 0; i + W <= n; i += W) S::store(out + i, S::load(out + i) * inv);
+    if (i < n) S::store_n(out + i, S::load_n(out + i, int(n - i), T(0)) * inv, int(n - i));
+  }
+
+  // alpha = 2.  tau-space: p = [y - tau]_+, start tau = -1; the Newton step on the current support S is
+  // Michelot's tau = (sum_S y - 1) / |S|; exact once S stops shrinking.
+  static void sparsemax_row(const T* x, T* out, int64_t n, T m, T* yb, int32_t* ib) {
+    const V vm = S::set1(m);
+    V acc = S::set1(T(0));
+    int64_t c = 0;
+    const V vlo = S::set1(T(-1));
+    for_row(x, n, -std::numeric_limits<T>::infinity(), [&](V xv, VI iv) {
+      V y = xv - vm;
+      M k = S::gt(y, vlo);
+      if (S::any(k)) {
+        S::compress(yb + c, k, y);
+        S::compress_i(ib + c, k, iv);
+        c += S::count(k);
+        acc = acc + S::maskz(k, y);
+      }
+    });
+    double tau = (double(S::hsum(acc)) - 1.0) / double(c);
+    for (int64_t it = 0; it <= n; ++it) {
+      pad(yb, c, -std::numeric_limits<T>::infinity());
+      const V vt = S::set1(T(tau));
+      acc = S::set1(T(0));
+      int64_t c2 = 0;
+      for (int64_t j = 0; j < c; j += W) {
+        V y = S::load(yb + j);
+        M k = S::gt(y, vt);
+        if (S::any(k)) {
+          VI iv = S::load_i(ib + j);
+          S::compress(yb + c2, k, y);
+          S::compress_i(ib + c2, k, iv);
+          c2 += S::count(k);
+          acc = acc + S::maskz(k, y);
+        }
+      }
+      if (c2 == c || c2 == 0) break;
+      c = c2;
+      tau = (double(S::hsum(acc)) - 1.0) / double(c);
+    }
+    pad(yb, c, T(0));
+    const V vt = S::set1(T(tau));
+    const V zero = S::set1(T(0));
+    write_out(out, n, yb, ib, c, [&](V y) { return S::max(y - vt, zero); });
+  }
+
+  // alpha = 1.5.  tau-space with z = y / 2: p = [z - tau]_+^2.  Each pass gives, on the current
+  // support S (d = z - tau > 0): c, S1 = sum d, S2 = sum d^2, dmin.  The root of sum_S (d - e)^2 = 1 is
+  // e = (S2 - 1) / (S1 + sqrt(S1^2 - c (S2 - 1))) (the rationalised form: no cancellation as e -> 0);
+  // it is the exact threshold when e <= dmin.  Otherwise take the Newton step on G = sqrt(S2) - 1.
+  static void entmax15_row(const T* x, T* out, int64_t n, T m, T* zb, int32_t* ib) {
+    const T inf = std::numeric_limits<T>::infinity();
+    const V vm = S::set1(m), half = S::set1(T(0.5)), vinf = S::set1(inf), zero = S::set1(T(0));
+    V s1 = zero, s2 = zero, dmn = vinf;
+    int64_t c = 0;
+    {
+      const V one = S::set1(T(1));
+      for_row(x, n, -inf, [&](V xv, VI iv) {
+        V z = (xv - vm) * half;
+        V d = z + one;
+        M k = S::gt(d, zero);
+        if (S::any(k)) {
+          S::compress(zb + c, k, z);
+          S::compress_i(ib + c, k, iv);
+          c += S::count(k);
+          d = S::maskz(k, d);
+          s1 = s1 + d;
+          s2 = S::fma(d, d, s2);
+          dmn = S::min(dmn, S::select(k, d, vinf));
+        }
+      });
+    }
+    double tau = -1.0;
+    for (int it = 0; it < kMaxIter; ++it) {
+      const double S1 = S::hsum(s1), S2 = S::hsum(s2), dmin = S::hmin(dmn);
+      const double f = S2 - 1.0;
+      const double disc = S1 * S1 - double(c) * f;
+      if (disc >= 0.0) {
+        const double e = f / (S1 + std::sqrt(disc));
+        if (e <= dmin) {
+          tau += e;
+          break;
+        }
+      }
+      tau += (S2 - std::sqrt(S2)) / S1;
+      pad(zb, c, -inf);
+      const V vt = S::set1(T(tau));
+      s1 = zero;
+      s2 = zero;
+      dmn = vinf;
+      int64_t c2 = 0;
+      for (int64_t j = 0; j < c; j += W) {
+        V z = S::load(zb + j);
+        V d = z - vt;
+        M k = S::gt(d, zero);
+        if (S::any(k)) {
+          VI iv = S::load_i(ib + j);
+          S::compress(zb + c2, k, z);
+          S::compress_i(ib + c2, k, iv);
+          c2 += S::count(k);
+          d = S::maskz(k, d);
+          s1 = s1 + d;
+          s2 = S::fma(d, d, s2);
+          dmn = S::min(dmn, S::select(k, d, vinf));
+        }
+      }
+      c = c2;
+    }
+    pad(zb, c, T(0));
+    const V vt = S::set1(T(tau));
+    write_out(out, n, zb, ib, c, [&](V z) {
+      V d = S::max(z - vt, zero);
+      return d * d;
+    });
+  }
+
+  // General alpha in (1, 2): u-space (see the header), Newton on G(u) = F^a1 - 1:
+  //   u += F (1 - F^-a1) / (a1 Q),   F = sum p,  Q = sum p / d = -dF/du.
+  // On sparse rows each pass is one short dependent chain (log1p -> exp -> horizontal sums -> scalar
+  // step), so the driver runs kGroup rows side by side, one pass per row per round: their chains are
+  // independent and the out-of-order core overlaps them.
+  struct GenRow {
+    T* out;
+    T* yb;  // survivors: y = x - max
+    T* pb;  // their p at the current u
+    int32_t* ib;  // their column indices
+    int64_t c;
+    double a1, u, F, Q;
+    int it;
+    bool active;
+  };
+
+  // One evaluation of a vector of y: t = a1 (y - u) > -1 on the support; p = exp(k log1p(t)),
+  // q = p / (1 + t).  Compacts (y, p, index) of the support to the destinations.
+  struct GenEval {
+    V va1, vk, vu, one, mone;
+    V fa, qa;
+    GenEval(double a1, double u)
+        : va1(S::set1(T(a1))), vk(S::set1(T(1.0 / a1))), vu(S::set1(T(u))), one(S::set1(T(1))),
+          mone(S::set1(T(-1))), fa(S::set1(T(0))), qa(S::set1(T(0))) {}
+    int run(V y, VI iv, T* ydst, T* pdst, int32_t* idst) {
+      V t = va1 * (y - vu);
+      M k = S::gt(t, mone);
+      if (!S::any(k)) return 0;
+      V tc = S::max(t, mone);
+      V L = S::log1p(tc);
+      V p = S::maskz(k, S::exp(vk * L));
+      V q = p / (one + tc);
+      S::compress(ydst, k, y);
+      S::compress(pdst, k, p);
+      S::compress_i(idst, k, iv);
+      fa = fa + p;
+      qa = qa + S::maskz(k, q);
+      return S::count(k);
+    }
+  };
+
+  static void gen_start(GenRow& r, const T* x, int64_t n, T m) {  // filter pass = evaluation at u = 0
+    GenEval ev(r.a1, 0.0);
+    const V vm = S::set1(m);
+    int64_t c = 0;
+    for_row(x, n, -std::numeric_limits<T>::infinity(),
+            [&](V xv, VI iv) { c += ev.run(xv - vm, iv, r.yb + c, r.pb + c, r.ib + c); });
+    r.c = c;
+    r.u = 0.0;
+    r.F = S::hsum(ev.fa);
+    r.Q = S::hsum(ev.qa);
+    r.it = 0;
+    r.active = true;
+  }
+
+  static void gen_iterate(GenRow& r) {  // one Newton step and pass, or retire the row
+    if (!(r.F - 1.0 > Tol<T>::newton) || r.it >= kMaxIter) {
+      r.active = false;
+      return;
+    }
+    const double du = -std::expm1(-r.a1 * std::log(r.F)) * r.F / (r.a1 * r.Q);
+    if (!(du > 0.0) || !std::isfinite(du)) {
+      r.active = false;
+      return;
+    }
+    r.u += du;
+    ++r.it;
+    pad(r.yb, r.c, -std::numeric_limits<T>::infinity());
+    GenEval ev(r.a1, r.u);
+    int64_t c2 = 0;
+    for (int64_t j = 0; j < r.c; j += W)
+      c2 += ev.run(S::load(r.yb + j), S::load_i(r.ib + j), r.yb + c2, r.pb + c2, r.ib + c2);
+    r.c = c2;
+    r.F = S::hsum(ev.fa);
+    r.Q = S::hsum(ev.qa);
+  }
+
+  static void gen_finish(GenRow& r, int64_t n) {
+    pad(r.pb, r.c, T(0));
+    const V inv = S::set1(T(1.0 / r.F));
+    write_out(r.out, n, r.pb, r.ib, r.c, [&](V p) { return p * inv; });
+  }
+
+  static constexpr int kGroup = 4;
+
+  // Scratch for one thread: kGroup + 1 slots of (y, p, index) buffers of n + 2W entries (the last
+  // slot serves the alpha = 1.5 / 2 rows, which never wait in a group).
+  struct Scratch {
+    int64_t cap;
+    std::unique_ptr<T[]> vals;
+    std::unique_ptr<int32_t[]> idx;
+    explicit Scratch(int64_t n)
+        : cap(n + 2 * W), vals(new T[2 * (kGroup + 1) * cap]), idx(new int32_t[(kGroup + 1) * cap]) {}
+    T* y(int s) { return vals.get() + (2 * s) * cap; }
+    T* p(int s) { return vals.get() + (2 * s + 1) * cap; }
+    int32_t* i(int s) { return idx.get() + s * cap; }
+  };
+
+  // Rows [b, e) of a (rows, n) tensor; alpha(r) gives the row's alpha (already clamped to [1, 2]).
+  template <class AlphaAt>
+  static void forward_rows(const T* X, T* Y, int64_t b, int64_t e, int64_t n, AlphaAt alpha_of, double thr) {
+    Scratch sc(n);
+    GenRow slots[kGroup];
+    int ns = 0;
+    auto flush = [&]() {
+      for (bool any = true; any;) {
+        any = false;
+        for (int s = 0; s < ns; ++s)
+          if (slots[s].active) {
+            gen_iterate(slots[s]);
+            any = true;
+          }
+      }
+      for (int s = 0; s < ns; ++s) gen_finish(slots[s], n);
+      ns = 0;
+    };
+    for (int64_t r = b; r < e; ++r) {
+      const T* x = X + r * n;
+      T* out = Y + r * n;
+      const double alpha = alpha_of(r);
+      const T m = row_max(x, n);
+      if (!(m > -std::numeric_limits<T>::infinity())) {  // fully masked (or empty) row
+        fill_zero(out, n);
+        continue;
+      }
+      const double a1 = alpha - 1.0;
+      if (a1 < thr) {
+        softmax_row(x, out, n, m);
+      } else if (alpha == 2.0) {
+        sparsemax_row(x, out, n, m, sc.y(kGroup), sc.i(kGroup));
+      } else if (alpha == 1.5) {
+        entmax15_row(x, out, n, m, sc.y(kGroup), sc.i(kGroup));
+      } else {
+        if (ns == kGroup) flush();
+        GenRow& g = slots[ns];
+        g.out = out;
+        g.yb = sc.y(ns);
+        g.pb = sc.p(ns);
+        g.ib = sc.i(ns);
+        g.a1 = a1;
+        gen_start(g, x, n, m);
+        ++ns;
+      }
+    }
+    flush();
+  }
+
+  // psi(x) = (e^x - 1 - x) / x^2 by its Taylor series (used for x < Tol<T>::psi_switch).
+  static V psi_series(V x) {
+    V r = S::set1(T(1.0 / 3628800));
+    r = S::fma(r, x, S::set1(T(1.0 / 362880)));
+    r = S::fma(r, x, S::set1(T(1.0 / 40320)));
+    r = S::fma(r, x, S::set1(T(1.0 / 5040)));
+    r = S::fma(r, x, S::set1(T(1.0 / 720)));
+    r = S::fma(r, x, S::set1(T(1.0 / 120)));
+    r = S::fma(r, x, S::set1(T(1.0 / 24)));
+    r = S::fma(r, x, S::set1(T(1.0 / 6)));
+    return S::fma(r, x, S::set1(T(0.5)));
+  }
+
+  // Second pass shared by all backward modes: dx = s * (g - c), s read back from dx.
+  static void scale_pass(const T* g, T* dx, int64_t n, T cst) {
+    const V vc = S::set1(cst);
+    int64_t i = 0;
+    for (; i + W <= n; i += W) S::store(dx + i, S::load(dx + i) * (S::load(g + i) - vc));
+    if (i < n) S::store_n(dx + i, S::load_n(dx + i, int(n - i), T(0)) * (S::load_n(g + i, int(n - i), T(0)) - vc), int(n - i));
+  }
+
+  // Returns dalpha for the row (0 unless need_da).
+  static double backward_row(const T* p, const T* g, T* dx, int64_t n, double alpha, double thr, bool need_da) {
+    const double a1d = alpha - 1.0;
+    const bool soft = a1d < thr;
+    const V zero = S::set1(T(0));
+    int64_t i = 0;
+    if (!need_da && !soft && alpha == 2.0) {  // s = 1 on the support
+      V cnt = zero, sg = zero;
+      const V one = S::set1(T(1));
+      for (; i + W <= n; i += W) {
+        M k = S::gt(S::load(p + i), zero);
+        cnt = cnt + S::maskz(k, one);
+        sg = sg + S::maskz(k, S::load(g + i));
+      }
+      if (i < n) {
+        M k = S::gt(S::load_n(p + i, int(n - i), T(0)), zero);
+        cnt = cnt + S::maskz(k, one);
+        sg = sg + S::maskz(k, S::load_n(g + i, int(n - i), T(0)));
+      }
+      const double Ss = S::hsum(cnt);
+      const V vc = S::set1(Ss > 0 ? T(S::hsum(sg) / Ss) : T(0));
+      for (i = 0; i + W <= n; i += W) {
+        V pv = S::load(p + i);
+        S::store(dx + i, S::maskz(S::gt(pv, zero), S::load(g + i) - vc));
+      }
+      if (i < n) {
+        V pv = S::load_n(p + i, int(n - i), T(0));
+        S::store_n(dx + i, S::maskz(S::gt(pv, zero), S::load_n(g + i, int(n - i), T(0)) - vc), int(n - i));
+      }
+      return 0.0;
+    }
+    V ss = zero, sgs = zero;
+    if (!need_da && (soft || alpha == 1.5)) {  // s = p (softmax limit) or sqrt(p): no logarithms
+      auto body = [&](V pv, V gv) {
+        V s = soft ? pv : S::sqrt(pv);
+        ss = ss + s;
+        sgs = S::fma(s, gv, sgs);
+        return s;
+      };
+      for (; i + W <= n; i += W) S::store(dx + i, body(S::load(p + i), S::load(g + i)));
+      if (i < n) S::store_n(dx + i, body(S::load_n(p + i, int(n - i), T(0)), S::load_n(g + i, int(n - i), T(0))), int(n - i));
+      const double Ss = S::hsum(ss);
+      scale_pass(g, dx, n, Ss > 0 ? T(S::hsum(sgs) / Ss) : T(0));
+      return 0.0;
+    }
+    // General: s = exp((1 - a1) log p); with dalpha also A = p l^2 psi(-a1 l).
+    const T a1 = soft ? T(0) : T(a1d);
+    const V va1 = S::set1(a1), vb = S::set1(T(1) - a1), tiny = S::set1(std::numeric_limits<T>::min()),
+            sw = S::set1(Tol<T>::psi_switch), inv_a1sq = S::set1(soft ? T(0) : T(1.0 / (a1d * a1d)));
+    V sa = zero, sga = zero;
+    auto body = [&](V pv, V gv) {
+      M k = S::ge(pv, tiny);
+      if (!S::any(k)) return zero;
+      V l = S::log(S::select(k, pv, S::set1(T(1))));
+      V s = S::maskz(k, soft ? pv : S::exp(vb * l));
+      ss = ss + s;
+      sgs = S::fma(s, gv, sgs);
+      if (need_da) {
+        V xx = -(va1 * l);
+        V a_small = pv * l * l * psi_series(xx);
+        V a_big = (s - pv - pv * xx) * inv_a1sq;
+        V a = S::maskz(k, S::select(S::lt(xx, sw), a_small, a_big));
+        sa = sa + a;
+        sga = S::fma(gv, a, sga);
+      }
+      return s;
+    };
+    for (; i + W <= n; i += W) S::store(dx + i, body(S::load(p + i), S::load(g + i)));
+    if (i < n) S::store_n(dx + i, body(S::load_n(p + i, int(n - i), T(0)), S::load_n(g + i, int(n - i), T(0))), int(n - i));
+    const double Ss = S::hsum(ss);
+    const double cst = Ss > 0 ? double(S::hsum(sgs)) / Ss : 0.0;
+    scale_pass(g, dx, n, T(cst));
+    if (!need_da) return 0.0;
+    return -double(S::hsum(sga)) + cst * double(S::hsum(sa));
+  }
+};
+
+// ------------------------------------------------------------------------------------------------
+// Entry points.
+// ------------------------------------------------------------------------------------------------
+
+int64_t grain_rows(int64_t n) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)); }
+
+double alpha_at(const double* alpha, int64_t stride, int64_t r) {
+  double a = alpha[r * stride];
+  // Documented contract: tensor alpha is used clamped to [1, 2] (no device sync to validate it).
+  if (!(a >= 1.0)) a = 1.0;
+  if (a > 2.0) a = 2.0;
+  return a;
+}
+
+void check_inputs(const at::Tensor& x, const at::Tensor& alpha) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.is_contiguous(), "entmax_cpu: x must be a contiguous 2-D CPU tensor");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble, "entmax_cpu: float32 or float64 only");
+  TORCH_CHECK(x.size(1) < (int64_t(1) << 30), "entmax_cpu: rows longer than 2^30 are not supported");
+  TORCH_CHECK(alpha.device().is_cpu() && alpha.scalar_type() == at::kDouble && alpha.dim() == 1 && alpha.is_contiguous(),
+              "entmax_cpu: alpha must be a contiguous 1-D float64 CPU tensor");
+  TORCH_CHECK(alpha.numel() == 1 || alpha.numel() == x.size(0), "entmax_cpu: alpha must have 1 or rows entries");
+}
+
+template <class S>
+void forward_impl(const at::Tensor& x, at::Tensor& out, const at::Tensor& alpha, double thr) {
+  using T = typename S::Elem;
+  const int64_t rows = x.size(0), n = x.size(1);
+  const T* X = x.data_ptr<T>();
+  T* Y = out.data_ptr<T>();
+  const double* A = alpha.data_ptr<double>();
+  const int64_t astride = alpha.numel() == 1 ? 0 : 1;
+  at::parallel_for(0, rows, grain_rows(n), [&](int64_t b, int64_t e) {
+    Kernels<S>::forward_rows(X, Y, b, e, n, [&](int64_t r) { return alpha_at(A, astride, r); }, thr);
+  });
+}
+
+template <class S>
+void backward_impl(const at::Tensor& p, const at::Tensor& g, at::Tensor& dx, const at::Tensor& alpha, double thr,
+                   double* dalpha) {
+  using T = typename S::Elem;
+  const int64_t rows = p.size(0), n = p.size(1);
+  const T* P = p.data_ptr<T>();
+  const T* G = g.data_ptr<T>();
+  T* D = dx.data_ptr<T>();
+  const double* A = alpha.data_ptr<double>();
+  const int64_t astride = alpha.numel() == 1 ? 0 : 1;
+  at::parallel_for(0, rows, grain_rows(n), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const double da =
+          Kernels<S>::backward_row(P + r * n, G + r * n, D + r * n, n, alpha_at(A, astride, r), thr, dalpha != nullptr);
+      if (dalpha) dalpha[r] = da;
+    }
+  });
+}
+
+at::Tensor entmax_forward(const at::Tensor& x, const at::Tensor& alpha, double thr) {
+  check_inputs(x, alpha);
+  at::Tensor out = at::empty_like(x);
+  if (x.numel() == 0) return out;
+  if (x.scalar_type() == at::kFloat)
+    forward_impl<SimdF>(x, out, alpha, thr);
+  else
+    forward_impl<SimdD>(x, out, alpha, thr);
+  return out;
+}
+
+// Returns (dx, dalpha per row as float64; empty unless need_dalpha).
+std::vector<at::Tensor> entmax_backward(const at::Tensor& p, const at::Tensor& g, const at::Tensor& alpha, double thr,
+                                        bool need_dalpha) {
+  check_inputs(p, alpha);
+  TORCH_CHECK(g.sizes() == p.sizes() && g.scalar_type() == p.scalar_type() && g.is_contiguous(),
+              "entmax_cpu: grad must match the output");
+  at::Tensor dx = at::empty_like(p);
+  at::Tensor da = need_dalpha ? at::zeros({p.size(0)}, p.options().dtype(at::kDouble)) : at::empty({0}, p.options().dtype(at::kDouble));
+  if (p.numel() == 0) return {dx, da};
+  double* dap = need_dalpha ? da.data_ptr<double>() : nullptr;
+  if (p.scalar_type() == at::kFloat)
+    backward_impl<SimdF>(p, g, dx, alpha, thr, dap);
+  else
+    backward_impl<SimdD>(p, g, dx, alpha, thr, dap);
+  return {dx, da};
+}
+
+std::string isa() { return SimdF::name(); }
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "Fused alpha-entmax CPU kernels (see sparse_runner/attention/entmax.py)";
+  m.def("forward", &entmax_forward, "alpha-entmax over the last dim of a contiguous (rows, n) tensor",
+        pybind11::arg("x"), pybind11::arg("alpha"), pybind11::arg("thr"));
+  m.def("backward", &entmax_backward, "gradients wrt x and (optionally) alpha per row", pybind11::arg("p"),
+        pybind11::arg("g"), pybind11::arg("alpha"), pybind11::arg("thr"), pybind11::arg("need_dalpha"));
+  m.def("isa", &isa, "instruction set the float32 kernels were compiled for");
+}
