@@ -20,7 +20,7 @@ def minimal_training_tokens_per_s(cfg, task, steps: int | None = None, device: s
     seed_everything(cfg.seed, t.deterministic)
     model = task.build_model(cfg.model).to(device)
     model.train()
-    opt = torch.optim.AdamW(optimizer_groups(model, t.weight_decay), lr=t.lr, betas=tuple(t.betas))
+    opt = torch.optim.AdamW(optimizer_groups(model, t.lr, t.weight_decay, t.alpha_lr_scale), lr=t.lr, betas=tuple(t.betas))
     sched = build_scheduler(opt, schedule=t.schedule, warmup_steps=t.warmup_steps, max_steps=t.max_steps, min_lr_ratio=t.min_lr_ratio)
     epoch, index = 0, 0
     plan = task.plan_epoch(seed=cfg.seed, epoch=0, batch_size=t.batch_size, bucket_size=t.bucket_size)

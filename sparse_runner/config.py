@@ -84,6 +84,7 @@ class TrainerConfig:
     bucket_size: int = 50
     lr: float = 1e-3
     weight_decay: float = 0.01
+    alpha_lr_scale: float = 1.0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     schedule: str = "linear"
     warmup_steps: int = 100
@@ -206,6 +207,7 @@ def _check_values(cfg: DictConfig) -> None:
     _positive("trainer.clip_grad_norm", tr.clip_grad_norm, allow_none=True)
     _positive("trainer.lr", tr.lr)
     _positive("trainer.weight_decay", tr.weight_decay, allow_zero=True)
+    _positive("trainer.alpha_lr_scale", tr.alpha_lr_scale, allow_zero=True)
     if not 0.0 <= tr.min_lr_ratio <= 1.0:
         _fail("trainer.min_lr_ratio", f"must be in [0, 1], got {tr.min_lr_ratio}")
     if not 0.0 <= tr.label_smoothing < 1.0:

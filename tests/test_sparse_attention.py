@@ -111,3 +111,10 @@ def test_softmax_model_is_dense_in_the_analysis(tiny_config, tmp_path):
     run(tiny_config(), tmp_path)
     layers = json.loads((tmp_path / "metrics.json").read_text())["analysis"]["attention"]["encoder_self"]["layers"]
     assert all(math.isclose(layer["mean_density"], 1.0) for layer in layers)
+
+
+def test_alpha_lr_scale_zero_freezes_the_alphas(tiny_config, tmp_path):
+    run(tiny_config("model=entmax", "trainer.alpha_lr_scale=0.0", "trainer.max_steps=10"), tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    trajectory = [row["alpha/encoder_self/0"] for row in rows if "alpha/encoder_self/0" in row]
+    assert len(trajectory) == 2 and trajectory[0] == trajectory[-1]

@@ -67,14 +67,24 @@ class Progress:
         return dict(self.__dict__)
 
 
-def optimizer_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Weight decay on matrices only; biases, norms, embeddings' padding-free vectors and CLS are exempt."""
-    decay, no_decay = [], []
+def optimizer_groups(model: torch.nn.Module, lr: float, weight_decay: float, alpha_lr_scale: float = 1.0) -> list[dict[str, Any]]:
+    """Parameter groups: weight decay on matrices only (biases, norms, positions, CLS and the learned
+    alphas are exempt); the alphas of alpha-entmax get lr x alpha_lr_scale (1 = same as the rest, as
+    Correia et al. 2019)."""
+    decay, no_decay, alphas = [], [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        (decay if p.dim() >= 2 and "positions" not in name else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        if name.endswith("alpha_logit"):
+            alphas.append(p)
+        elif p.dim() >= 2 and "positions" not in name:
+            decay.append(p)
+        else:
+            no_decay.append(p)
+    groups = [{"params": decay, "lr": lr, "weight_decay": weight_decay}, {"params": no_decay, "lr": lr, "weight_decay": 0.0}]
+    if alphas:
+        groups.append({"params": alphas, "lr": lr * alpha_lr_scale, "weight_decay": 0.0})
+    return groups
 
 
 class Trainer:
@@ -86,9 +96,8 @@ class Trainer:
         self.step_model = torch.compile(self.model) if self.tcfg.compile else self.model
         self.fingerprint = fingerprint
         t = self.tcfg
-        self.optimizer = torch.optim.AdamW(
-            optimizer_groups(self.model, t.weight_decay), lr=t.lr, betas=tuple(t.betas), fused=device.type == "cuda"
-        )
+        groups = optimizer_groups(self.model, t.lr, t.weight_decay, t.alpha_lr_scale)
+        self.optimizer = torch.optim.AdamW(groups, lr=t.lr, betas=tuple(t.betas), fused=device.type == "cuda")
         self.scheduler = build_scheduler(
             self.optimizer, schedule=t.schedule, warmup_steps=t.warmup_steps, max_steps=t.max_steps, min_lr_ratio=t.min_lr_ratio
         )
