@@ -180,10 +180,10 @@ def _check_alpha(alpha: Alpha, x: torch.Tensor, dim: int) -> Alpha:
         return alpha
     row_shape = list(x.shape)
     row_shape[dim] = 1
-    try:
-        ok = list(torch.broadcast_shapes(alpha.shape, row_shape)) == row_shape
-    except RuntimeError:
-        ok = False
+    # Broadcastable to row_shape: no more dims, and each trailing size is 1 or row_shape's.
+    a_shape = alpha.shape
+    offset = len(row_shape) - len(a_shape)
+    ok = offset >= 0 and all(a == 1 or a == r for a, r in zip(a_shape, row_shape[offset:]))
     if not ok:
         raise ValueError(
             f"alpha of shape {tuple(alpha.shape)} must broadcast to {tuple(row_shape)} (x's shape with size 1 along dim {dim})"

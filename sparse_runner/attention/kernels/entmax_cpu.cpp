@@ -51,6 +51,8 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <limits>
 #include <memory>
 
@@ -60,7 +62,27 @@
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+// Scratch arrays are 64-byte aligned and sized in whole 64-byte lines, so the vector passes over
+// packed buffers (which start at multiples of W) never split a load across two cache lines.
+template <typename E>
+struct Buf {
+  struct Free {
+    void operator()(E* ptr) const { std::free(ptr); }
+  };
+  std::unique_ptr<E[], Free> ptr;
+  explicit Buf(int64_t count) {
+    const size_t bytes = (size_t(count) * sizeof(E) + 63) / 64 * 64;
+    ptr.reset(static_cast<E*>(std::aligned_alloc(64, bytes)));
+    if (!ptr) throw std::bad_alloc();
+  }
+  E* get() const { return ptr.get(); }
+};
+
+// Rounds a buffer length up to whole vectors of 64 bytes.
+inline int64_t round64(int64_t count, int64_t elem_bytes) {
+  const int64_t per = 64 / elem_bytes;
+  return (count + per - 1) / per * per;
+}
 
 // ------------------------------------------------------------------------------------------------
 // SIMD layer.  Every struct provides the same static functions; kernels are templates over it.
@@ -75,7 +97,7 @@ struct Scalar {
   using VI = int32_t;
   using M = bool;
   static constexpr int W = 1;
-  static const char* name() { return "scalar"; }
+  static const char* name() { return "generic"; }
   static V set1(T a) { return a; }
   static V load(const T* p) { return *p; }
   static V load_n(const T* p, int n, T fill) { return n > 0 ? *p : fill; }
@@ -100,6 +122,9 @@ struct Scalar {
   // Writes v at dst unconditionally (dst has slack); the caller advances by count(m).
   static void compress(T* dst, M, V v) { *dst = v; }
   static void compress_i(int32_t* dst, M, VI v) { *dst = v; }
+  // Bounded variants: write only the count(m) selected values (no slack needed).
+  static void compress_n(T* dst, M m, V v) { if (m) *dst = v; }
+  static void compress_i_n(int32_t* dst, M m, VI v) { if (m) *dst = v; }
   static V exp(V a) { return std::exp(a); }
   static V log(V a) { return std::log(a); }
   static V log1p(V a) { return std::log1p(a); }
@@ -177,6 +202,12 @@ struct Avx512 {
   static void compress(float* dst, M m, V v) { _mm512_storeu_ps(dst, _mm512_maskz_compress_ps(m, v)); }
   static void compress_i(int32_t* dst, M m, VI v) {
     _mm512_storeu_si512((void*)dst, _mm512_maskz_compress_epi32(m, v));
+  }
+  static void compress_n(float* dst, M m, V v) {
+    _mm512_mask_storeu_ps(dst, head(count(m)), _mm512_maskz_compress_ps(m, v));
+  }
+  static void compress_i_n(int32_t* dst, M m, VI v) {
+    _mm512_mask_storeu_epi32((void*)dst, head(count(m)), _mm512_maskz_compress_epi32(m, v));
   }
   static V exp(V x) {
     // Clamp: below -104 the result rounds to 0 (scalef handles the denormal range exactly).
@@ -278,6 +309,14 @@ struct Avx2 {
     __m256i perm = _mm256_load_si256((const __m256i*)lut().idx[bits(m)]);
     _mm256_storeu_si256((__m256i*)dst, _mm256_permutevar8x32_epi32(v, perm));
   }
+  static void compress_n(float* dst, M m, V v) {
+    __m256i perm = _mm256_load_si256((const __m256i*)lut().idx[bits(m)]);
+    _mm256_maskstore_ps(dst, head(count(m)), _mm256_permutevar8x32_ps(v, perm));
+  }
+  static void compress_i_n(int32_t* dst, M m, VI v) {
+    __m256i perm = _mm256_load_si256((const __m256i*)lut().idx[bits(m)]);
+    _mm256_maskstore_epi32(dst, head(count(m)), _mm256_permutevar8x32_epi32(v, perm));
+  }
   static V exp(V x) {
     // Results below FLT_MIN are flushed to 0 (no denormals on this path).
     V tiny = _mm256_cmp_ps(x, set1(-87.33654f), _CMP_LT_OQ);
@@ -326,14 +365,18 @@ struct Tol;
 // Stop the general-alpha Newton at |sum p - 1| <= tol; after the division by sum p the output error is
 // at most about tol (float32: 2e-6, well inside the 1e-5 budget; quadratic convergence usually lands
 // far below it).
+// fin_*: |sum p - 1| below which the last Newton step is applied as a first-order correction
+// instead of a new pass (FwdBlock::step), for alpha - 1 <= 0.7 and above.
 template <>
 struct Tol<float> {
   static constexpr double newton = 2e-6;
+  static constexpr double fin_low_alpha = 1e-3, fin_high_alpha = 2e-4;
   static constexpr float psi_switch = 1.0f;  // psi(x): series below, direct formula above
 };
 template <>
 struct Tol<double> {
   static constexpr double newton = 1e-12;
+  static constexpr double fin_low_alpha = 1e-7, fin_high_alpha = 1e-7;  // error ~0.1 r^2 ~ 1e-15
   static constexpr double psi_switch = 0.1;
 };
 
@@ -370,9 +413,7 @@ struct Kernels {
   }
 
   // Pads a compacted buffer of length c with W copies of `fill`, so passes read whole vectors.
-  static void pad(T* buf, int64_t c, T fill) {
-    for (int l = 0; l < W; ++l) buf[c + l] = fill;
-  }
+  static void pad(T* buf, int64_t c, T fill) { S::store(buf + c, S::set1(fill)); }
 
   // Applies body(vector of x, vector of indices) to a whole row; the tail is padded with `fill`.
   template <class Body>
@@ -537,120 +578,329 @@ struct Kernels {
 
   // General alpha in (1, 2): u-space (see the header), Newton on G(u) = F^a1 - 1:
   //   u += F (1 - F^-a1) / (a1 Q),   F = sum p,  Q = sum p / d = -dF/du.
-  // On sparse rows each pass is one short dependent chain (log1p -> exp -> horizontal sums -> scalar
-  // step), so the driver runs kGroup rows side by side, one pass per row per round: their chains are
-  // independent and the out-of-order core overlaps them.
-  struct GenRow {
-    T* out;
-    T* yb;  // survivors: y = x - max
-    T* pb;  // their p at the current u
-    int32_t* ib;  // their column indices
-    int64_t c;
-    double a1, u, F, Q;
-    int it;
-    bool active;
-  };
+  // Rows are solved in blocks: the survivors of every row of a block sit in one packed buffer with
+  // their row's a1, 1/a1 and current u stored per element, so each Newton round is one dense vector
+  // pass over all the block's unfinished rows, followed by short per-row sums.  (Row by row, a sparse
+  // row's pass is a single vector and one long dependent chain -- log, exp, horizontal sums, step --
+  // and the core idles; packed, the same work is throughput-bound.)
 
-  // One evaluation of a vector of y: t = a1 (y - u) > -1 on the support; p = exp(k log1p(t)),
-  // q = p / (1 + t).  Compacts (y, p, index) of the support to the destinations.
-  struct GenEval {
-    V va1, vk, vu, one, mone;
-    V fa, qa;
-    GenEval(double a1, double u)
-        : va1(S::set1(T(a1))), vk(S::set1(T(1.0 / a1))), vu(S::set1(T(u))), one(S::set1(T(1))),
-          mone(S::set1(T(-1))), fa(S::set1(T(0))), qa(S::set1(T(0))) {}
-    int run(V y, VI iv, T* ydst, T* pdst, int32_t* idst) {
-      V t = va1 * (y - vu);
-      M k = S::gt(t, mone);
-      if (!S::any(k)) return 0;
-      V tc = S::max(t, mone);
-      V L = S::log1p(tc);
-      V p = S::maskz(k, S::exp(vk * L));
-      V q = p / (one + tc);
-      S::compress(ydst, k, y);
-      S::compress(pdst, k, p);
-      S::compress_i(idst, k, iv);
-      fa = fa + p;
-      qa = qa + S::maskz(k, q);
-      return S::count(k);
+  // Per-thread memo of g(c) = (1 - c^-a1) / a1 for the Jensen start (consecutive rows usually share
+  // alpha: one alpha per head).
+  struct JensenMemo {
+    std::unique_ptr<double[]> a1, val;
+    explicit JensenMemo(int64_t n) : a1(new double[n + 1]), val(new double[n + 1]) {
+      for (int64_t i = 0; i <= n; ++i) a1[i] = -1.0;
+    }
+    double g(int64_t c, double a) {
+      if (a1[c] != a) {
+        a1[c] = a;
+        val[c] = -std::expm1(-a * std::log(double(c))) / a;
+      }
+      return val[c];
     }
   };
 
-  static void gen_start(GenRow& r, const T* x, int64_t n, T m) {  // filter pass = evaluation at u = 0
-    GenEval ev(r.a1, 0.0);
-    const V vm = S::set1(m);
-    int64_t c = 0;
-    for_row(x, n, -std::numeric_limits<T>::infinity(),
-            [&](V xv, VI iv) { c += ev.run(xv - vm, iv, r.yb + c, r.pb + c, r.ib + c); });
-    r.c = c;
-    r.u = 0.0;
-    r.F = S::hsum(ev.fa);
-    r.Q = S::hsum(ev.qa);
-    r.it = 0;
-    r.active = true;
-  }
+  struct FwdBlock {
+    static constexpr int kRows = 64;
+    struct Row {
+      T* out;
+      int64_t b, c;  // segment [b, b + c) of the packed buffers
+      double a1, u, F, Q;
+      double c2, c3, c4, c5;  // binomial-series coefficients of the Newton step
+      double shift;           // > 0: finish with the first-order correction p - shift * q
+      int it;
+      bool active;
+    };
+    int64_t n, cap, tot = 0;
+    int nrows = 0;
+    Buf<T> vals;
+    Buf<int32_t> idx;
+    T *yb, *pb, *qb, *ab, *kb, *ub;  // y = x - max, p, q = p / d, a1, 1/a1, u (per element)
+    int32_t* ib;                      // column of each element
+    Row rows[kRows];
+    JensenMemo memo;
 
-  static void gen_iterate(GenRow& r) {  // one Newton step and pass, or retire the row
-    if (!(r.F - 1.0 > Tol<T>::newton) || r.it >= kMaxIter) {
-      r.active = false;
-      return;
+    explicit FwdBlock(int64_t n_)
+        : n(n_), cap(round64(std::max<int64_t>(n_, 4096) + 2 * W, sizeof(T))), vals(6 * cap), idx(cap), memo(n_) {
+      yb = vals.get();
+      pb = yb + cap;
+      qb = pb + cap;
+      ab = qb + cap;
+      kb = ab + cap;
+      ub = kb + cap;
+      ib = idx.get();
     }
-    const double du = -std::expm1(-r.a1 * std::log(r.F)) * r.F / (r.a1 * r.Q);
-    if (!(du > 0.0) || !std::isfinite(du)) {
-      r.active = false;
-      return;
+
+    static void fill(T* buf, int64_t b, int64_t e, T v) {  // buf[b, e) = v (no write outside)
+      const V vv = S::set1(v);
+      int64_t j = b;
+      for (; j + W <= e; j += W) S::store(buf + j, vv);
+      if (j < e) S::store_n(buf + j, vv, int(e - j));
     }
-    r.u += du;
-    ++r.it;
-    pad(r.yb, r.c, -std::numeric_limits<T>::infinity());
-    GenEval ev(r.a1, r.u);
-    int64_t c2 = 0;
-    for (int64_t j = 0; j < r.c; j += W)
-      c2 += ev.run(S::load(r.yb + j), S::load_i(r.ib + j), r.yb + c2, r.pb + c2, r.ib + c2);
-    r.c = c2;
-    r.F = S::hsum(ev.fa);
-    r.Q = S::hsum(ev.qa);
-  }
 
-  static void gen_finish(GenRow& r, int64_t n) {
-    pad(r.pb, r.c, T(0));
-    const V inv = S::set1(T(1.0 / r.F));
-    write_out(r.out, n, r.pb, r.ib, r.c, [&](V p) { return p * inv; });
-  }
+    // Filter and start.  Keeps y > -1/a1 (d > 0 at u = 0; u only grows, so the rest never enters
+    // the support), then starts Newton at a lower bound of the root better than u = 0.  Jensen:
+    // phi(d) = [d]_+^k is convex (k >= 1), so for any set S of entries F(u) >= |S| phi(mean_S d(u)),
+    // and u_L(S) = mean_S y + (1 - |S|^-a1) / a1 satisfies F(u_L) >= 1, i.e. u_L <= u*.  S = all
+    // candidates, then twice "those above the mean" (no transcendentals); this saves 0.3-1.3 of the
+    // ~3-5 Newton passes on attention-like rows.
+    void add(const T* x, T* out, T m, double a1) {
+      if (nrows == kRows || tot + n > cap - 2 * W) solve();
+      const V vm = S::set1(m), vlo = S::set1(T(-1.0 / a1)), zero = S::set1(T(0));
+      V sy = zero;
+      int64_t c = tot;
+      for_row(x, n, -std::numeric_limits<T>::infinity(), [&](V xv, VI iv) {
+        V y = xv - vm;
+        M k = S::gt(y, vlo);
+        if (S::any(k)) {
+          S::compress(yb + c, k, y);
+          S::compress_i(ib + c, k, iv);
+          c += S::count(k);
+          sy = sy + S::maskz(k, y);
+        }
+      });
+      Row& r = rows[nrows++];
+      r.out = out;
+      r.b = tot;
+      r.c = c - tot;
+      r.a1 = a1;
+      fill(ab, r.b, c, T(a1));
+      fill(kb, r.b, c, T(1.0 / a1));
+      tot = c;
+      double ybar = double(S::hsum(sy)) / double(r.c);
+      double u0 = std::max(0.0, ybar + memo.g(r.c, a1));
+      int64_t cs = r.c;
+      for (int refine = 0; refine < 2 && cs > 1; ++refine) {
+        const V vt = S::set1(T(ybar));
+        V acc = zero;
+        int64_t c2 = 0, j = r.b;
+        for (; j + W <= tot; j += W) {
+          V y = S::load(yb + j);
+          M k = S::ge(y, vt);
+          c2 += S::count(k);
+          acc = acc + S::maskz(k, y);
+        }
+        if (j < tot) {
+          V y = S::load_n(yb + j, int(tot - j), -std::numeric_limits<T>::infinity());
+          M k = S::ge(y, vt);
+          c2 += S::count(k);
+          acc = acc + S::maskz(k, y);
+        }
+        const double s2 = S::hsum(acc);
+        if (c2 == 0) break;
+        cs = c2;
+        ybar = s2 / double(c2);
+        u0 = std::max(u0, ybar + memo.g(c2, a1));
+      }
+      r.u = u0;
+      r.it = 0;
+      r.active = true;
+      r.shift = 0.0;
+      const double b = 1.0 - a1;  // c_j = -binom(1 - a1, j) / a1
+      r.c2 = b / 2.0;
+      r.c3 = -r.c2 * (1.0 + a1) / 3.0;
+      r.c4 = -r.c3 * (2.0 + a1) / 4.0;
+      r.c5 = -r.c4 * (3.0 + a1) / 5.0;
+    }
 
-  static constexpr int kGroup = 4;
+    // One evaluation of every element in [lo, hi) at its row's u: t = a1 (y - u) > -1 on the support,
+    // d = 1 + t, p = exp(k log1p(t)) with log1p(t) = log(d) + (t - (d - 1)) / d (the rounding of
+    // 1 + t matters once k = 1/a1 is large), q = p / d.
+    void pass(int64_t lo, int64_t hi) {
+      const V one = S::set1(T(1)), mone = S::set1(T(-1)), zero = S::set1(T(0));
+      for (int64_t j = lo; j < hi; j += W) {
+        V y = S::load(yb + j);
+        V t = S::load(ab + j) * (y - S::load(ub + j));
+        M k = S::gt(t, mone);
+        if (!S::any(k)) {  // finished rows, gaps
+          S::store(pb + j, zero);
+          S::store(qb + j, zero);
+          continue;
+        }
+        V tc = S::max(t, mone);
+        V d = one + tc;
+        V rd = one / d;
+        V L;
+        if (W == 1)
+          L = S::log1p(tc);  // scalar (float64) path: the library log1p
+        else
+          L = S::fma(tc - (d - one), rd, S::log(d));
+        V p = S::maskz(k, S::exp(S::load(kb + j) * L));
+        S::store(pb + j, p);
+        S::store(qb + j, S::maskz(k, p * rd));  // rd = inf on the masked lanes (d = 0)
+      }
+    }
 
-  // Scratch for one thread: kGroup + 1 slots of (y, p, index) buffers of n + 2W entries (the last
-  // slot serves the alpha = 1.5 / 2 rows, which never wait in a group).
+    // Row sums F, Q after a pass, compacting away the entries that left the support (p = 0: u only
+    // grows) and marking the freed tail dead (y = -inf).
+    void gather(Row& r) {
+      const int64_t b = r.b, e = r.b + r.c;
+      if (r.c <= 6) {  // tiny segment (sparse rows): scalar, no horizontal sums
+        double F = 0.0, Q = 0.0;
+        int64_t w = b;
+        for (int64_t j = b; j < e; ++j) {
+          const T p = pb[j];
+          F += p;
+          Q += qb[j];
+          if (p > T(0)) {
+            yb[w] = yb[j];
+            pb[w] = p;
+            qb[w] = qb[j];
+            ib[w] = ib[j];
+            ++w;
+          }
+        }
+        for (int64_t j = w; j < e; ++j) yb[j] = -std::numeric_limits<T>::infinity();
+        r.c = w - b;
+        r.F = F;
+        r.Q = Q;
+        return;
+      }
+      const V zero = S::set1(T(0));
+      V fa = zero, qa = zero;
+      int64_t w = b;
+      for (int64_t j = b; j < e; j += W) {
+        const int len = int(std::min<int64_t>(W, e - j));
+        V p = len == W ? S::load(pb + j) : S::load_n(pb + j, len, T(0));
+        V q = len == W ? S::load(qb + j) : S::load_n(qb + j, len, T(0));
+        M k = S::gt(p, zero);
+        fa = fa + p;
+        qa = qa + q;
+        if (S::count(k) == W && w == j) {  // nothing to drop, already in place
+          w += W;
+          continue;
+        }
+        VI iv = S::load_i(ib + j);
+        V y = S::load(yb + j);
+        if (len == W) {  // writes stay below j + W <= e
+          S::compress(yb + w, k, y);
+          S::compress(pb + w, k, p);
+          S::compress(qb + w, k, q);
+          S::compress_i(ib + w, k, iv);
+        } else {  // tail: bounded stores, the next row's segment starts at e
+          S::compress_n(yb + w, k, y);
+          S::compress_n(pb + w, k, p);
+          S::compress_n(qb + w, k, q);
+          S::compress_i_n(ib + w, k, iv);
+        }
+        w += S::count(k);
+      }
+      fill(yb, w, e, -std::numeric_limits<T>::infinity());
+      r.c = w - b;
+      r.F = S::hsum(fa);
+      r.Q = S::hsum(qa);
+    }
+
+    // Newton step, or retire the row.  The step is
+    //   du = g(r) / Q,   g(r) = F (1 - F^-a1) / a1 = ((1 + r) - (1 + r)^(1 - a1)) / a1,   r = F - 1;
+    // close to the root (r < 0.05: every step but the first one or two) g is its binomial series
+    // r + c2 r^2 + ... + c5 r^5 (relative error < 5e-8, and below g, so the step stays on the safe
+    // side), which keeps libm calls off the per-row work.
+    //
+    // Retiring: at r <= tol the row is converged (output p / F).  At r <= r_fin it is close enough
+    // that the last step needs no new pass: with d -> d - a1 du every p moves by -du q to first order,
+    // and the output [p - du q]_+ (normalised) is off by O(r^2) -- measured in float64 over random,
+    // peaked, flat and spike rows at alpha 1.05-1.97: <= 3e-7 at r <= 1e-3 for alpha <= 1.7, but up
+    // to 1.4e-5 at alpha 1.9, where clipping at 0 (entries leaving the support, p ~ ((2-alpha) du)^k)
+    // dominates; r <= 2e-4 keeps that below 2e-7.  This saves the last of ~3 passes on dense rows.
+    static void step(Row& r) {
+      const double rr = r.F - 1.0;
+      if (!(rr > Tol<T>::newton) || r.it >= kMaxIter) {
+        r.active = false;
+        return;
+      }
+      const double g = rr < 0.05 ? rr * (1.0 + rr * (r.c2 + rr * (r.c3 + rr * (r.c4 + rr * r.c5))))
+                                 : -std::expm1(-r.a1 * std::log1p(rr)) * r.F / r.a1;
+      const double du = g / r.Q;
+      if (!(du > 0.0) || !std::isfinite(du)) {
+        r.active = false;
+        return;
+      }
+      if (rr <= (r.a1 <= 0.7 ? Tol<T>::fin_low_alpha : Tol<T>::fin_high_alpha)) {
+        r.shift = du;
+        r.active = false;
+        return;
+      }
+      r.u += du;
+      ++r.it;
+    }
+
+    void finish(Row& r) {
+      T* out = r.out;
+      const int64_t b = r.b, c = r.c;
+      if (r.shift > 0.0) {  // first-order corrected finish (see step)
+        const V vs = S::set1(T(r.shift)), zero = S::set1(T(0));
+        V acc = zero;
+        int64_t j = b;
+        for (; j + W <= b + c; j += W) {
+          V p = S::max(S::load(pb + j) - vs * S::load(qb + j), zero);
+          S::store(pb + j, p);
+          acc = acc + p;
+        }
+        if (j < b + c) {
+          const int len = int(b + c - j);
+          V p = S::max(S::load_n(pb + j, len, T(0)) - vs * S::load_n(qb + j, len, T(0)), zero);
+          S::store_n(pb + j, p, len);
+          acc = acc + p;
+        }
+        r.F = S::hsum(acc);
+      }
+      const V inv = S::set1(T(1.0 / r.F));
+      if (c == n) {  // nothing was dropped: the segment is the row, in order
+        int64_t j = 0;
+        for (; j + W <= n; j += W) S::store(out + j, S::load(pb + b + j) * inv);
+        if (j < n) S::store_n(out + j, S::load_n(pb + b + j, int(n - j), T(0)) * inv, int(n - j));
+      } else {
+        fill_zero(out, n);
+        const T s = T(1.0 / r.F);
+        for (int64_t j = b; j < b + c; ++j) out[ib[j]] = pb[j] * s;
+      }
+      fill(yb, b, b + c, -std::numeric_limits<T>::infinity());  // dead from now on
+    }
+
+    void solve() {
+      if (nrows == 0) return;
+      pad(yb, tot, -std::numeric_limits<T>::infinity());
+      for (int s = 0; s < nrows; ++s) fill(ub, rows[s].b, rows[s].b + rows[s].c, T(rows[s].u));
+      int64_t lo = 0, hi = tot;
+      for (;;) {
+        pass(lo, hi);
+        int64_t nlo = hi, nhi = lo;
+        for (int s = 0; s < nrows; ++s) {
+          Row& r = rows[s];
+          if (!r.active) continue;
+          gather(r);
+          step(r);
+          if (!r.active) {
+            finish(r);
+            continue;
+          }
+          fill(ub, r.b, r.b + r.c, T(r.u));
+          nlo = std::min(nlo, r.b);
+          nhi = std::max(nhi, r.b + r.c);
+        }
+        if (nhi <= nlo) break;
+        lo = nlo - nlo % W;  // keep vector loads aligned with the padding of the buffers
+        hi = nhi;
+      }
+      nrows = 0;
+      tot = 0;
+    }
+  };
+
+  // Scratch of the alpha = 1.5 / 2 rows.
   struct Scratch {
     int64_t cap;
-    std::unique_ptr<T[]> vals;
-    std::unique_ptr<int32_t[]> idx;
-    explicit Scratch(int64_t n)
-        : cap(n + 2 * W), vals(new T[2 * (kGroup + 1) * cap]), idx(new int32_t[(kGroup + 1) * cap]) {}
-    T* y(int s) { return vals.get() + (2 * s) * cap; }
-    T* p(int s) { return vals.get() + (2 * s + 1) * cap; }
-    int32_t* i(int s) { return idx.get() + s * cap; }
+    Buf<T> vals;
+    Buf<int32_t> idx;
+    explicit Scratch(int64_t n) : cap(n + 2 * W), vals(cap), idx(cap) {}
   };
 
-  // Rows [b, e) of a (rows, n) tensor; alpha(r) gives the row's alpha (already clamped to [1, 2]).
+  // Rows [b, e) of a (rows, n) tensor; alpha_of(r) gives the row's alpha (already clamped to [1, 2]).
   template <class AlphaAt>
   static void forward_rows(const T* X, T* Y, int64_t b, int64_t e, int64_t n, AlphaAt alpha_of, double thr) {
     Scratch sc(n);
-    GenRow slots[kGroup];
-    int ns = 0;
-    auto flush = [&]() {
-      for (bool any = true; any;) {
-        any = false;
-        for (int s = 0; s < ns; ++s)
-          if (slots[s].active) {
-            gen_iterate(slots[s]);
-            any = true;
-          }
-      }
-      for (int s = 0; s < ns; ++s) gen_finish(slots[s], n);
-      ns = 0;
-    };
+    std::unique_ptr<FwdBlock> block;
     for (int64_t r = b; r < e; ++r) {
       const T* x = X + r * n;
       T* out = Y + r * n;
@@ -664,22 +914,15 @@ struct Kernels {
       if (a1 < thr) {
         softmax_row(x, out, n, m);
       } else if (alpha == 2.0) {
-        sparsemax_row(x, out, n, m, sc.y(kGroup), sc.i(kGroup));
+        sparsemax_row(x, out, n, m, sc.vals.get(), sc.idx.get());
       } else if (alpha == 1.5) {
-        entmax15_row(x, out, n, m, sc.y(kGroup), sc.i(kGroup));
+        entmax15_row(x, out, n, m, sc.vals.get(), sc.idx.get());
       } else {
-        if (ns == kGroup) flush();
-        GenRow& g = slots[ns];
-        g.out = out;
-        g.yb = sc.y(ns);
-        g.pb = sc.p(ns);
-        g.ib = sc.i(ns);
-        g.a1 = a1;
-        gen_start(g, x, n, m);
-        ++ns;
+        if (!block) block.reset(new FwdBlock(n));
+        block->add(x, out, m, a1);
       }
     }
-    flush();
+    if (block) block->solve();
   }
 
   // psi(x) = (e^x - 1 - x) / x^2 by its Taylor series (used for x < Tol<T>::psi_switch).
@@ -695,7 +938,7 @@ struct Kernels {
     return S::fma(r, x, S::set1(T(0.5)));
   }
 
-  // Second pass shared by all backward modes: dx = s * (g - c), s read back from dx.
+  // Second pass of the full-row backward paths: dx = s * (g - c), s read back from dx.
   static void scale_pass(const T* g, T* dx, int64_t n, T cst) {
     const V vc = S::set1(cst);
     int64_t i = 0;
@@ -703,13 +946,12 @@ struct Kernels {
     if (i < n) S::store_n(dx + i, S::load_n(dx + i, int(n - i), T(0)) * (S::load_n(g + i, int(n - i), T(0)) - vc), int(n - i));
   }
 
-  // Returns dalpha for the row (0 unless need_da).
-  static double backward_row(const T* p, const T* g, T* dx, int64_t n, double alpha, double thr, bool need_da) {
-    const double a1d = alpha - 1.0;
-    const bool soft = a1d < thr;
+  // Backward of one row when no logarithm is needed (sparsemax, 1.5-entmax, softmax limit; no
+  // dalpha): two cheap full-row vector passes.
+  static void backward_simple_row(const T* p, const T* g, T* dx, int64_t n, bool sparsemax, bool soft) {
     const V zero = S::set1(T(0));
     int64_t i = 0;
-    if (!need_da && !soft && alpha == 2.0) {  // s = 1 on the support
+    if (sparsemax) {  // s = 1 on the support
       V cnt = zero, sg = zero;
       const V one = S::set1(T(1));
       for (; i + W <= n; i += W) {
@@ -732,51 +974,163 @@ struct Kernels {
         V pv = S::load_n(p + i, int(n - i), T(0));
         S::store_n(dx + i, S::maskz(S::gt(pv, zero), S::load_n(g + i, int(n - i), T(0)) - vc), int(n - i));
       }
-      return 0.0;
+      return;
     }
-    V ss = zero, sgs = zero;
-    if (!need_da && (soft || alpha == 1.5)) {  // s = p (softmax limit) or sqrt(p): no logarithms
-      auto body = [&](V pv, V gv) {
-        V s = soft ? pv : S::sqrt(pv);
-        ss = ss + s;
-        sgs = S::fma(s, gv, sgs);
-        return s;
-      };
-      for (; i + W <= n; i += W) S::store(dx + i, body(S::load(p + i), S::load(g + i)));
-      if (i < n) S::store_n(dx + i, body(S::load_n(p + i, int(n - i), T(0)), S::load_n(g + i, int(n - i), T(0))), int(n - i));
-      const double Ss = S::hsum(ss);
-      scale_pass(g, dx, n, Ss > 0 ? T(S::hsum(sgs) / Ss) : T(0));
-      return 0.0;
-    }
-    // General: s = exp((1 - a1) log p); with dalpha also A = p l^2 psi(-a1 l).
-    const T a1 = soft ? T(0) : T(a1d);
-    const V va1 = S::set1(a1), vb = S::set1(T(1) - a1), tiny = S::set1(std::numeric_limits<T>::min()),
-            sw = S::set1(Tol<T>::psi_switch), inv_a1sq = S::set1(soft ? T(0) : T(1.0 / (a1d * a1d)));
-    V sa = zero, sga = zero;
+    V ss = zero, sgs = zero;  // s = p (softmax limit) or sqrt(p) (alpha = 1.5)
     auto body = [&](V pv, V gv) {
-      M k = S::ge(pv, tiny);
-      if (!S::any(k)) return zero;
-      V l = S::log(S::select(k, pv, S::set1(T(1))));
-      V s = S::maskz(k, soft ? pv : S::exp(vb * l));
+      V s = soft ? pv : S::sqrt(pv);
       ss = ss + s;
       sgs = S::fma(s, gv, sgs);
-      if (need_da) {
-        V xx = -(va1 * l);
-        V a_small = pv * l * l * psi_series(xx);
-        V a_big = (s - pv - pv * xx) * inv_a1sq;
-        V a = S::maskz(k, S::select(S::lt(xx, sw), a_small, a_big));
-        sa = sa + a;
-        sga = S::fma(gv, a, sga);
-      }
       return s;
     };
     for (; i + W <= n; i += W) S::store(dx + i, body(S::load(p + i), S::load(g + i)));
     if (i < n) S::store_n(dx + i, body(S::load_n(p + i, int(n - i), T(0)), S::load_n(g + i, int(n - i), T(0))), int(n - i));
     const double Ss = S::hsum(ss);
-    const double cst = Ss > 0 ? double(S::hsum(sgs)) / Ss : 0.0;
-    scale_pass(g, dx, n, T(cst));
-    if (!need_da) return 0.0;
-    return -double(S::hsum(sga)) + cst * double(S::hsum(sa));
+    scale_pass(g, dx, n, Ss > 0 ? T(S::hsum(sgs) / Ss) : T(0));
+  }
+
+  // General backward (s = p^(1 - a1) = exp((1 - a1) log p); with dalpha also A = p l^2 psi(-a1 l)),
+  // batched over rows: each row's support (p, g, column, a1) is appended to one packed buffer, the
+  // logarithms run over the packed buffer as dense vectors, then short per-row segment sums give
+  // <s, g> / sum s and dalpha, and dx is written as zeros plus a scatter.  On sparse attention rows
+  // (a few nonzeros in 128-2048) this turns one short latency-bound chain per row into throughput-
+  // bound vector work shared by the whole block.
+  struct BwdBlock {
+    static constexpr int kRows = 64;
+    int64_t n, cap, tot = 0;
+    int nrows = 0;
+    Buf<T> vals;
+    Buf<int32_t> idx;
+    T *pb, *gb, *ab, *sb, *xb;  // p, g, a1 (per element), s, A
+    int32_t* ib;
+    int64_t start[kRows + 1];
+    T* dx_row[kRows];
+    double* da_out[kRows];
+    explicit BwdBlock(int64_t n_)
+        : n(n_), cap(round64(std::max<int64_t>(n_, 4096) + 2 * W, sizeof(T))), vals(5 * cap), idx(cap) {
+      pb = vals.get();
+      gb = pb + cap;
+      ab = gb + cap;
+      sb = ab + cap;
+      xb = sb + cap;
+      ib = idx.get();
+    }
+
+    // Appends a row (a1 = 0 for the softmax limit); solves the block first if it is full.
+    void add(const T* p, const T* g, T* dx, double a1, double* da, bool need_da) {
+      if (nrows == kRows || tot + n > cap - 2 * W) solve(need_da);
+      const V tiny = S::set1(std::numeric_limits<T>::min()), va1 = S::set1(T(a1));
+      int64_t c = tot;
+      auto take = [&](V pv, V gv, VI iv) {
+        M k = S::ge(pv, tiny);
+        if (S::any(k)) {
+          S::compress(pb + c, k, pv);
+          S::compress(gb + c, k, gv);
+          S::compress_i(ib + c, k, iv);
+          S::store(ab + c, va1);
+          c += S::count(k);
+        }
+      };
+      int64_t i = 0;
+      for (; i + W <= n; i += W) take(S::load(p + i), S::load(g + i), S::iota(int32_t(i)));
+      if (i < n) take(S::load_n(p + i, int(n - i), T(0)), S::load_n(g + i, int(n - i), T(0)), S::iota(int32_t(i)));
+      start[nrows] = tot;
+      dx_row[nrows] = dx;
+      da_out[nrows] = da;
+      ++nrows;
+      tot = c;
+    }
+
+    void solve(bool need_da) {
+      if (nrows == 0) return;
+      start[nrows] = tot;
+      pad(pb, tot, T(0));
+      pad(ab, tot, T(1));
+      const V tiny = S::set1(std::numeric_limits<T>::min()), one = S::set1(T(1)),
+              sw = S::set1(Tol<T>::psi_switch);
+      for (int64_t j = 0; j < tot; j += W) {  // s (and A) for every packed element
+        V pv = S::load(pb + j);
+        V va1 = S::load(ab + j);
+        M k = S::ge(pv, tiny);
+        V l = S::log(S::select(k, pv, one));
+        V s = S::maskz(k, S::exp((one - va1) * l));
+        S::store(sb + j, s);
+        if (need_da) {
+          V xx = -(va1 * l);
+          V a_small = pv * l * l * psi_series(xx);
+          V a_big = (s - pv - pv * xx) / S::max(va1 * va1, tiny);
+          S::store(xb + j, S::maskz(k, S::select(S::lt(xx, sw), a_small, a_big)));
+        }
+      }
+      for (int r = 0; r < nrows; ++r) {  // per-row sums, dalpha, dx
+        const int64_t b = start[r], e = start[r + 1];
+        double ss = 0, sgs = 0, sa = 0, sga = 0;
+        int64_t j = b;
+        if (e - b >= 2 * W) {  // long segment: vector sums
+          const V zero = S::set1(T(0));
+          V vs = zero, vgs = zero, va = zero, vga = zero;
+          for (; j + W <= e; j += W) {
+            V s = S::load(sb + j), gv = S::load(gb + j);
+            vs = vs + s;
+            vgs = S::fma(s, gv, vgs);
+            if (need_da) {
+              V a = S::load(xb + j);
+              va = va + a;
+              vga = S::fma(a, gv, vga);
+            }
+          }
+          ss = S::hsum(vs);
+          sgs = S::hsum(vgs);
+          if (need_da) {
+            sa = S::hsum(va);
+            sga = S::hsum(vga);
+          }
+        }
+        for (; j < e; ++j) {  // short segments (typical) and tails: scalar
+          ss += sb[j];
+          sgs += double(sb[j]) * gb[j];
+          if (need_da) {
+            sa += xb[j];
+            sga += double(xb[j]) * gb[j];
+          }
+        }
+        const double cst = ss > 0 ? sgs / ss : 0.0;
+        if (need_da) *da_out[r] = -sga + cst * sa;
+        T* dx = dx_row[r];
+        const T tc = T(cst);
+        if (e - b == n) {  // whole row in the support: columns are 0..n-1 in order
+          const V vc = S::set1(tc);
+          int64_t i = 0;
+          for (; i + W <= n; i += W) S::store(dx + i, S::load(sb + b + i) * (S::load(gb + b + i) - vc));
+          for (; i < n; ++i) dx[i] = sb[b + i] * (gb[b + i] - tc);
+        } else {
+          fill_zero(dx, n);
+          for (int64_t i = b; i < e; ++i) dx[ib[i]] = sb[i] * (gb[i] - tc);
+        }
+      }
+      nrows = 0;
+      tot = 0;
+    }
+  };
+
+  // Rows [b, e) of the backward; dalpha (per row) is written when not null.
+  template <class AlphaAt>
+  static void backward_rows(const T* P, const T* G, T* D, int64_t b, int64_t e, int64_t n, AlphaAt alpha_of,
+                            double thr, double* dalpha) {
+    const bool need_da = dalpha != nullptr;
+    BwdBlock block(n);
+    double sink = 0.0;
+    for (int64_t r = b; r < e; ++r) {
+      const double alpha = alpha_of(r);
+      const double a1 = alpha - 1.0;
+      const bool soft = a1 < thr;
+      if (!need_da && (soft || alpha == 2.0 || alpha == 1.5)) {
+        backward_simple_row(P + r * n, G + r * n, D + r * n, n, !soft && alpha == 2.0, soft);
+        continue;
+      }
+      block.add(P + r * n, G + r * n, D + r * n, soft ? 0.0 : a1, need_da ? dalpha + r : &sink, need_da);
+    }
+    block.solve(need_da);
   }
 };
 
@@ -827,11 +1181,7 @@ void backward_impl(const at::Tensor& p, const at::Tensor& g, at::Tensor& dx, con
   const double* A = alpha.data_ptr<double>();
   const int64_t astride = alpha.numel() == 1 ? 0 : 1;
   at::parallel_for(0, rows, grain_rows(n), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const double da =
-          Kernels<S>::backward_row(P + r * n, G + r * n, D + r * n, n, alpha_at(A, astride, r), thr, dalpha != nullptr);
-      if (dalpha) dalpha[r] = da;
-    }
+    Kernels<S>::backward_rows(P, G, D, b, e, n, [&](int64_t r) { return alpha_at(A, astride, r); }, thr, dalpha);
   });
 }
 
@@ -853,7 +1203,8 @@ std::vector<at::Tensor> entmax_backward(const at::Tensor& p, const at::Tensor& g
   TORCH_CHECK(g.sizes() == p.sizes() && g.scalar_type() == p.scalar_type() && g.is_contiguous(),
               "entmax_cpu: grad must match the output");
   at::Tensor dx = at::empty_like(p);
-  at::Tensor da = need_dalpha ? at::zeros({p.size(0)}, p.options().dtype(at::kDouble)) : at::empty({0}, p.options().dtype(at::kDouble));
+  // every row's dalpha is written when it is requested (all rows then take the packed general path)
+  at::Tensor da = at::empty({need_dalpha ? p.size(0) : 0}, p.options().dtype(at::kDouble));
   if (p.numel() == 0) return {dx, da};
   double* dap = need_dalpha ? da.data_ptr<double>() : nullptr;
   if (p.scalar_type() == at::kFloat)
