@@ -130,6 +130,12 @@ class MetricsFile:
         atomic_write_json(self.path, self.data)
 
 
+def remove_stale_temporaries(run_dir: Path) -> None:
+    """Delete half-written temporary files that a killed run left (sparse_runner.io names them .NAME.*.tmp)."""
+    for stale in list(run_dir.glob(".*.tmp")) + list(run_dir.glob("*/.*.tmp")):
+        stale.unlink(missing_ok=True)
+
+
 def _status(run_dir: Path) -> str | None:
     try:
         return json.loads((run_dir / "metrics.json").read_text()).get("status")
@@ -160,6 +166,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
     meta = meta or {}
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(run_dir)
     wall_start = time.perf_counter()
 
     t = cfg.trainer

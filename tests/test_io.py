@@ -38,3 +38,16 @@ def test_written_files_have_ordinary_permissions(tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path):
+    from sparse_runner.run import remove_stale_temporaries
+
+    (tmp_path / "checkpoints").mkdir()
+    stale = [tmp_path / ".metrics.json.abc123.tmp", tmp_path / "checkpoints" / ".last.pt.xyz.tmp"]
+    for path in stale:
+        path.write_text("half")
+    keep = tmp_path / "metrics.json"
+    keep.write_text("{}")
+    remove_stale_temporaries(tmp_path)
+    assert not any(p.exists() for p in stale) and keep.exists()
