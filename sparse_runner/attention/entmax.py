@@ -6,13 +6,14 @@
 alpha = 1 is softmax, alpha = 2 is sparsemax; 1 < alpha < 2 interpolates (Peters et al. 2019,
 Correia et al. 2019 "Adaptively Sparse Transformers").  Valid range here: 1 <= alpha <= 2.
 
-Public functions (all along `dim`, any dim):
-    sparsemax(x, dim=-1)
-    entmax15(x, dim=-1)
-    alpha_entmax(x, alpha, dim=-1)
+Public functions (all along `dim`, any dim; `backend` overrides the global choice for one call):
+    sparsemax(x, dim=-1, *, backend=None)
+    entmax15(x, dim=-1, *, backend=None)
+    alpha_entmax(x, alpha, dim=-1, *, backend=None)
 
-* `x`: float tensor of any shape.  float32 / float64 are computed in their own dtype; float16 /
-  bfloat16 are computed in float32 and returned in the input dtype.
+* `x`: float tensor of any shape, entries finite or -inf (NaN / +inf give NaN rows, as in softmax).
+  float32 / float64 are computed in their own dtype; float16 / bfloat16 are computed in float32 and
+  returned in the input dtype.
 * `alpha`: a Python float in [1, 2] (ValueError outside), or a tensor broadcastable to x's shape with
   size 1 along `dim`: a scalar tensor, one alpha per head (shape (1, H, 1, 1) for scores
   (B, H, Nq, Nk)), or one per row.  Gradients flow to a tensor alpha (summed down to its shape).
@@ -40,11 +41,14 @@ Backends (same maths, tested against each other and against the `entmax` package
 choose; "auto" (default) uses cpp for CPU tensors when it builds, torch otherwise.  "cpp" applies to
 CPU tensors only (other devices always use torch).  If the build fails, one warning is logged and
 torch is used.  `active_backend(device)` says which one runs (for metrics.json).
+
+torch.compile: the cpp backend is an opaque extension call (a graph break); the torch backend has
+data-dependent loops with host syncs and is meant for eager mode.  A compiled CUDA variant is not
+provided (nothing here could test it).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Union
 
@@ -62,8 +66,6 @@ __all__ = [
     "BACKENDS",
     "BACKEND_ENV",
 ]
-
-log = logging.getLogger(__name__)
 
 Alpha = Union[float, torch.Tensor]
 
@@ -154,14 +156,31 @@ def alpha_entmax(x: torch.Tensor, alpha: Alpha, dim: int = -1, *, backend: str |
         raise ValueError("alpha_entmax: x must have at least one dimension")
     dim = _normalise_dim(dim, x.dim())
     alpha = _check_alpha(alpha, x, dim)
-    compute_dtype = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
-    xc = x.to(compute_dtype)
-    use_cpp = active_backend(x.device, backend) == "cpp"
-    if isinstance(alpha, float):
-        out = _EntmaxFunction.apply(xc, None, alpha, dim, use_cpp)
+    if x.numel() == 0:  # nothing to normalise (and no row to take a max over)
+        return x.clone()
+    xc = x if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32)
+    if active_backend(x.device, backend) == "cpp":
+        # The C++ module carries its own autograd node (backward without Python).
+        alpha_t = alpha if torch.is_tensor(alpha) else _scalar_alpha(alpha)
+        out = _cpp_module().entmax(xc, alpha_t, dim, ALPHA_SOFTMAX_THRESHOLD)
+    elif isinstance(alpha, float):
+        out = _EntmaxFunction.apply(xc, None, alpha, dim)
     else:
-        out = _EntmaxFunction.apply(xc, alpha, None, dim, use_cpp)
-    return out.to(x.dtype)
+        out = _EntmaxFunction.apply(xc, alpha, None, dim)
+    return out if out.dtype == x.dtype else out.to(x.dtype)
+
+
+_SCALAR_ALPHAS: dict[float, torch.Tensor] = {}
+
+
+def _scalar_alpha(alpha: float) -> torch.Tensor:
+    """A float alpha as a cached 0-d float64 CPU tensor (what the C++ entry point takes)."""
+    t = _SCALAR_ALPHAS.get(alpha)
+    if t is None:
+        if len(_SCALAR_ALPHAS) > 256:
+            _SCALAR_ALPHAS.clear()
+        t = _SCALAR_ALPHAS[alpha] = torch.tensor(alpha, dtype=torch.float64)
+    return t
 
 
 def _normalise_dim(dim: int, ndim: int) -> int:
@@ -199,21 +218,14 @@ def _check_alpha(alpha: Alpha, x: torch.Tensor, dim: int) -> Alpha:
 
 
 class _EntmaxFunction(Function):
-    """x (float32/64) -> alpha-entmax(x) along dim; alpha_t (tensor) or alpha_f (float) is given."""
+    """The "torch" backend: x (float32/64) -> alpha-entmax(x) along dim; alpha_t (tensor) or alpha_f
+    (float) is given.  (The "cpp" backend has the same wiring in C++: kernels/entmax_cpu.cpp.)"""
 
     @staticmethod
-    def forward(ctx, x, alpha_t, alpha_f, dim, use_cpp):
-        ctx.dim, ctx.alpha_f, ctx.use_cpp = dim, alpha_f, use_cpp
+    def forward(ctx, x, alpha_t, alpha_f, dim):
+        ctx.dim, ctx.alpha_f = dim, alpha_f
         ctx.alpha_shape = None if alpha_t is None else alpha_t.shape
         ctx.alpha_dtype = None if alpha_t is None else alpha_t.dtype
-        if use_cpp:
-            x_last = x.detach().movedim(dim, -1).contiguous()
-            shape = x_last.shape
-            a_rows = _alpha_rows(alpha_t, alpha_f, shape, dim)
-            out2 = _cpp_module().forward(x_last.view(-1, shape[-1]), a_rows, ALPHA_SOFTMAX_THRESHOLD)
-            ctx.save_for_backward(out2, a_rows)
-            ctx.shape = shape
-            return out2.view(shape).movedim(-1, dim)
         alpha = alpha_f if alpha_t is None else alpha_t.detach().to(x.dtype)
         out = _torch_forward(x.detach(), alpha, dim)
         ctx.save_for_backward(out, None if alpha_t is None else alpha)
@@ -222,39 +234,14 @@ class _EntmaxFunction(Function):
     @staticmethod
     def backward(ctx, grad):
         need_da = ctx.alpha_shape is not None and ctx.needs_input_grad[1]
-        dim = ctx.dim
-        if ctx.use_cpp:
-            out2, a_rows = ctx.saved_tensors
-            shape = ctx.shape
-            g2 = grad.to(out2.dtype).movedim(dim, -1).contiguous().view(-1, shape[-1])
-            dx2, da2 = _cpp_module().backward(out2, g2, a_rows, ALPHA_SOFTMAX_THRESHOLD, need_da)
-            dx = dx2.view(shape).movedim(-1, dim)
-            da = None
-            if need_da:
-                da = da2.view(*shape[:-1], 1).movedim(-1, dim).sum_to_size(ctx.alpha_shape)
-        else:
-            out, alpha = ctx.saved_tensors
-            alpha = ctx.alpha_f if alpha is None else alpha
-            dx, da = _torch_backward(out, grad.to(out.dtype), alpha, dim, need_da)
-            if need_da:
-                da = da.sum_to_size(ctx.alpha_shape)
-        if da is not None:
-            da = da.to(ctx.alpha_dtype)
+        out, alpha = ctx.saved_tensors
+        alpha = ctx.alpha_f if alpha is None else alpha
+        dx, da = _torch_backward(out, grad.to(out.dtype), alpha, ctx.dim, need_da)
+        if need_da:
+            da = da.sum_to_size(ctx.alpha_shape).to(ctx.alpha_dtype)
         if not ctx.needs_input_grad[0]:
             dx = None
-        return dx, da, None, None, None
-
-
-def _alpha_rows(alpha_t, alpha_f, shape_last, dim) -> torch.Tensor:
-    """alpha as a contiguous float64 CPU vector: one entry per row of x.movedim(dim, -1), or one in all."""
-    if alpha_t is None:
-        return torch.tensor([alpha_f], dtype=torch.float64)
-    a = alpha_t.detach()
-    if a.numel() == 1:
-        return a.reshape(1).to(torch.float64)
-    row_shape = list(shape_last[:-1])
-    row_shape.insert(dim, 1)  # x's shape with size 1 along dim
-    return a.to(torch.float64).expand(row_shape).movedim(dim, -1).reshape(-1).contiguous()
+        return dx, da, None, None
 
 
 # ------------------------------------------------------------------------------------------------

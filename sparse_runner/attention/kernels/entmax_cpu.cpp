@@ -1,48 +1,47 @@
-// Fused CPU kernels for alpha-entmax over the last dim of a (rows, n) contiguous tensor.
+// Fused CPU kernels for alpha-entmax over the last dim of a (rows, n) contiguous tensor, plus the
+// autograd node that wires them up (EntmaxFunction, at the end).
 //
-// Built on first use by sparse_runner/attention/kernels/__init__.py (torch.utils.cpp_extension.load);
-// sparse_runner/attention/entmax.py holds the maths, the autograd wiring and the pure-PyTorch
-// reference these kernels are tested against.  Rows run in parallel (at::parallel_for); each row is
-// processed while it sits in L1/L2.
+// Built on first use by sparse_runner/attention/kernels/__init__.py (torch.utils.cpp_extension.load).
+// sparse_runner/attention/entmax.py holds the maths in plain PyTorch (the "torch" backend the tests
+// compare this file against) and derives the gradient formulas.  Rows run in parallel
+// (at::parallel_for over blocks of rows); all per-row work happens in L1/L2-sized scratch buffers.
 //
 // Notation (one row):  y = x - max(x) <= 0,  a1 = alpha - 1 in (0, 1],  k = 1 / a1,
 //     p_i = [1 + a1 (y_i - u)]_+^k   with u >= 0 chosen so that sum_i p_i = 1.
-// (u is the entmax threshold tau = a1 u - 1 measured in units of 1/a1; in these units the alpha -> 1
-// limit is softmax with u = logsumexp(y), so nothing degenerates for small a1.)
+// (u is the entmax threshold tau = a1 u - 1 in units of 1/a1; in these units the alpha -> 1 limit is
+// softmax with u = logsumexp(y), so nothing degenerates for small a1.)
 //
-// Forward, per row:
-//   1. max pass.
-//   2. filter pass = first evaluation at u = 0 (tau = -1, where the max element alone has p = 1, so
-//      F(0) = sum p >= 1): entries with 1 + a1 y <= 0 can never enter the support (u only grows), so
-//      they are dropped here and every later pass runs over the compacted survivors only (attention
-//      rows are sparse: often a few dozen of 2048 entries survive).
-//   3. Newton from the left on G(u) = F(u)^a1 - 1 = ||d(u)||_k - 1, d_i = [1 + a1 (y_i - u)]_+.
-//      G is a norm of convex non-negative functions, so it is convex and decreasing: Newton started
-//      at u = 0 (G >= 0) never overshoots, and every pass may drop the entries that left the support.
-//      Newton on G instead of on F - 1 is exact in one step in both limits (alpha = 2: G is linear on
-//      each support piece; alpha -> 1: G -> log F, linear in u), so rows converge in ~2-5 passes at
-//      every alpha instead of ~log(n) + 3 passes near alpha = 1.
-//   4. exact finish: alpha = 2 (sparsemax): the Newton step is the exact root on the current support
-//      (Michelot), done when the support stops shrinking.  alpha = 1.5: the root of
-//      sum_S (d_i - e)^2 = 1 on the current support S is a closed form, and it is the answer as soon
-//      as it keeps every entry of S non-negative (checked with min_S d).  Other alpha: Newton
-//      converges quadratically; stop at |F - 1| <= tol and divide by F.
-//   5. output: zero the row and scatter the survivors (or store directly when nothing was dropped).
+// Forward.
+//   * alpha = 2 (sparsemax_row) and alpha = 1.5 (entmax15_row): one fused filter pass from tau = -1
+//     (the max entry alone gives p = 1), then Newton steps over the compacted support, each checked
+//     against the exact closed form on the current support (Michelot's tau for sparsemax; the root of
+//     sum_S (z - tau)^2 = 1 for 1.5-entmax), which is the answer as soon as it keeps all of S >= 0.
+//   * alpha - 1 < thr (set by entmax.py): softmax (softmax_row).
+//   * other alpha (FwdBlock), per row: max pass; filter pass keeping 1 + a1 y > 0 (u only grows, so
+//     the rest never enters the support); a Jensen lower bound of u as the start; Newton from the
+//     left on G(u) = F(u)^a1 - 1 = ||d(u)||_k - 1 (F = sum p, d = [1 + a1 (y - u)]_+): G is a norm
+//     of convex non-negative functions, hence convex and decreasing, so the steps never overshoot and
+//     every pass may drop the entries that left the support; G is exact in one step for softmax
+//     (G -> log F) and on a fixed support for sparsemax, so rows converge in 2-3 passes at any alpha.
+//     The last step is applied as a first-order correction when it is small (FwdBlock::step).  Rows
+//     are solved in blocks whose survivors share one packed buffer: each Newton round is a single
+//     dense vector pass for the whole block (a sparse row alone would be one vector and a long
+//     dependent chain per pass).
+//   * output: zero the row and scatter the survivors (or store directly when nothing was dropped).
 //
-// Backward, per row, with s_i = p_i^(2 - alpha) on the support (0 elsewhere):
+// Backward, with s_i = p_i^(2 - alpha) on the support (0 elsewhere):
 //   dx = s * (g - <s, g> / sum s)                                      (Jacobian diag(s) - s s^T / sum s)
 //   dalpha = -sum_i g_i A_i + (<s, g> / sum s) sum_i A_i,   A_i = p_i l_i^2 psi(-a1 l_i),  l_i = log p_i,
-//   psi(x) = (e^x - 1 - x) / x^2.  This is Correia et al.'s
-//   dp/dalpha = (p - p~)/a1^2 + (h - p~ H)/a1 rewritten without the 1/a1^2 cancellation (see entmax.py),
-//   so it stays accurate down to alpha -> 1, where psi -> 1/2 gives the softmax limit.
+//   psi(x) = (e^x - 1 - x) / x^2: Correia et al.'s dp/dalpha rewritten without its 1/a1^2 cancellation
+//   (derivation in entmax.py); at a1 = 0, psi = 1/2 gives the alpha = 1 limit.  Sparsemax, 1.5-entmax
+//   and softmax rows without dalpha take two cheap full-row passes; the rest is batched like the
+//   forward (BwdBlock: packed supports, logarithms on dense vectors, per-row segment sums).
+//   Fully -inf rows give zeros and zero gradients.
 //
-// Rows with alpha - 1 < thr (set by entmax.py) are computed as softmax, with the alpha = 1 limits in
-// the backward.  Fully -inf rows give zeros and zero gradients.
-//
-// SIMD: explicit AVX-512 or AVX2+FMA code, chosen at compile time.  The Python loader compiles one
-// build per instruction set, with the ISA in the extension name, so a cached build made on one CPU is
-// never loaded on a CPU that lacks its instructions.  Other CPUs (and float64 everywhere) use the
-// scalar template instantiation; the maths is identical.
+// SIMD: explicit AVX-512 or AVX2+FMA code, chosen at compile time.  The Python loader builds one
+// extension per instruction set, with the ISA in its name, so a cache shared between machines never
+// hands an AVX-512 build to a CPU without it.  Other CPUs (and float64 everywhere) use the scalar
+// instantiation of the same templates.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -62,21 +61,50 @@
 
 namespace {
 
-// Scratch arrays are 64-byte aligned and sized in whole 64-byte lines, so the vector passes over
-// packed buffers (which start at multiples of W) never split a load across two cache lines.
+// Scratch arrays: 64-byte aligned (the vector passes over packed buffers, which start at multiples of
+// W, never split a load across two cache lines) and kept per thread between calls, growing only.
+// Allocating them per call cost up to ~80 us per call at (4096, 128): glibc returns such blocks to
+// the OS (or hands out fresh ones), and every call then page-faults its scratch in again.
 template <typename E>
 struct Buf {
   struct Free {
     void operator()(E* ptr) const { std::free(ptr); }
   };
-  std::unique_ptr<E[], Free> ptr;
-  explicit Buf(int64_t count) {
-    const size_t bytes = (size_t(count) * sizeof(E) + 63) / 64 * 64;
-    ptr.reset(static_cast<E*>(std::aligned_alloc(64, bytes)));
-    if (!ptr) throw std::bad_alloc();
+  std::unique_ptr<E, Free> ptr;
+  int64_t capacity = 0;
+  // At least `count` elements (old contents are not kept when it grows).
+  E* ensure(int64_t count) {
+    if (count > capacity) {
+      const size_t bytes = (size_t(count) * sizeof(E) + 63) / 64 * 64;
+      ptr.reset(static_cast<E*>(std::aligned_alloc(64, bytes)));
+      if (!ptr) {
+        capacity = 0;
+        throw std::bad_alloc();
+      }
+      capacity = int64_t(bytes / sizeof(E));
+    }
+    return ptr.get();
   }
-  E* get() const { return ptr.get(); }
 };
+
+// One grow-only buffer per thread, per element type and per purpose (Tag).
+template <typename E, int Tag>
+E* thread_buffer(int64_t count) {
+  thread_local Buf<E> buf;
+  return buf.ensure(count);
+}
+enum BufferTag { kFwdVals, kFwdIdx, kRowVals, kRowIdx, kBwdVals, kBwdIdx };
+
+// The Jensen-start memo (FwdBlock): g(c) = (1 - c^-a1) / a1 keyed by (c, a1), valid across calls and
+// across the float / double kernels.
+struct MemoStore {
+  Buf<double> a1, val;
+  int64_t valid = 0;  // entries [0, valid) are initialised
+};
+inline MemoStore& memo_store() {
+  thread_local MemoStore store;
+  return store;
+}
 
 // Rounds a buffer length up to whole vectors of 64 bytes.
 inline int64_t round64(int64_t count, int64_t elem_bytes) {
@@ -125,6 +153,8 @@ struct Scalar {
   // Bounded variants: write only the count(m) selected values (no slack needed).
   static void compress_n(T* dst, M m, V v) { if (m) *dst = v; }
   static void compress_i_n(int32_t* dst, M m, VI v) { if (m) *dst = v; }
+  // base[idx[l]] = v[l] for the first n lanes (n <= W).
+  static void scatter_n(T* base, const int32_t* idx, V v, int n) { if (n > 0) base[*idx] = v; }
   static V exp(V a) { return std::exp(a); }
   static V log(V a) { return std::log(a); }
   static V log1p(V a) { return std::log1p(a); }
@@ -208,6 +238,11 @@ struct Avx512 {
   }
   static void compress_i_n(int32_t* dst, M m, VI v) {
     _mm512_mask_storeu_epi32((void*)dst, head(count(m)), _mm512_maskz_compress_epi32(m, v));
+  }
+  // One masked scatter instead of a scalar loop whose trip count the branch predictor cannot know.
+  static void scatter_n(float* base, const int32_t* idx, V v, int n) {
+    const M k = head(n);
+    _mm512_mask_i32scatter_ps(base, k, _mm512_maskz_loadu_epi32(k, idx), v, 4);
   }
   static V exp(V x) {
     // Clamp: below -104 the result rounds to 0 (scalef handles the denormal range exactly).
@@ -316,6 +351,11 @@ struct Avx2 {
   static void compress_i_n(int32_t* dst, M m, VI v) {
     __m256i perm = _mm256_load_si256((const __m256i*)lut().idx[bits(m)]);
     _mm256_maskstore_epi32(dst, head(count(m)), _mm256_permutevar8x32_epi32(v, perm));
+  }
+  static void scatter_n(float* base, const int32_t* idx, V v, int n) {  // AVX2 has no scatter
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, v);
+    for (int l = 0; l < n; ++l) base[idx[l]] = tmp[l];
   }
   static V exp(V x) {
     // Results below FLT_MIN are flushed to 0 (no denormals on this path).
@@ -434,13 +474,7 @@ struct Kernels {
       return;
     }
     fill_zero(out, n);
-    alignas(64) T tmp[W];
-    int64_t j = 0;
-    for (; j < c; j += W) {
-      S::store(tmp, val(S::load(buf + j)));
-      const int lim = int(std::min<int64_t>(W, c - j));
-      for (int l = 0; l < lim; ++l) out[idx[j + l]] = tmp[l];
-    }
+    for (int64_t j = 0; j < c; j += W) S::scatter_n(out, idx + j, val(S::load(buf + j)), int(std::min<int64_t>(W, c - j)));
   }
 
   static void softmax_row(const T* x, T* out, int64_t n, T m) {
@@ -469,15 +503,15 @@ struct Kernels {
     V acc = S::set1(T(0));
     int64_t c = 0;
     const V vlo = S::set1(T(-1));
+    // Compaction is unconditional: a branch on "any survivor in this vector" is data-dependent and
+    // mispredicts on fresh inputs (measured: ~2x on sparse rows), while a compress costs ~4 ops.
     for_row(x, n, -std::numeric_limits<T>::infinity(), [&](V xv, VI iv) {
       V y = xv - vm;
       M k = S::gt(y, vlo);
-      if (S::any(k)) {
-        S::compress(yb + c, k, y);
-        S::compress_i(ib + c, k, iv);
-        c += S::count(k);
-        acc = acc + S::maskz(k, y);
-      }
+      S::compress(yb + c, k, y);
+      S::compress_i(ib + c, k, iv);
+      c += S::count(k);
+      acc = acc + S::maskz(k, y);
     });
     double tau = (double(S::hsum(acc)) - 1.0) / double(c);
     for (int64_t it = 0; it <= n; ++it) {
@@ -488,13 +522,11 @@ struct Kernels {
       for (int64_t j = 0; j < c; j += W) {
         V y = S::load(yb + j);
         M k = S::gt(y, vt);
-        if (S::any(k)) {
-          VI iv = S::load_i(ib + j);
-          S::compress(yb + c2, k, y);
-          S::compress_i(ib + c2, k, iv);
-          c2 += S::count(k);
-          acc = acc + S::maskz(k, y);
-        }
+        VI iv = S::load_i(ib + j);
+        S::compress(yb + c2, k, y);
+        S::compress_i(ib + c2, k, iv);
+        c2 += S::count(k);
+        acc = acc + S::maskz(k, y);
       }
       if (c2 == c || c2 == 0) break;
       c = c2;
@@ -517,19 +549,17 @@ struct Kernels {
     int64_t c = 0;
     {
       const V one = S::set1(T(1));
-      for_row(x, n, -inf, [&](V xv, VI iv) {
+      for_row(x, n, -inf, [&](V xv, VI iv) {  // unconditional compaction, see sparsemax_row
         V z = (xv - vm) * half;
         V d = z + one;
         M k = S::gt(d, zero);
-        if (S::any(k)) {
-          S::compress(zb + c, k, z);
-          S::compress_i(ib + c, k, iv);
-          c += S::count(k);
-          d = S::maskz(k, d);
-          s1 = s1 + d;
-          s2 = S::fma(d, d, s2);
-          dmn = S::min(dmn, S::select(k, d, vinf));
-        }
+        S::compress(zb + c, k, z);
+        S::compress_i(ib + c, k, iv);
+        c += S::count(k);
+        d = S::maskz(k, d);
+        s1 = s1 + d;
+        s2 = S::fma(d, d, s2);
+        dmn = S::min(dmn, S::select(k, d, vinf));
       });
     }
     double tau = -1.0;
@@ -555,16 +585,14 @@ struct Kernels {
         V z = S::load(zb + j);
         V d = z - vt;
         M k = S::gt(d, zero);
-        if (S::any(k)) {
-          VI iv = S::load_i(ib + j);
-          S::compress(zb + c2, k, z);
-          S::compress_i(ib + c2, k, iv);
-          c2 += S::count(k);
-          d = S::maskz(k, d);
-          s1 = s1 + d;
-          s2 = S::fma(d, d, s2);
-          dmn = S::min(dmn, S::select(k, d, vinf));
-        }
+        VI iv = S::load_i(ib + j);
+        S::compress(zb + c2, k, z);
+        S::compress_i(ib + c2, k, iv);
+        c2 += S::count(k);
+        d = S::maskz(k, d);
+        s1 = s1 + d;
+        s2 = S::fma(d, d, s2);
+        dmn = S::min(dmn, S::select(k, d, vinf));
       }
       c = c2;
     }
@@ -584,12 +612,18 @@ struct Kernels {
   // row's pass is a single vector and one long dependent chain -- log, exp, horizontal sums, step --
   // and the core idles; packed, the same work is throughput-bound.)
 
-  // Per-thread memo of g(c) = (1 - c^-a1) / a1 for the Jensen start (consecutive rows usually share
-  // alpha: one alpha per head).
+  // Per-thread memo of g(c) = (1 - c^-a1) / a1 for the Jensen start, kept between calls
+  // (consecutive rows usually share alpha: one alpha per head).
   struct JensenMemo {
-    std::unique_ptr<double[]> a1, val;
-    explicit JensenMemo(int64_t n) : a1(new double[n + 1]), val(new double[n + 1]) {
-      for (int64_t i = 0; i <= n; ++i) a1[i] = -1.0;
+    double *a1, *val;
+    explicit JensenMemo(int64_t n) {
+      MemoStore& st = memo_store();
+      const int64_t before = st.a1.capacity;
+      a1 = st.a1.ensure(n + 1);
+      val = st.val.ensure(n + 1);
+      if (st.a1.capacity != before) st.valid = 0;  // regrown: contents lost
+      for (int64_t i = st.valid; i <= n; ++i) a1[i] = -1.0;
+      st.valid = std::max(st.valid, n + 1);
     }
     double g(int64_t c, double a) {
       if (a1[c] != a) {
@@ -613,22 +647,20 @@ struct Kernels {
     };
     int64_t n, cap, tot = 0;
     int nrows = 0;
-    Buf<T> vals;
-    Buf<int32_t> idx;
     T *yb, *pb, *qb, *ab, *kb, *ub;  // y = x - max, p, q = p / d, a1, 1/a1, u (per element)
     int32_t* ib;                      // column of each element
     Row rows[kRows];
     JensenMemo memo;
 
     explicit FwdBlock(int64_t n_)
-        : n(n_), cap(round64(std::max<int64_t>(n_, 4096) + 2 * W, sizeof(T))), vals(6 * cap), idx(cap), memo(n_) {
-      yb = vals.get();
+        : n(n_), cap(round64(std::max<int64_t>(n_, 4096) + 2 * W, sizeof(T))), memo(n_) {
+      yb = thread_buffer<T, kFwdVals>(6 * cap);
+      ib = thread_buffer<int32_t, kFwdIdx>(cap);
       pb = yb + cap;
       qb = pb + cap;
       ab = qb + cap;
       kb = ab + cap;
       ub = kb + cap;
-      ib = idx.get();
     }
 
     static void fill(T* buf, int64_t b, int64_t e, T v) {  // buf[b, e) = v (no write outside)
@@ -649,15 +681,13 @@ struct Kernels {
       const V vm = S::set1(m), vlo = S::set1(T(-1.0 / a1)), zero = S::set1(T(0));
       V sy = zero;
       int64_t c = tot;
-      for_row(x, n, -std::numeric_limits<T>::infinity(), [&](V xv, VI iv) {
+      for_row(x, n, -std::numeric_limits<T>::infinity(), [&](V xv, VI iv) {  // branch-free, see sparsemax_row
         V y = xv - vm;
         M k = S::gt(y, vlo);
-        if (S::any(k)) {
-          S::compress(yb + c, k, y);
-          S::compress_i(ib + c, k, iv);
-          c += S::count(k);
-          sy = sy + S::maskz(k, y);
-        }
+        S::compress(yb + c, k, y);
+        S::compress_i(ib + c, k, iv);
+        c += S::count(k);
+        sy = sy + S::maskz(k, y);
       });
       Row& r = rows[nrows++];
       r.out = out;
@@ -707,16 +737,11 @@ struct Kernels {
     // d = 1 + t, p = exp(k log1p(t)) with log1p(t) = log(d) + (t - (d - 1)) / d (the rounding of
     // 1 + t matters once k = 1/a1 is large), q = p / d.
     void pass(int64_t lo, int64_t hi) {
-      const V one = S::set1(T(1)), mone = S::set1(T(-1)), zero = S::set1(T(0));
+      const V one = S::set1(T(1)), mone = S::set1(T(-1));
       for (int64_t j = lo; j < hi; j += W) {
         V y = S::load(yb + j);
         V t = S::load(ab + j) * (y - S::load(ub + j));
-        M k = S::gt(t, mone);
-        if (!S::any(k)) {  // finished rows, gaps
-          S::store(pb + j, zero);
-          S::store(qb + j, zero);
-          continue;
-        }
+        M k = S::gt(t, mone);  // false on gaps and finished rows (y = -inf)
         V tc = S::max(t, mone);
         V d = one + tc;
         V rd = one / d;
@@ -738,17 +763,15 @@ struct Kernels {
       if (r.c <= 6) {  // tiny segment (sparse rows): scalar, no horizontal sums
         double F = 0.0, Q = 0.0;
         int64_t w = b;
-        for (int64_t j = b; j < e; ++j) {
+        for (int64_t j = b; j < e; ++j) {  // branchless compaction
           const T p = pb[j];
           F += p;
           Q += qb[j];
-          if (p > T(0)) {
-            yb[w] = yb[j];
-            pb[w] = p;
-            qb[w] = qb[j];
-            ib[w] = ib[j];
-            ++w;
-          }
+          yb[w] = yb[j];
+          pb[w] = p;
+          qb[w] = qb[j];
+          ib[w] = ib[j];
+          w += p > T(0);
         }
         for (int64_t j = w; j < e; ++j) yb[j] = -std::numeric_limits<T>::infinity();
         r.c = w - b;
@@ -852,36 +875,54 @@ struct Kernels {
         if (j < n) S::store_n(out + j, S::load_n(pb + b + j, int(n - j), T(0)) * inv, int(n - j));
       } else {
         fill_zero(out, n);
-        const T s = T(1.0 / r.F);
-        for (int64_t j = b; j < b + c; ++j) out[ib[j]] = pb[j] * s;
+        for (int64_t j = b; j < b + c; j += W) {
+          const int len = int(std::min<int64_t>(W, b + c - j));
+          S::scatter_n(out, ib + j, S::load(pb + j) * inv, len);
+        }
       }
       fill(yb, b, b + c, -std::numeric_limits<T>::infinity());  // dead from now on
     }
 
+    // Newton rounds until every row of the block is finished.  Each round evaluates the segments of
+    // the unfinished rows only (merged into contiguous ranges), so no vector is spent on finished rows
+    // and the pass needs no data-dependent branch.
     void solve() {
       if (nrows == 0) return;
-      pad(yb, tot, -std::numeric_limits<T>::infinity());
-      for (int s = 0; s < nrows; ++s) fill(ub, rows[s].b, rows[s].b + rows[s].c, T(rows[s].u));
-      int64_t lo = 0, hi = tot;
-      for (;;) {
-        pass(lo, hi);
-        int64_t nlo = hi, nhi = lo;
-        for (int s = 0; s < nrows; ++s) {
-          Row& r = rows[s];
-          if (!r.active) continue;
+      pad(yb, tot, -std::numeric_limits<T>::infinity());  // the last vector of a pass reads past tot
+      pad(ab, tot, T(1));
+      pad(kb, tot, T(1));
+      pad(ub, tot, T(0));
+      int act[kRows];
+      int na = 0;
+      for (int s = 0; s < nrows; ++s) {
+        fill(ub, rows[s].b, rows[s].b + rows[s].c, T(rows[s].u));
+        act[na++] = s;
+      }
+      while (na > 0) {
+        int64_t lo = -1, hi = -1;
+        for (int i = 0; i < na; ++i) {  // active rows are in buffer order: merge touching segments
+          const Row& r = rows[act[i]];
+          const int64_t b = r.b - r.b % W, e = r.b + r.c;  // vector loads stay aligned
+          if (b > hi) {
+            if (hi > lo) pass(lo, hi);
+            lo = b;
+          }
+          hi = std::max(hi, e);
+        }
+        if (hi > lo) pass(lo, hi);
+        int live = 0;
+        for (int i = 0; i < na; ++i) {
+          Row& r = rows[act[i]];
           gather(r);
           step(r);
-          if (!r.active) {
+          if (r.active) {
+            fill(ub, r.b, r.b + r.c, T(r.u));
+            act[live++] = act[i];
+          } else {
             finish(r);
-            continue;
           }
-          fill(ub, r.b, r.b + r.c, T(r.u));
-          nlo = std::min(nlo, r.b);
-          nhi = std::max(nhi, r.b + r.c);
         }
-        if (nhi <= nlo) break;
-        lo = nlo - nlo % W;  // keep vector loads aligned with the padding of the buffers
-        hi = nhi;
+        na = live;
       }
       nrows = 0;
       tot = 0;
@@ -890,10 +931,10 @@ struct Kernels {
 
   // Scratch of the alpha = 1.5 / 2 rows.
   struct Scratch {
-    int64_t cap;
-    Buf<T> vals;
-    Buf<int32_t> idx;
-    explicit Scratch(int64_t n) : cap(n + 2 * W), vals(cap), idx(cap) {}
+    T* vals;
+    int32_t* idx;
+    explicit Scratch(int64_t n)
+        : vals(thread_buffer<T, kRowVals>(n + 2 * W)), idx(thread_buffer<int32_t, kRowIdx>(n + 2 * W)) {}
   };
 
   // Rows [b, e) of a (rows, n) tensor; alpha_of(r) gives the row's alpha (already clamped to [1, 2]).
@@ -914,9 +955,9 @@ struct Kernels {
       if (a1 < thr) {
         softmax_row(x, out, n, m);
       } else if (alpha == 2.0) {
-        sparsemax_row(x, out, n, m, sc.vals.get(), sc.idx.get());
+        sparsemax_row(x, out, n, m, sc.vals, sc.idx);
       } else if (alpha == 1.5) {
-        entmax15_row(x, out, n, m, sc.vals.get(), sc.idx.get());
+        entmax15_row(x, out, n, m, sc.vals, sc.idx);
       } else {
         if (!block) block.reset(new FwdBlock(n));
         block->add(x, out, m, a1);
@@ -999,21 +1040,19 @@ struct Kernels {
     static constexpr int kRows = 64;
     int64_t n, cap, tot = 0;
     int nrows = 0;
-    Buf<T> vals;
-    Buf<int32_t> idx;
     T *pb, *gb, *ab, *sb, *xb;  // p, g, a1 (per element), s, A
     int32_t* ib;
     int64_t start[kRows + 1];
     T* dx_row[kRows];
     double* da_out[kRows];
     explicit BwdBlock(int64_t n_)
-        : n(n_), cap(round64(std::max<int64_t>(n_, 4096) + 2 * W, sizeof(T))), vals(5 * cap), idx(cap) {
-      pb = vals.get();
+        : n(n_), cap(round64(std::max<int64_t>(n_, 4096) + 2 * W, sizeof(T))) {
+      pb = thread_buffer<T, kBwdVals>(5 * cap);
       gb = pb + cap;
       ab = gb + cap;
       sb = ab + cap;
       xb = sb + cap;
-      ib = idx.get();
+      ib = thread_buffer<int32_t, kBwdIdx>(cap);
     }
 
     // Appends a row (a1 = 0 for the softmax limit); solves the block first if it is full.
@@ -1021,15 +1060,13 @@ struct Kernels {
       if (nrows == kRows || tot + n > cap - 2 * W) solve(need_da);
       const V tiny = S::set1(std::numeric_limits<T>::min()), va1 = S::set1(T(a1));
       int64_t c = tot;
-      auto take = [&](V pv, V gv, VI iv) {
+      auto take = [&](V pv, V gv, VI iv) {  // branch-free compaction, see sparsemax_row
         M k = S::ge(pv, tiny);
-        if (S::any(k)) {
-          S::compress(pb + c, k, pv);
-          S::compress(gb + c, k, gv);
-          S::compress_i(ib + c, k, iv);
-          S::store(ab + c, va1);
-          c += S::count(k);
-        }
+        S::compress(pb + c, k, pv);
+        S::compress(gb + c, k, gv);
+        S::compress_i(ib + c, k, iv);
+        S::store(ab + c, va1);
+        c += S::count(k);
       };
       int64_t i = 0;
       for (; i + W <= n; i += W) take(S::load(p + i), S::load(g + i), S::iota(int32_t(i)));
@@ -1105,7 +1142,11 @@ struct Kernels {
           for (; i < n; ++i) dx[i] = sb[b + i] * (gb[b + i] - tc);
         } else {
           fill_zero(dx, n);
-          for (int64_t i = b; i < e; ++i) dx[ib[i]] = sb[i] * (gb[i] - tc);
+          const V vc = S::set1(tc);
+          for (int64_t i = b; i < e; i += W) {
+            const int len = int(std::min<int64_t>(W, e - i));
+            S::scatter_n(dx, ib + i, S::load(sb + i) * (S::load(gb + i) - vc), len);
+          }
         }
       }
       nrows = 0;
@@ -1216,10 +1257,83 @@ std::vector<at::Tensor> entmax_backward(const at::Tensor& p, const at::Tensor& g
 
 std::string isa() { return SimdF::name(); }
 
+// ------------------------------------------------------------------------------------------------
+// Autograd wiring in C++ (so the backward never enters Python): alpha-entmax along `dim` of any
+// tensor.  x: float32/float64 CPU.  alpha: a tensor broadcastable to x's shape with size 1 along dim
+// (checked in Python); it gets a gradient when it requires one.
+// ------------------------------------------------------------------------------------------------
+
+// The common case (dim = last) skips the movedim/contiguous dispatches: per call they cost more
+// than the kernel on small inputs.
+at::Tensor to_last(const at::Tensor& t, int64_t dim) {
+  at::Tensor r = dim == t.dim() - 1 ? t : t.movedim(dim, -1);
+  return r.is_contiguous() ? r : r.contiguous();
+}
+
+at::Tensor from_last(const at::Tensor& t, int64_t dim) { return dim == t.dim() - 1 ? t : t.movedim(-1, dim); }
+
+// alpha as one float64 per row of x.movedim(dim, -1), or a single value.
+at::Tensor alpha_rows(const at::Tensor& alpha, at::IntArrayRef x_sizes, int64_t dim) {
+  at::Tensor a = alpha.scalar_type() == at::kDouble ? alpha.detach() : alpha.detach().to(at::kDouble);
+  if (a.numel() == 1) return a.dim() == 1 ? a : a.reshape({1});
+  std::vector<int64_t> row_shape(x_sizes.begin(), x_sizes.end());
+  row_shape[dim] = 1;
+  return to_last(a.expand(row_shape), dim).reshape({-1});
+}
+
+struct EntmaxFunction : public torch::autograd::Function<EntmaxFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& alpha,
+                            int64_t dim, double thr) {
+    at::Tensor x_last = to_last(x, dim);
+    const int64_t n = x_last.size(-1);
+    at::Tensor a_rows = alpha_rows(alpha, x.sizes(), dim);
+    at::Tensor out2 = entmax_forward(x_last.view({-1, n}), a_rows, thr);
+    ctx->save_for_backward({out2, a_rows});
+    ctx->saved_data["dim"] = dim;
+    ctx->saved_data["thr"] = thr;
+    ctx->saved_data["shape"] = x_last.sizes().vec();
+    if (alpha.requires_grad()) {
+      ctx->saved_data["alpha_shape"] = alpha.sizes().vec();
+      ctx->saved_data["alpha_dtype"] = alpha.scalar_type();
+    }
+    return from_last(out2.view(x_last.sizes()), dim);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor& out2 = saved[0];
+    const at::Tensor& a_rows = saved[1];
+    const int64_t dim = ctx->saved_data["dim"].toInt();
+    const double thr = ctx->saved_data["thr"].toDouble();
+    const std::vector<int64_t> shape = ctx->saved_data["shape"].toIntVector();
+    const bool need_da = ctx->needs_input_grad(1);
+    at::Tensor g = grads[0].scalar_type() == out2.scalar_type() ? grads[0] : grads[0].to(out2.scalar_type());
+    at::Tensor g2 = to_last(g, dim).view(out2.sizes());
+    std::vector<at::Tensor> res = entmax_backward(out2, g2, a_rows, thr, need_da);
+    at::Tensor dx = ctx->needs_input_grad(0) ? from_last(res[0].view(shape), dim) : at::Tensor();
+    at::Tensor da;
+    if (need_da) {
+      std::vector<int64_t> da_shape(shape.begin(), shape.end() - 1);
+      da_shape.push_back(1);
+      da = from_last(res[1].view(da_shape), dim)
+               .sum_to_size(ctx->saved_data["alpha_shape"].toIntVector())
+               .to(ctx->saved_data["alpha_dtype"].toScalarType());
+    }
+    return {dx, da, at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor entmax(const at::Tensor& x, const at::Tensor& alpha, int64_t dim, double thr) {
+  return EntmaxFunction::apply(x, alpha, dim, thr);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Fused alpha-entmax CPU kernels (see sparse_runner/attention/entmax.py)";
+  m.def("entmax", &entmax, "differentiable alpha-entmax along dim (x float32/64 CPU, alpha tensor)",
+        pybind11::arg("x"), pybind11::arg("alpha"), pybind11::arg("dim"), pybind11::arg("thr"));
   m.def("forward", &entmax_forward, "alpha-entmax over the last dim of a contiguous (rows, n) tensor",
         pybind11::arg("x"), pybind11::arg("alpha"), pybind11::arg("thr"));
   m.def("backward", &entmax_backward, "gradients wrt x and (optionally) alpha per row", pybind11::arg("p"),
