@@ -134,11 +134,7 @@ def _hydra_args(argv: list[str]) -> Any:
 
 def run_main() -> None:
     """Console entry point of `sparse-run`."""
-    argv = sys.argv[1:]
-    try:
-        args = _hydra_args(argv)
-    except SystemExit:
-        raise
+    args = _hydra_args(sys.argv[1:])  # Hydra's own parser: --help, -m, --cfg ... mean what they mean there
     informational = any(
         getattr(args, name, None) for name in ("help", "hydra_help", "version", "cfg", "shell_completion", "info", "experimental_rerun")
     )

@@ -31,10 +31,11 @@ class Task:
     def build_model(self, model_cfg: Any) -> nn.Module:
         raise NotImplementedError
 
-    def make_batch(self, split: str, indices: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
+    def make_batch(self, split: str, indices: np.ndarray, device: torch.device) -> dict[str, Any]:
+        """Tensors on `device`, plus `num_tokens` (int): real tokens in the batch, counted on the host."""
         raise NotImplementedError
 
-    def training_step(self, model: nn.Module, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
+    def training_step(self, model: nn.Module, batch: dict[str, Any], label_smoothing: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
         """Return (loss to backpropagate, stats: at least 'tokens' = real tokens in the batch)."""
         raise NotImplementedError
 
