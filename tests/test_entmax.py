@@ -7,7 +7,6 @@ sort-based `sparsemax` / `entmax15` for alpha = 2 / 1.5.  The C++ kernel is buil
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
