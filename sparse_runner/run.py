@@ -26,7 +26,7 @@ import sparse_runner
 from sparse_runner.config import ConfigError
 from sparse_runner.io import atomic_write_json, atomic_write_text
 from sparse_runner.tasks import build_task
-from sparse_runner.training.trainer import Trainer
+from sparse_runner.training.trainer import Preempted, Trainer
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
         final = trainer.fit()
     except BaseException as exc:
         p = trainer.progress
-        status = "preempted" if type(exc).__name__ == "Preempted" else "failed"
+        status = "preempted" if isinstance(exc, Preempted) else "failed"
         metrics.write(
             status=status,
             error=_one_line(exc),
