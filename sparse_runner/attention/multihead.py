@@ -63,8 +63,7 @@ def attend(
 class MultiHeadAttention(nn.Module):
     """Self- or cross-attention with a free head size and any normaliser / pattern.
 
-    forward(x, context=None, key_padding_mask=None): x (B, N, d_model); context (B, M, d_model) for
-    cross-attention (keys/values from context); key_padding_mask (B, M or N) bool, True = real token.
+    forward(x, context=None, key_padding_mask=None, *, query_mask=None, cache=None): see `forward`.
 
     `key` = (attention type, layer index), e.g. ("encoder_self", 0), names the layer in analyses;
     set `observer` to receive its attention weights (evaluation only).
@@ -110,12 +109,32 @@ class MultiHeadAttention(nn.Module):
         x: torch.Tensor,
         context: torch.Tensor | None = None,
         key_padding_mask: torch.Tensor | None = None,
+        *,
+        query_mask: torch.Tensor | None = None,
+        cache: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        context = x if context is None else context
+        """x (B, N, d_model) -> (B, N, d_model).
+
+        context: (B, M, d_model) keys/values for cross-attention; None = self-attention.
+        key_padding_mask: (B, M or N) bool, True = real key.
+        query_mask: (B, N) bool, True = real query; only used to tell the analysis observer which
+            queries count (self-attention defaults to key_padding_mask).
+        cache: incremental decoding state, a dict this layer fills in place. Self-attention appends
+            the new keys/values to cache["k"], cache["v"] (B, H, steps so far, D); cross-attention
+            computes the context's keys/values on the first call and reuses them afterwards.
+        """
         b, n, _ = x.shape
-        m = context.shape[1]
         q = self.q_proj(x).view(b, n, self.num_heads, self.head_size).transpose(1, 2)
-        k, v = self.kv_proj(context).view(b, m, 2, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)
+        if cache is not None and context is not None and "k" in cache:
+            k, v = cache["k"], cache["v"]
+        else:
+            source = x if context is None else context
+            k, v = self.kv_proj(source).view(b, source.shape[1], 2, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)
+            if cache is not None and context is None and "k" in cache:
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+            if cache is not None:
+                cache["k"], cache["v"] = k, v
+        m = k.shape[2]
         observe = self.observer is not None and not self.training
         y, weights, valid = attend(
             q,
@@ -128,8 +147,13 @@ class MultiHeadAttention(nn.Module):
             need_weights=observe,
         )
         if observe:
+            if query_mask is None and context is None and cache is None:
+                query_mask = key_padding_mask
             if valid is not None:  # (B or 1, 1, Nq or 1, Nk) -> (B, 1, Nq, Nk), a view
                 valid = valid.expand(b, 1, n, m)
+            if query_mask is not None:  # padded queries have no possible pairs (PAPERS.md A.5)
+                rows = query_mask[:, None, :, None]
+                valid = rows.expand(b, 1, n, m) if valid is None else (valid & rows)
             self.observer(self.key, weights.detach(), valid)
         return self.out_proj(y.transpose(1, 2).reshape(b, n, self.num_heads * self.head_size))
 

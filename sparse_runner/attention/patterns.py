@@ -27,7 +27,9 @@ class CausalPattern(Pattern):
     name = "causal"
     is_causal = True
 
-    def dense_mask(self, n_queries: int, n_keys: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    def dense_mask(self, n_queries: int, n_keys: int, device: torch.device | str = "cpu") -> torch.Tensor | None:
+        if n_queries == 1:  # one new query in incremental decoding: it sees every cached key
+            return None
         # Aligned to the end so that incremental decoding (1 query, n keys) sees everything before it.
         return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(n_keys - n_queries)
 
