@@ -44,6 +44,8 @@ class ModelConfig:
     pooling: str = "cls"
     positions: str = "sinusoidal"
     norm_first: bool = True
+    decoder_layers: Optional[int] = None  # encoder-decoder models; None = num_layers
+    share_embeddings: bool = True  # encoder-decoder models: one matrix for source, target and output
 
 
 @dataclass
@@ -67,8 +69,46 @@ class ListOpsTaskConfig:
     generator: ListOpsGeneratorConfig = field(default_factory=ListOpsGeneratorConfig)
 
 
+@dataclass
+class DecodingConfig:
+    beam_size: int = 4
+    length_penalty: float = 1.0
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+
+
+@dataclass
+class TranslationTaskConfig:
+    name: str = "bible_es_en"
+    family: str = "translation"
+    source: str = "embedded"
+    src_lang: str = "es"
+    tgt_lang: str = "en"
+    data_dir: Optional[str] = None
+    file_format: str = "auto"
+    hf_path: Optional[str] = None
+    hf_name: Optional[str] = None
+    hf_revision: Optional[str] = None
+    hf_data_dir: Optional[str] = None
+    hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "val": "validation", "test": "test"})
+    vocab_size: int = 8000
+    character_coverage: float = 1.0
+    max_length: int = 128
+    max_train_pairs: Optional[int] = None
+    max_eval_pairs: Optional[int] = None
+    val_beam_size: int = 1
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+
+
 # task.family -> schema of the task node; each task family adds its entry here.
-TASK_SCHEMAS: dict[str, type] = {"listops": ListOpsTaskConfig}
+TASK_SCHEMAS: dict[str, type] = {"listops": ListOpsTaskConfig, "translation": TranslationTaskConfig}
+# task.family -> the metrics trainer.monitor may select; the first is what `auto` picks.
+MONITORS: dict[str, tuple[str, ...]] = {
+    "listops": ("val/accuracy", "val/loss"),
+    "translation": ("val/bleu", "val/sacrebleu", "val/chrf", "val/loss", "val/ppl"),
+}
+TRANSLATION_SOURCES = ("embedded", "files", "hf")
+FILE_FORMATS = ("auto", "aligned", "tsv", "jsonl")
 
 
 @dataclass
@@ -80,6 +120,7 @@ class TrainerConfig:
     deterministic: bool = True
     max_steps: int = 1000
     batch_size: int = 32
+    batch_tokens: Optional[int] = None
     accumulate: int = 1
     bucket_size: int = 50
     lr: float = 1e-3
@@ -93,8 +134,8 @@ class TrainerConfig:
     label_smoothing: float = 0.0
     eval_every: int = 200
     eval_max_batches: Optional[int] = None
-    monitor: str = "val/accuracy"
-    monitor_mode: str = "max"
+    monitor: str = "auto"
+    monitor_mode: str = "auto"
     patience: Optional[int] = None
     analysis: bool = True
     log_every: int = 20
@@ -122,8 +163,7 @@ SCHEDULES = ("constant", "linear", "inverse_sqrt", "cosine")
 POOLINGS = ("cls", "mean")
 POSITIONS = ("sinusoidal", "learned")
 PROGRESS = ("auto", "true", "false")
-MONITOR_MODES = ("min", "max")
-MONITORS = ("val/accuracy", "val/loss")
+MONITOR_MODES = ("auto", "min", "max")
 
 
 # ------------------------------------------------------------------------------------- validation
@@ -144,8 +184,9 @@ def validate(cfg: DictConfig) -> DictConfig:
         typed = OmegaConf.merge(OmegaConf.structured(RunConfig), {"task": OmegaConf.structured(TASK_SCHEMAS[family])})
         typed = OmegaConf.merge(typed, container)
     except OmegaConfBaseException as exc:
-        raise ConfigError(describe_omegaconf_error(exc)) from None
+        raise ConfigError(describe_omegaconf_error(exc, family)) from None
     _check_values(typed)
+    _resolve_monitor(typed)
     OmegaConf.set_readonly(typed, True)
     return typed
 
@@ -197,7 +238,11 @@ def _check_values(cfg: DictConfig) -> None:
     _positive("task.max_length", t.max_length)
     if t.family == "listops":
         _check_listops(t)
+    if t.family == "translation":
+        _check_translation(t)
+    _positive("model.decoder_layers", m.decoder_layers, allow_none=True)
 
+    _positive("trainer.batch_tokens", tr.batch_tokens, allow_none=True)
     for key in ("max_steps", "batch_size", "accumulate", "bucket_size", "eval_every", "log_every"):
         _positive(f"trainer.{key}", tr[key])
     _positive("trainer.warmup_steps", tr.warmup_steps, allow_zero=True)
@@ -216,11 +261,52 @@ def _check_values(cfg: DictConfig) -> None:
         _fail("trainer.betas", f"must be two numbers in [0, 1), got {list(tr.betas)}")
     _choice("trainer.precision", tr.precision, PRECISIONS)
     _choice("trainer.schedule", tr.schedule, SCHEDULES)
-    _choice("trainer.monitor", tr.monitor, MONITORS)
+    _choice("trainer.monitor", tr.monitor, ("auto",) + MONITORS[t.family])
     _choice("trainer.monitor_mode", tr.monitor_mode, MONITOR_MODES)
     _choice("trainer.progress", str(tr.progress).lower(), PROGRESS)
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", tr.device):
         _fail("trainer.device", f"unknown device {tr.device!r}", "auto, cpu, cuda, cuda:N")
+
+
+def _resolve_monitor(cfg: DictConfig) -> None:
+    """`auto` -> the task family's main validation metric; mode `auto` -> min for losses, else max."""
+    tr = cfg.trainer
+    if tr.monitor == "auto":
+        tr.monitor = MONITORS[cfg.task.family][0]
+    if tr.monitor_mode == "auto":
+        tr.monitor_mode = "min" if tr.monitor.endswith(("loss", "ppl")) else "max"
+
+
+def _check_translation(t: DictConfig) -> None:
+    _choice("task.source", t.source, TRANSLATION_SOURCES)
+    _choice("task.file_format", t.file_format, FILE_FORMATS)
+    if t.source == "files":
+        if t.data_dir is None:
+            _fail(
+                "task.data_dir",
+                f"task {t.name} reads local files (task.source=files) and needs a folder (conf/task/{t.name}.yaml says where to get them)",
+                "a folder with {train,valid,test}.{src,tgt} files, {split}.tsv or {split}.jsonl",
+            )
+        if not Path(os.path.expanduser(t.data_dir)).is_dir():
+            _fail("task.data_dir", f"{t.data_dir} is not a directory", "a folder with {train,valid,test}.{src,tgt} files, {split}.tsv or {split}.jsonl")
+    if t.source == "hf" and not t.hf_path:
+        _fail("task.hf_path", "task.source=hf needs a dataset id", "a Hugging Face dataset id such as IWSLT/iwslt2017")
+    for key in ("vocab_size", "val_beam_size"):
+        _positive(f"task.{key}", t[key])
+    if t.vocab_size < 8:
+        _fail("task.vocab_size", f"must be at least 8 (4 special ids + pieces), got {t.vocab_size}")
+    if not 0.0 < t.character_coverage <= 1.0:
+        _fail("task.character_coverage", f"must be in (0, 1], got {t.character_coverage}")
+    if t.max_length < 4:
+        _fail("task.max_length", f"must be at least 4 subword tokens, got {t.max_length}")
+    _positive("task.max_train_pairs", t.max_train_pairs, allow_none=True)
+    _positive("task.max_eval_pairs", t.max_eval_pairs, allow_none=True)
+    d = t.decoding
+    _positive("task.decoding.beam_size", d.beam_size)
+    _positive("task.decoding.max_len_a", d.max_len_a, allow_zero=True)
+    _positive("task.decoding.max_len_b", d.max_len_b, allow_zero=True)
+    if d.max_len_a == 0 and d.max_len_b == 0:
+        _fail("task.decoding.max_len_b", "max_len_a and max_len_b are both 0: no output could be produced")
 
 
 def _check_listops(t: DictConfig) -> None:
@@ -243,13 +329,13 @@ def _check_listops(t: DictConfig) -> None:
 
 
 # ------------------------------------------------------------------------------- error messages
-def describe_omegaconf_error(exc: OmegaConfBaseException) -> str:
+def describe_omegaconf_error(exc: OmegaConfBaseException, family: str | None = None) -> str:
     """One line from an OmegaConf error: the full key, the problem, and the valid keys if relevant."""
     full_key = getattr(exc, "full_key", None) or ""
     msg = str(exc).split("\n")[0].strip()
     missing = re.match(r"Key '([^']+)' (?:not in|is not in struct)", msg)
     if missing:
-        return f"{full_key or missing.group(1)}: unknown key; valid keys: {', '.join(valid_keys(full_key))}"
+        return f"{full_key or missing.group(1)}: unknown key; valid keys: {', '.join(valid_keys(full_key, family))}"
     conversion = re.match(r"Value '(.*?)' (?:of type '(\w+)' )?could not be converted to (\w+)", msg)
     if conversion:
         return f"{full_key}: {conversion.group(1)!r} is not a valid {conversion.group(3).lower()}"
@@ -258,13 +344,14 @@ def describe_omegaconf_error(exc: OmegaConfBaseException) -> str:
     return f"{full_key}: {msg}" if full_key else msg
 
 
-def valid_keys(full_key: str) -> list[str]:
-    """Keys allowed next to `full_key` (e.g. 'model.foo' -> fields of ModelConfig)."""
+def valid_keys(full_key: str, family: str | None = None) -> list[str]:
+    """Keys allowed next to `full_key` (e.g. 'model.foo' -> fields of ModelConfig; 'task.foo' -> fields
+    of the task family's schema, ListOps when the family is unknown)."""
     parent = full_key.rsplit(".", 1)[0] if "." in full_key else ""
     node: Any = RunConfig
     for part in filter(None, parent.split(".")):
         if part == "task":
-            node = ListOpsTaskConfig  # keys of the task families overlap at the top
+            node = TASK_SCHEMAS.get(family or "", ListOpsTaskConfig)
             continue
         hint = {f.name: f for f in fields(node)}.get(part) if hasattr(node, "__dataclass_fields__") else None
         if hint is None or not hasattr(hint.default_factory, "__dataclass_fields__"):

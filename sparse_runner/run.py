@@ -198,7 +198,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
     common = {
         "num_parameters": num_parameters,
         "device": str(device),
-        "attention_backend": ",".join(model.encoder.attention_backends) if hasattr(model, "encoder") else None,
+        "attention_backend": ",".join(getattr(model, "attention_backends", None) or model.encoder.attention_backends),
         "max_steps": t.max_steps,
         "dataset_sizes": task.sizes(),
     }
@@ -223,6 +223,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
         analysis=p.analysis or None,
         figures=figures,
         metrics=final,
+        task_info=task.describe() or None,
         selection={"metric": t.monitor, "mode": t.monitor_mode, "best_value": p.best_value, "best_step": p.best_step},
         step=p.step,
         stopped_early=p.stopped_early,

@@ -14,12 +14,22 @@ def test_every_group_option_composes_and_validates(group, cache_dir):
     options = group_options(group)
     assert options, f"conf/{group} is empty"
     for option in options:
+        if option in LOCAL_FILES_TASKS and group == "task":
+            with pytest.raises(ConfigError, match=r"^task\.data_dir: ") as info:
+                validate(compose_config([f"{group}={option}"], tiny=False))
+            assert "\n" not in str(info.value)
+            continue
         validate(compose_config([f"{group}={option}"], tiny=False))
 
 
+# Tasks that read files the user downloads: without task.data_dir they stop with one line.
+LOCAL_FILES_TASKS = ("kftt_ja_en", "translation_files")
+
+
 @pytest.mark.parametrize("experiment", group_options("experiment"))
-def test_every_experiment_composes_and_validates(experiment):
-    cfg = validate(compose_config([f"experiment={experiment}"], tiny=False))
+def test_every_experiment_composes_and_validates(experiment, tmp_path):
+    extra = [f"task.data_dir={tmp_path}"] if experiment == "correia2019_kftt_ja_en" else []
+    cfg = validate(compose_config([f"experiment={experiment}", *extra], tiny=False))
     assert cfg.trainer.max_steps > 0
 
 
@@ -43,8 +53,8 @@ def test_head_size_null_means_d_model_over_heads(tiny_config):
 
 BAD_OVERRIDES = {
     "model=nope": ("model=nope", "valid: entmax, entmax15, softmax, sparsemax"),
-    "task=nope": ("task=nope", "valid: listops, listops_lra"),
-    "experiment=nope": ("experiment=nope", "valid: lra_listops"),
+    "task=nope": ("task=nope", "valid: bible_es_en, iwslt", "listops, listops_lra"),
+    "experiment=nope": ("experiment=nope", "valid: correia2019_iwslt17_de_en", "lra_listops", "mt_cpu"),
     "model.foo=1": ("model.foo", "valid keys:"),
     "+model.foo=1": ("model.foo", "valid keys:"),
     "trainer.max_steps=-5": ("trainer.max_steps", "> 0"),

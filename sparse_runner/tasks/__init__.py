@@ -9,12 +9,13 @@ from omegaconf import DictConfig
 
 from sparse_runner.tasks.base import Task
 from sparse_runner.tasks.listops import ListOpsTask
+from sparse_runner.tasks.translation import TranslationTask
 
-TASKS: dict[str, type[Task]] = {"listops": ListOpsTask}
+TASKS: dict[str, type[Task]] = {"listops": ListOpsTask, "translation": TranslationTask}
 
 
 def build_task(cfg: DictConfig) -> Task:
-    return TASKS[cfg.task.family](cfg.task, cache_dir=cfg.paths.cache_dir, batch_size=cfg.trainer.batch_size)
+    return TASKS[cfg.task.family](cfg.task, cache_dir=cfg.paths.cache_dir, batch_size=cfg.trainer.batch_size, batch_tokens=cfg.trainer.batch_tokens)
 
 
 __all__ = ["TASKS", "Task", "build_task"]

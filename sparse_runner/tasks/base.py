@@ -25,8 +25,12 @@ class Task:
         """(n_train,) lengths used for bucketing."""
         raise NotImplementedError
 
-    def plan_epoch(self, *, seed: int, epoch: int, batch_size: int, bucket_size: int) -> list[np.ndarray]:
-        return plan_epoch(self.train_lengths(), batch_size, seed=seed, epoch=epoch, bucket_size=bucket_size)
+    def plan_epoch(self, *, seed: int, epoch: int, batch_size: int, bucket_size: int, max_tokens: int | None = None) -> list[np.ndarray]:
+        return plan_epoch(self.train_lengths(), batch_size, seed=seed, epoch=epoch, bucket_size=bucket_size, max_tokens=max_tokens)
+
+    def describe(self) -> dict[str, Any]:
+        """Task facts worth keeping in metrics.json (tokenizer, metric signatures, ...)."""
+        return {}
 
     def build_model(self, model_cfg: Any) -> nn.Module:
         raise NotImplementedError
@@ -40,6 +44,12 @@ class Task:
         raise NotImplementedError
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, split: str, device: torch.device, *, max_batches: int | None = None, autocast=None) -> dict[str, float]:
-        """Metrics on a split, keyed '<split>/<metric>'."""
+    def evaluate(
+        self, model: nn.Module, split: str, device: torch.device, *, max_batches: int | None = None, autocast=None, output_dir=None
+    ) -> dict[str, float]:
+        """Metrics on a split, keyed '<split>/<metric>'; model outputs go to `output_dir` if the task writes any."""
         raise NotImplementedError
+
+    def analysis_pass(self, model: nn.Module, split: str, device: torch.device, *, autocast=None) -> None:
+        """One pass over `split` during which the analysis observes every attention layer."""
+        self.evaluate(model, split, device, autocast=autocast)

@@ -24,10 +24,10 @@ from sparse_runner.tasks.batching import pad_sequences, plan_eval
 class ListOpsTask(Task):
     family = "listops"
 
-    def __init__(self, task_cfg: Any, *, cache_dir: str, batch_size: int) -> None:
+    def __init__(self, task_cfg: Any, *, cache_dir: str, batch_size: int, batch_tokens: int | None = None) -> None:
         self.name = task_cfg.name
         self.max_length = task_cfg.max_length
-        self.eval_batch_size = batch_size
+        self.eval_batch_size, self.eval_batch_tokens = batch_size, batch_tokens
         g = task_cfg.generator
         data_dir = os.path.expanduser(task_cfg.data_dir) if task_cfg.data_dir else None
         self.splits = listops_data.prepare_listops(
@@ -83,10 +83,10 @@ class ListOpsTask(Task):
         return loss, {"tokens": batch["num_tokens"], "examples": len(batch["labels"])}
 
     @torch.no_grad()
-    def evaluate(self, model, split, device, *, max_batches=None, autocast=None):
+    def evaluate(self, model, split, device, *, max_batches=None, autocast=None, output_dir=None):
         was_training = model.training
         model.eval()
-        plan = plan_eval(self._lengths[split], self.eval_batch_size)[:max_batches]
+        plan = plan_eval(self._lengths[split], self.eval_batch_size, max_tokens=self.eval_batch_tokens)[:max_batches]
         loss_sum, correct, majority, count = 0.0, 0, 0, 0
         for indices in plan:
             batch = self.make_batch(split, indices, device)

@@ -187,7 +187,7 @@ class Trainer:
         show = {"auto": sys.stderr.isatty(), "true": True, "false": False}[str(t.progress).lower()]
         bar = tqdm(total=t.max_steps, initial=p.step, disable=not show, dynamic_ncols=True, desc=self.task.name, unit="step")
         self.model.train()
-        plan = self.task.plan_epoch(seed=self.cfg.seed, epoch=p.epoch, batch_size=t.batch_size, bucket_size=t.bucket_size)
+        plan = self.task.plan_epoch(seed=self.cfg.seed, epoch=p.epoch, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
         # Loss summed on the device and read back only when logged or checkpointed: no per-step sync.
         window_loss = torch.zeros((), device=self.device)
         try:
@@ -198,7 +198,7 @@ class Trainer:
                     for _ in range(t.accumulate):
                         if p.batch_in_epoch >= len(plan):
                             p.epoch, p.batch_in_epoch = p.epoch + 1, 0
-                            plan = self.task.plan_epoch(seed=self.cfg.seed, epoch=p.epoch, batch_size=t.batch_size, bucket_size=t.bucket_size)
+                            plan = self.task.plan_epoch(seed=self.cfg.seed, epoch=p.epoch, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
                         batch = self.task.make_batch("train", plan[p.batch_in_epoch], self.device)
                         p.batch_in_epoch += 1
                         with self.autocast():
@@ -276,9 +276,9 @@ class Trainer:
         if best is not None:
             current = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             self.model.load_state_dict(best["model"])
-        test = self.task.evaluate(self.model, "test", self.device, autocast=self.autocast())
+        test = self.task.evaluate(self.model, "test", self.device, autocast=self.autocast(), output_dir=self.run_dir / "outputs")
         if self.tcfg.analysis:
-            p.analysis = analyse(self.model, lambda: self.task.evaluate(self.model, "val", self.device, autocast=self.autocast()))
+            p.analysis = analyse(self.model, lambda: self.task.analysis_pass(self.model, "val", self.device, autocast=self.autocast()))
         if best is not None:
             self.model.load_state_dict(current)
         p.final_metrics = {**p.last_eval, **test, f"best/{self.tcfg.monitor}": p.best_value}
