@@ -33,6 +33,7 @@ from torch.utils import benchmark  # noqa: E402
 
 from sparse_runner.attention import MultiHeadAttention  # noqa: E402
 from sparse_runner.attention import entmax  # noqa: E402
+from sparse_runner.benchmarking import training_throughput  # noqa: E402
 from sparse_runner.io import atomic_write_json, atomic_write_text  # noqa: E402
 
 NORMALISERS = ["softmax", "sparsemax", "entmax15", "alpha_entmax"]
@@ -81,28 +82,6 @@ def bench_layers(lengths, tokens_per_batch: int, rounds: int, threads: int) -> l
     return rows
 
 
-def bench_training(models, steps: int, rounds: int, overrides: list[str]) -> list[dict]:
-    from hydra import compose, initialize_config_dir
-
-    from sparse_runner.benchmarking import minimal_training_tokens_per_s
-    from sparse_runner.config import CONF_DIR, validate
-    from sparse_runner.tasks import build_task
-
-    configs = {}
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        for model in models:
-            configs[model] = validate(compose(config_name="config", overrides=[f"model={model}", "trainer.device=cpu", *overrides]))
-    task = build_task(configs[models[0]])
-    tps: dict[str, list[float]] = {m: [] for m in models}
-    minimal_training_tokens_per_s(configs[models[0]], task, steps=min(steps, 20))  # warm-up
-    for _ in range(rounds):
-        for model in models:
-            tps[model].append(minimal_training_tokens_per_s(configs[model], task, steps=steps)[0])
-            print(f"training {model}: {tps[model][-1]:.0f} tok/s", file=sys.stderr)
-    med = {m: statistics.median(v) for m, v in tps.items()}
-    return [{"model": m, "tokens_per_s": med[m], "rounds": tps[m], "x_softmax": med[m] / med["softmax"]} for m in models]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--part", choices=["layer", "training", "both"], default="both")
@@ -134,7 +113,7 @@ def main() -> None:
     if args.part in ("training", "both"):
         models = ["softmax", "entmax15", "sparsemax", "entmax"]
         steps = 20 if args.quick else args.steps
-        rows = bench_training(models, steps, rounds, args.overrides)
+        rows = training_throughput(models, steps, rounds, args.overrides)
         result["training"] = {"steps": steps, "overrides": args.overrides, "rows": rows}
         md += [f"## Training tokens/s ({steps} steps x {rounds} rounds, medians; overrides: {' '.join(args.overrides) or 'none'})", "",
                "| model | tokens/s | x softmax |", "|---|---:|---:|"]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
+import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 from sparse_runner.run import seed_everything
 from sparse_runner.training.schedules import build_scheduler
@@ -23,16 +24,16 @@ def minimal_training_tokens_per_s(cfg, task, steps: int | None = None, device: s
     opt = torch.optim.AdamW(optimizer_groups(model, t.lr, t.weight_decay, t.alpha_lr_scale), lr=t.lr, betas=tuple(t.betas))
     sched = build_scheduler(opt, schedule=t.schedule, warmup_steps=t.warmup_steps, max_steps=t.max_steps, min_lr_ratio=t.min_lr_ratio)
     epoch, index = 0, 0
-    plan = task.plan_epoch(seed=cfg.seed, epoch=0, batch_size=t.batch_size, bucket_size=t.bucket_size)
+    plan = task.plan_epoch(seed=cfg.seed, epoch=0, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
     tokens = 0
     start = time.perf_counter()
     for _ in range(steps):
         if index == len(plan):
             epoch, index = epoch + 1, 0
-            plan = task.plan_epoch(seed=cfg.seed, epoch=epoch, batch_size=t.batch_size, bucket_size=t.bucket_size)
+            plan = task.plan_epoch(seed=cfg.seed, epoch=epoch, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
         batch = task.make_batch("train", plan[index], torch.device(device))
         index += 1
-        loss = F.cross_entropy(model(batch["tokens"], batch["lengths"]), batch["labels"])
+        loss, _ = task.training_step(model, batch, t.label_smoothing)  # the task's forward + loss, nothing else
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if t.clip_grad_norm is not None:
@@ -41,3 +42,28 @@ def minimal_training_tokens_per_s(cfg, task, steps: int | None = None, device: s
         sched.step()
         tokens += batch["num_tokens"]
     return tokens / (time.perf_counter() - start), tokens
+
+
+def training_throughput(models: list[str], steps: int, rounds: int, overrides: list[str]) -> list[dict]:
+    """Training tokens/s of the same config with each model= option, as ratios to softmax.
+
+    Rounds alternate between the models so that machine noise hits them alike; medians are reported.
+    """
+    from hydra import compose, initialize_config_dir
+
+    from sparse_runner.config import CONF_DIR, validate
+    from sparse_runner.tasks import build_task
+
+    configs = {}
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        for model in models:
+            configs[model] = validate(compose(config_name="config", overrides=[f"model={model}", "trainer.device=cpu", *overrides]))
+    task = build_task(configs[models[0]])
+    tps: dict[str, list[float]] = {m: [] for m in models}
+    minimal_training_tokens_per_s(configs[models[0]], task, steps=min(steps, 20))  # warm-up
+    for _ in range(rounds):
+        for model in models:
+            tps[model].append(minimal_training_tokens_per_s(configs[model], task, steps=steps)[0])
+            print(f"training {model}: {tps[model][-1]:.0f} tok/s", file=sys.stderr)
+    med = {m: statistics.median(v) for m, v in tps.items()}
+    return [{"model": m, "tokens_per_s": med[m], "rounds": tps[m], "x_softmax": med[m] / med["softmax"]} for m in models]

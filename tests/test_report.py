@@ -123,7 +123,7 @@ def test_report_markdown_csv_latex(outputs: Path, capsys) -> None:
                      "runs/c_running", "runs/b_failed", "runs/e_never"]
 
     # Paper table: published rows, the missing cell says how to fill it, CPU runs as extra rows.
-    paper_md = md.split("## LRA Table 1: ListOps")[1].split("## Runs")[0]
+    paper_md = md.split("## LRA Table 1: ListOps")[1].split("\n## ")[0]
     assert "| Transformer | 36.37 | run: sparse-run experiment=lra_listops |" in paper_md
     assert "| Reformer | 37.27 |" in paper_md
     assert "ours (CPU size, task=listops, model=softmax)" in paper_md
@@ -160,7 +160,7 @@ def test_completed_paper_run_fills_our_cell(outputs: Path, capsys) -> None:
               test_acc=0.99, val_acc=0.99, config_updates=config)
     assert main([str(outputs), "--formats", "md,csv"]) == 0
     md = capsys.readouterr().out
-    paper_md = md.split("## LRA Table 1: ListOps")[1].split("## Runs")[0]
+    paper_md = md.split("## LRA Table 1: ListOps")[1].split("\n## ")[0]
     assert "| Transformer | 36.37 | 36.50 | runs/lra_a | experiment=lra_listops |" in paper_md
     assert "run: sparse-run" not in paper_md
     assert "| ours (experiment=lra_listops, model=softmax) |  | 39.00 | runs/lra_b |" in paper_md

@@ -8,8 +8,12 @@ What it writes (markdown, CSV, LaTeX; atomically, into `<first path>/report` or 
 - one paper table per task family (LRA ListOps for now): published rows side by side with our best run
   of the paper setting; an empty cell of ours says which command fills it; our other completed runs are
   listed underneath with their scale;
+- Correia et al. (2019) Table 1 (translation, tokenized BLEU), published next to ours with the scale our
+  runs trained at, the table of our translation runs behind it (sacreBLEU, chrF, speed vs softmax), and
+  the paper's analysis figures comparing our models per task+experiment (PNG in `figures/`, linked from
+  the markdown; drawn whatever --formats says);
 - one runs table per task: every run with its status, the config values that vary between the runs,
-  test accuracy, best validation value, size, speed and wall time.
+  test accuracy (test BLEU for translation), best validation value, size, speed and wall time.
 
 Exit codes of `main`: 0 report written; 1 no runs found (nothing written); 2 bad input (unknown format,
 a path that does not exist, an output folder that cannot be written).
@@ -28,10 +32,13 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from sparse_runner.io import atomic_write_text
 from sparse_runner.reporting import references as refs
+
+if TYPE_CHECKING:  # the figures module imports matplotlib: only loaded when there is something to draw
+    from sparse_runner.reporting.figures import DrawnFigure
 
 PROG = "sparse-report"
 FORMATS = ("md", "csv", "tex")
@@ -99,13 +106,22 @@ class RunRecord:
 
     @property
     def val_accuracy(self) -> float | None:
-        """Best validation accuracy (the checkpoint-selection value if that is accuracy), else the final one."""
+        return self.best_value("val/accuracy")
+
+    def metric(self, name: str) -> float | None:
+        """A final metric of the run (`test/bleu`, `test/chrf`, ...), or None when it has none."""
+        return _as_float(self.metrics.get(name))
+
+    def best_value(self, name: str) -> float | None:
+        """The best value of a validation metric: the checkpoint-selection value when the run selected on
+        `name`, else the trainer's `best/<name>`, else the final value."""
         selection = self.data.get("selection")
-        if isinstance(selection, dict) and selection.get("metric") == "val/accuracy":
+        if isinstance(selection, dict) and selection.get("metric") == name:
             best = _as_float(selection.get("best_value"))
             if best is not None:
                 return best
-        return _as_float(self.metrics.get("val/accuracy"))
+        best = self.metric(f"best/{name}")
+        return best if best is not None else self.metric(name)
 
 
 def _as_float(value: Any) -> float | None:
@@ -341,6 +357,18 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "unknown"
 
 
+def _bleu(value: float | None) -> str:
+    """BLEU for display: 2 decimals, so a perfect score's float noise (100.00000000000004) reads 100.00."""
+    return _fmt_number(value, ".2f")
+
+
+def _test_column(runs: list[RunRecord]) -> tuple[str, Callable[[RunRecord], str]]:
+    """Header and cell of a runs table's test column: BLEU for translation tasks, accuracy (%) otherwise."""
+    if any(rec.metric("test/bleu") is not None for rec in runs):
+        return "test BLEU", lambda rec: _bleu(rec.metric("test/bleu"))
+    return "test acc (%)", lambda rec: _pct(rec.test_accuracy)
+
+
 def runs_tables(records: list[RunRecord]) -> list[Table]:
     """One table per task: every run, the config values that vary between them, and its results."""
     by_task: dict[str, list[RunRecord]] = {}
@@ -354,7 +382,8 @@ def runs_tables(records: list[RunRecord]) -> list[Table]:
         notes = [_note(rec) for rec in runs]
         headers = ["run", "status", "model"] + (["experiment"] if show_experiment else []) + varied
         first_numeric = len(headers)
-        headers += ["test acc (%)", "best val", "attn density", "head JS", "params", "tokens/s", "wall time (s)"]
+        test_header, test_cell = _test_column(runs)
+        headers += [test_header, "best val", "attn density", "head JS", "params", "tokens/s", "wall time (s)"]
         numeric = set(range(first_numeric, len(headers)))
         if any(notes):
             headers.append("note")
@@ -365,7 +394,7 @@ def runs_tables(records: list[RunRecord]) -> list[Table]:
                 row.append(rec.experiment or "")
             row += [_fmt_value(rec.config[key]) if key in rec.config else _MISSING for key in varied]
             row += [
-                _pct(rec.test_accuracy),
+                test_cell(rec),
                 _best_val(rec),
                 _fmt_number(rec.attention_mean("mean_density"), ".3f"),
                 _fmt_number(rec.attention_mean("js_mean"), ".3f"),
@@ -393,11 +422,18 @@ def _scale_label(rec: RunRecord) -> str:
     return f"ours ({scale}, model={rec.model or '?'})"
 
 
-def _selection_key(rec: RunRecord) -> tuple[float, float, str]:
-    # Pick our run by validation accuracy, not test accuracy, so the reported test number is not itself
-    # chosen on the test set; test accuracy only breaks ties, then the run name keeps it deterministic.
-    val, test = rec.val_accuracy, rec.test_accuracy
+def _selection_key(rec: RunRecord, val_metric: str = "val/accuracy",
+                   test_metric: str = "test/accuracy") -> tuple[float, float, str]:
+    # Pick our run by its validation score, not its test score, so the reported test number is not itself
+    # chosen on the test set; the test score only breaks ties, then the run name keeps it deterministic.
+    val, test = rec.best_value(val_metric), rec.metric(test_metric)
     return (-math.inf if val is None else val, -math.inf if test is None else test, rec.display)
+
+
+def _pick(candidates: list[RunRecord], val_metric: str = "val/accuracy",
+          test_metric: str = "test/accuracy") -> RunRecord:
+    """The run shown when several match a cell: the best on validation (rule of `_selection_key`)."""
+    return max(candidates, key=lambda rec: _selection_key(rec, val_metric, test_metric))
 
 
 def paper_tables(records: list[RunRecord]) -> list[Table]:
@@ -424,7 +460,7 @@ def paper_tables(records: list[RunRecord]) -> list[Table]:
                 candidates = [rec for rec in completed
                               if fill and rec.experiment == fill.get("experiment") and rec.model in models]
                 if candidates:
-                    best = max(candidates, key=_selection_key)
+                    best = _pick(candidates)
                     used.add(id(best))
                     ours, run, overrides = _pct(best.test_accuracy), best.display, " ".join(best.overrides)
                 else:
@@ -459,6 +495,272 @@ def paper_tables(records: list[RunRecord]) -> list[Table]:
 
 
 # --------------------------------------------------------------------------------------------------
+# Correia et al. (2019) Table 1: translation BLEU, published next to ours, and the paper's analysis figures
+
+TRANSLATION_FAMILY = "translation"
+
+# A run of ours per (task, experiment) and model: see translation_picks.
+Picks = dict[tuple[str | None, str | None], dict[str, RunRecord]]
+
+
+def _model_rank(model: str) -> tuple[int, str]:
+    """Table 1 row order: softmax, 1.5-entmax, α-entmax, sparsemax, then other models by name."""
+    order = list(refs.TRANSLATION_MODEL_ROWS)
+    return (order.index(model) if model in order else len(order), model)
+
+
+def _row_label(model: str) -> str:
+    return refs.TRANSLATION_MODEL_ROWS.get(model, model)
+
+
+def translation_picks(records: list[RunRecord]) -> Picks:
+    """Our run of each model for every task+experiment, from completed translation runs only (failed,
+    unfinished and unreadable runs never stand for a model), chosen on validation BLEU."""
+    groups: dict[tuple[str | None, str | None], dict[str, list[RunRecord]]] = {}
+    for rec in records:
+        if rec.task_family == TRANSLATION_FAMILY and rec.status == "completed" and rec.model:
+            key = (refs.canonical_task(rec.task), rec.experiment)
+            groups.setdefault(key, {}).setdefault(rec.model, []).append(rec)
+    return {
+        key: {model: _pick(models[model], "val/bleu", "test/bleu") for model in sorted(models, key=_model_rank)}
+        for key, models in groups.items()
+    }
+
+
+def _column_runs(picks: Picks, column: str) -> dict[str, RunRecord]:
+    spec = refs.TRANSLATION_COLUMNS[column]
+    return picks.get((spec["tasks"][0], spec["experiment"]), {})
+
+
+def _table1_models(picks: Picks) -> list[str]:
+    """Table 1 rows as our model names: the paper's three, then any other model we ran for a column."""
+    published = [m for m, row in refs.TRANSLATION_MODEL_ROWS.items() if row in refs.CORREIA2019_TABLE1["rows"]]
+    ran = {model for column in refs.TRANSLATION_COLUMNS for model in _column_runs(picks, column)}
+    return published + sorted(ran - set(published), key=_model_rank)
+
+
+def _steps(value: Any) -> str:
+    """200000 -> `200k`, 1400 -> `1400`."""
+    number = _as_float(value)
+    if number is None:
+        return "?"
+    number = int(number)
+    return f"{number // 1000}k" if number >= 10_000 and number % 1000 == 0 else str(number)
+
+
+def translation_scale(rec: RunRecord) -> str:
+    """`CPU size: 3+3 layers d256 h4, 3000 tokens/batch, 1400 steps`, read from the run's config and how far
+    it trained, so that nobody mistakes a small run for a reproduction. `paper size` means the paper's
+    Transformer-Base dimensions (references.CORREIA2019_MODEL_SIZE)."""
+    config = rec.config
+    dims = {
+        "model.num_layers": config.get("model.num_layers"),
+        # a null decoder_layers means as deep as the encoder
+        "model.decoder_layers": config.get("model.decoder_layers") or config.get("model.num_layers"),
+        "model.d_model": config.get("model.d_model"),
+        "model.num_heads": config.get("model.num_heads"),
+    }
+    size = "paper size" if dims == refs.CORREIA2019_MODEL_SIZE else "CPU size"
+    steps = rec.data.get("step") if _as_float(rec.data.get("step")) is not None else config.get("trainer.max_steps")
+    text = (f"{size}: {dims['model.num_layers']}+{dims['model.decoder_layers']} layers d{dims['model.d_model']} "
+            f"h{dims['model.num_heads']}, {config.get('trainer.batch_tokens')} tokens/batch, {_steps(steps)} steps")
+    return text + " (stopped early)" if rec.data.get("stopped_early") is True else text
+
+
+def _speed_vs_softmax(rec: RunRecord, picks: Picks) -> str:
+    """Training tokens/s in % of our softmax run of the same task and experiment (the paper's comparison)."""
+    softmax = picks.get((refs.canonical_task(rec.task), rec.experiment), {}).get("softmax")
+    ours = _as_float(rec.data.get("tokens_per_second"))
+    base = _as_float(softmax.data.get("tokens_per_second")) if softmax else None
+    return f"{100.0 * ours / base:.0f}" if ours is not None and base else ""
+
+
+def _task_info_values(runs: Iterable[RunRecord], key: str) -> list[str]:
+    """The distinct values of metrics.json task_info[key] among `runs`, in first-seen order."""
+    values = []
+    for rec in runs:
+        info = rec.data.get("task_info")
+        value = _as_str(info.get(key)) if isinstance(info, dict) else None
+        if value and value not in values:
+            values.append(value)
+    return values
+
+
+def correia2019_table1(picks: Picks) -> Table:
+    """Correia et al. (2019) Table 1: per language pair the published BLEU and ours, rows = models; a cell
+    we have no run for says which command fills it. The last row says at which scale our runs trained."""
+    columns = list(refs.TRANSLATION_COLUMNS)
+    published_rows = refs.CORREIA2019_TABLE1["rows"]
+    headers, scale_row = ["model"], ["scale"]
+    for column in columns:
+        runs = _column_runs(picks, column).values()
+        scales = "; ".join(dict.fromkeys(translation_scale(rec) for rec in runs))
+        if refs.TRANSLATION_COLUMNS[column]["published"]:
+            headers.append(f"{column} published")
+            scale_row.append("")  # the paper's scale is in the caption
+        headers.append(f"{column} ours" if refs.TRANSLATION_COLUMNS[column]["published"] else column)
+        scale_row.append(scales)
+
+    rows, missing = [], []
+    for model in _table1_models(picks):
+        label = _row_label(model)
+        row = [label]
+        for column in columns:
+            if refs.TRANSLATION_COLUMNS[column]["published"]:
+                row.append(_fmt_number(published_rows.get(label, {}).get(column), ".2f"))
+            run = _column_runs(picks, column).get(model)
+            if run is None:
+                row.append(f"run: {refs.translation_fill_command(column, model)}")
+                missing.append(column)
+            else:
+                row.append(_bleu(run.metric("test/bleu")))
+        rows.append(row)
+    return Table(
+        slug="correia2019_table1",
+        title="Correia et al. 2019 Table 1: translation (published vs ours, test BLEU, tokenized)",
+        headers=headers, rows=rows + [scale_row], numeric=set(range(1, len(headers))),
+        rules_before={len(rows)}, notes=_table1_notes(picks, missing),
+    )
+
+
+def _table1_notes(picks: Picks, missing: list[str]) -> list[str]:
+    """The caption of Table 1: sources, how our cells are chosen and scored, and how to fill the gaps."""
+    used = [rec for column in refs.TRANSLATION_COLUMNS for rec in _column_runs(picks, column).values()]
+    tokenization = _task_info_values(used, "bleu_tokenization")
+    signatures = _task_info_values(used, "sacrebleu_signature")
+    notes = [
+        f"Published: {refs.CORREIA2019_TABLE1['citation']}: test BLEU, tokenized (Moses-tokenised, "
+        "multi-bleu.perl style); single runs. es→en Bible is our own CPU-size pair, not in the paper.",
+        "Ours: per cell, the completed run of the column's experiment (`experiment=correia2019_<pair>`; "
+        "es→en Bible: `experiment=mt_cpu`) and the row's model with the best validation BLEU; its test BLEU "
+        "(metrics.json `test/bleu`) is shown, rounded to 2 decimals.",
+        "Tokenized BLEU of ours: " + (" | ".join(tokenization) if tokenization else "no run yet") + ".",
+        "sacreBLEU signature of ours (detokenized BLEU, in the runs table below): "
+        + (" | ".join(signatures) if signatures else "no run yet") + ".",
+        "Scale: `paper size` = the paper's Transformer-Base (6+6 layers, d_model 512, 8 heads, 8192-token "
+        "batches; PAPERS.md A.3). A `CPU size` cell is a small model trained briefly: it checks the pipeline "
+        "and is not a reproduction of the published number.",
+    ]
+    columns = list(dict.fromkeys(missing))
+    if columns:
+        notes.append("Missing cells; fill a whole column with: " + "; ".join(
+            f"{column}: `{refs.translation_fill_command(column)}`" for column in columns) + ".")
+    return notes
+
+
+def correia2019_runs_table(picks: Picks, records: list[RunRecord]) -> Table | None:
+    """Every completed translation run behind Table 1 with sacreBLEU, chrF, speed and scale; our other
+    completed translation runs below a rule. None when there are no completed translation runs."""
+    cells = [(column, rec) for column in refs.TRANSLATION_COLUMNS
+             for rec in _column_runs(picks, column).values()]
+    used = {id(rec) for _, rec in cells}
+    extra = sorted((rec for rec in records if rec.task_family == TRANSLATION_FAMILY and rec.status == "completed"
+                    and id(rec) not in used), key=lambda rec: rec.display)
+    if not cells and not extra:
+        return None
+    rows = [_translation_run_row(column, rec, picks) for column, rec in cells]
+    rows += [_translation_run_row(f"not in Table 1: task={rec.task}, experiment={rec.experiment}", rec, picks)
+             for rec in extra]
+    notes = [
+        "BLEU (tok.) is Table 1's metric; sacreBLEU is detokenized BLEU (signature in Table 1's caption); "
+        "chrF in sacreBLEU's default setting. Best val BLEU chose the run.",
+        "Speed: training tokens/s in % of our softmax run of the same task and experiment; published: "
+        "α-entmax 75 %, 1.5-entmax 90 % of softmax (Correia et al. 2019; PAPERS.md A.3).",
+    ]
+    if extra:
+        notes.append("Rows below the rule are our other completed translation runs (another experiment, or "
+                     "not the best on validation); they are not in Table 1.")
+    return Table(
+        slug="correia2019_table1_runs",
+        title="Correia et al. 2019 Table 1: our runs (BLEU, sacreBLEU, chrF, speed, scale)",
+        headers=["column", "model", "BLEU (tok.)", "sacreBLEU", "chrF", "best val BLEU", "tokens/s",
+                 "speed vs softmax (%)", "published speed (%)", "scale", "run"],
+        rows=rows, numeric=set(range(2, 9)), rules_before={len(cells)} if extra and cells else set(), notes=notes,
+    )
+
+
+def _translation_run_row(column: str, rec: RunRecord, picks: Picks) -> list[str]:
+    label = _row_label(rec.model or "?")
+    published_speed = refs.CORREIA2019_SPEED.get(label)
+    return [
+        column, label,
+        _bleu(rec.metric("test/bleu")), _bleu(rec.metric("test/sacrebleu")), _bleu(rec.metric("test/chrf")),
+        _bleu(rec.best_value("val/bleu")),
+        _fmt_number(rec.data.get("tokens_per_second"), ".0f"),
+        _speed_vs_softmax(rec, picks),
+        "" if published_speed is None else f"{100.0 * published_speed:.0f}",
+        translation_scale(rec), rec.display,
+    ]
+
+
+def correia2019_tables(picks: Picks, records: list[RunRecord]) -> list[Table]:
+    """Table 1 (always: its empty cells say what to run) and, once there are runs, the table behind it."""
+    runs = correia2019_runs_table(picks, records)
+    return [correia2019_table1(picks)] + ([runs] if runs else [])
+
+
+def _analysis_block(rec: RunRecord, key: str) -> dict | None:
+    """metrics.json analysis[key] ("attention" or "alpha") when it holds data, else None."""
+    analysis = rec.data.get("analysis")
+    block = analysis.get(key) if isinstance(analysis, dict) else None
+    return block if isinstance(block, dict) and block else None
+
+
+def _learns_alpha(rec: RunRecord) -> bool:
+    """α-entmax with a learned α per head (model.alpha null), the runs whose α the paper plots."""
+    return rec.config.get("model.normaliser") == "alpha_entmax" and rec.config.get("model.alpha") is None
+
+
+def _is_sparse(rec: RunRecord) -> bool:
+    return rec.config.get("model.normaliser", rec.model) != "softmax"
+
+
+def analysis_figures(picks: Picks, out_dir: Path) -> tuple[list[str], list[Path]]:
+    """Draw the paper's analysis figures for every task+experiment whose runs have an analysis block, into
+    `out_dir/figures`; returns the markdown sections that show them and the files written.
+
+    The models compared are the runs Table 1 shows (translation_picks). A run without analysis is left out
+    of the figures; a group whose analysis cannot be drawn is skipped with a warning.
+    """
+    sections: list[str] = []
+    written: list[Path] = []
+    for (task, experiment), runs in sorted(picks.items(), key=lambda item: tuple(map(str, item[0]))):
+        analysed = {_row_label(model): rec for model, rec in runs.items() if _analysis_block(rec, "attention")}
+        if not analysed:
+            continue
+        from sparse_runner.reporting import figures  # matplotlib: only imported when there is something to draw
+
+        attention = {label: _analysis_block(rec, "attention") for label, rec in analysed.items()}
+        try:
+            drawn = figures.draw_comparison(
+                attention=attention,
+                sparse_attention={label: attention[label] for label, rec in analysed.items() if _is_sparse(rec)},
+                learned_alphas={label: _analysis_block(rec, "alpha") for label, rec in analysed.items()
+                                if _learns_alpha(rec) and _analysis_block(rec, "alpha")},
+                folder=out_dir / "figures", stem=_slug(f"{task}_{experiment}"),
+            )
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            _warn(f"figures for task={task}, experiment={experiment} skipped: malformed analysis ({_one_line(exc)})")
+            continue
+        written += [figure.path for figure in drawn]
+        sections.append(_figures_markdown(task, experiment, runs, analysed, drawn, out_dir))
+    return sections, written
+
+
+def _figures_markdown(task: str | None, experiment: str | None, runs: dict[str, RunRecord],
+                      analysed: dict[str, RunRecord], drawn: list[DrawnFigure], out_dir: Path) -> str:
+    """The markdown section of one task+experiment: which runs the figures compare, then the figures."""
+    lines = [f"## Figures: Correia et al. 2019 analysis, task={task}, experiment={experiment}", "",
+             "Runs: " + ", ".join(f"{label} `{rec.display}`" for label, rec in analysed.items()) + "."]
+    skipped = [_row_label(model) for model, rec in runs.items() if _row_label(model) not in analysed]
+    if skipped:
+        lines[-1] += " Without analysis, so not drawn: " + ", ".join(skipped) + "."
+    for figure in drawn:
+        lines += ["", f"![{figure.caption}]({figure.path.relative_to(out_dir).as_posix()})"]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
 # Writers
 
 
@@ -473,12 +775,15 @@ def render_markdown_table(table: Table) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(tables: list[Table], summary: str) -> str:
+def render_markdown(tables: list[Table], summary: str, sections: Iterable[str] = ()) -> str:
+    """The report: the summary line, every table with its notes, then `sections` (markdown, e.g. figures)."""
     parts = ["# sparse-report", "", summary]
     for table in tables:
         parts += ["", f"## {table.title}", "", render_markdown_table(table)]
         if table.notes:
             parts += [""] + [f"- {note}" for note in table.notes]
+    for section in sections:
+        parts += ["", section]
     return "\n".join(parts) + "\n"
 
 
@@ -493,6 +798,8 @@ def render_csv(table: Table) -> str:
 _LATEX_SPECIALS = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
     "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+    # Table 1's model and language-pair names, which pdflatex cannot take as UTF-8
+    "α": r"$\alpha$", "→": r"$\rightarrow$",
 }
 
 
@@ -559,13 +866,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Collect run directories (metrics.json) and write the paper tables next to the "
-                    "published numbers as markdown, CSV and LaTeX.",
+                    "published numbers as markdown, CSV and LaTeX, and the paper's analysis figures (PNG).",
     )
     parser.add_argument("paths", nargs="*", metavar="PATH",
                         help="folders to search for runs, recursively (default: outputs)")
     parser.add_argument("--out", metavar="DIR", help="where to write the report (default: <first PATH>/report)")
     parser.add_argument("--formats", default="md,csv,tex",
-                        help="comma-separated subset of md,csv,tex (default: all three)")
+                        help="comma-separated subset of md,csv,tex (default: all three); the analysis "
+                             "figures are written as PNG whatever this says")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed usage and its one-line error (or --help)
@@ -595,11 +903,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: no runs found under {', '.join(paths)}; create one with: sparse-run", file=sys.stderr)
         return 1
 
-    tables = paper_tables(records) + runs_tables(records)
-    markdown = render_markdown(tables, _summary(records, paths))
+    picks = translation_picks(records)
+    tables = paper_tables(records) + correia2019_tables(picks, records) + runs_tables(records)
     out_dir = Path(args.out) if args.out else Path(paths[0]) / "report"
     try:
-        written = write_report(tables, markdown, out_dir, formats)
+        sections, written = analysis_figures(picks, out_dir)
+        markdown = render_markdown(tables, _summary(records, paths), sections)
+        written += write_report(tables, markdown, out_dir, formats)
     except OSError as exc:
         print(f"{PROG}: cannot write the report to {out_dir}: {_one_line(exc)}", file=sys.stderr)
         return 2

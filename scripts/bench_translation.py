@@ -1,0 +1,147 @@
+#!/usr/bin/env python
+"""Translation speed: decoding with the key/value cache vs recomputing the prefix, and training tokens/s.
+
+1. Decoding: sentences/s of greedy and beam search on real embedded es->en validation sentences, with
+   `use_cache=True` (each step feeds one token; keys/values of earlier steps are kept) against
+   `use_cache=False` (each step re-runs the decoder over the whole prefix). The model is the
+   experiment's architecture (default: experiment=mt_cpu), trained for `--train-steps` steps first so
+   that it stops at sensible lengths; both variants decode exactly the same hypotheses (checked).
+2. Training: tokens/s of the same model with each normaliser as ratios to softmax (alternating rounds,
+   medians), next to Correia et al. (2019)'s reported 90 % (1.5-entmax) and 75 % (alpha-entmax).
+
+    python scripts/bench_translation.py                     # both parts, CPU
+    python scripts/bench_translation.py --part decoding --sentences 200
+
+Writes <out>/translation.json and .md (default out: outputs/benchmarks). Run on an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+
+from sparse_runner.benchmarking import training_throughput
+from sparse_runner.config import CONF_DIR, validate
+from sparse_runner.decoding import beam_search, greedy_search
+from sparse_runner.io import atomic_write_json, atomic_write_text
+from sparse_runner.tasks import build_task
+from sparse_runner.tasks.batching import plan_eval
+from sparse_runner.tokenization import BOS_ID, EOS_ID
+
+MODELS = ["softmax", "sparsemax", "entmax15", "entmax"]
+PAPER_SPEED = {"softmax": 1.0, "entmax15": 0.90, "entmax": 0.75}  # Correia et al. 2019, PAPERS.md A.3
+
+
+def decode_all(task, model, batches, *, beam: int, use_cache: bool) -> tuple[list[list[int]], float]:
+    d = task.cfg.decoding
+    out: list[list[int]] = []
+    start = time.perf_counter()
+    for indices in batches:
+        batch = task.make_batch("val", indices, torch.device("cpu"))
+        common = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_len_a=d.max_len_a, max_len_b=d.max_len_b, use_cache=use_cache)
+        if beam == 1:
+            out += greedy_search(model, batch["src"], batch["src_lengths"], **common)
+        else:
+            out += beam_search(model, batch["src"], batch["src_lengths"], beam_size=beam, length_penalty=d.length_penalty, **common)
+    return out, time.perf_counter() - start
+
+
+def bench_decoding(cfg, sentences: int, batch_size: int, beams: list[int], rounds: int, train_steps: int) -> list[dict]:
+    task = build_task(cfg)
+    model = _trained(cfg, task, train_steps)
+    model.eval()
+    lengths = task._lengths["val"][:sentences]
+    batches = plan_eval(lengths, batch_size)
+    rows = []
+    for beam in beams:
+        times = {True: [], False: []}
+        outputs = {}
+        for _ in range(rounds):
+            for use_cache in (True, False):
+                outputs[use_cache], seconds = decode_all(task, model, batches, beam=beam, use_cache=use_cache)
+                times[use_cache].append(seconds)
+                print(f"beam {beam} cache={use_cache}: {len(lengths) / seconds:.1f} sentences/s", file=sys.stderr)
+        cached, uncached = statistics.median(times[True]), statistics.median(times[False])
+        rows.append({
+            "beam": beam,
+            "sentences": len(lengths),
+            "mean_output_tokens": statistics.mean(len(o) + 1 for o in outputs[True]),
+            "cached_sentences_per_s": len(lengths) / cached,
+            "recompute_sentences_per_s": len(lengths) / uncached,
+            "speedup": uncached / cached,
+            "same_output": outputs[True] == outputs[False],
+            "rounds_s": {"cached": times[True], "recompute": times[False]},
+        })
+    return rows
+
+
+def _trained(cfg, task, steps: int):
+    """The config's model after `steps` plain training steps (so it emits EOS at sensible lengths)."""
+    from sparse_runner.training.trainer import optimizer_groups
+
+    t = cfg.trainer
+    torch.manual_seed(cfg.seed)
+    model = task.build_model(cfg.model)
+    model.train()
+    opt = torch.optim.AdamW(optimizer_groups(model, t.lr, 0.0), lr=t.lr, betas=tuple(t.betas))
+    plan = task.plan_epoch(seed=cfg.seed, epoch=0, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
+    for i in range(steps):
+        loss, _ = task.training_step(model, task.make_batch("train", plan[i % len(plan)], torch.device("cpu")), t.label_smoothing)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--part", choices=["both", "decoding", "training"], default="both")
+    parser.add_argument("--sentences", type=int, default=300, help="validation sentences decoded per round")
+    parser.add_argument("--batch-size", type=int, default=50, help="sentences per decoding batch")
+    parser.add_argument("--beams", default="1,4", help="comma-separated beam sizes (1 = greedy)")
+    parser.add_argument("--train-steps", type=int, default=150, help="training steps before decoding (0 = untrained model)")
+    parser.add_argument("--steps", type=int, default=30, help="training steps per round (training part)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--out", default="outputs/benchmarks")
+    parser.add_argument("overrides", nargs="*", default=["experiment=mt_cpu"], help="config overrides (default experiment=mt_cpu)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    overrides = ["trainer.device=cpu", *args.overrides]
+    result = {"machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads(), "torch": torch.__version__, "overrides": overrides}
+    md = []
+    if args.part in ("both", "decoding"):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = validate(compose(config_name="config", overrides=overrides))
+        rows = bench_decoding(cfg, args.sentences, args.batch_size, [int(b) for b in args.beams.split(",")], args.rounds, args.train_steps)
+        result["decoding"] = rows
+        md += [f"## Decoding, {rows[0]['sentences']} es->en validation sentences, batches of {args.batch_size} "
+               f"(model trained {args.train_steps} steps; medians of {args.rounds} rounds)", "",
+               "| search | output tokens (mean) | KV cache sent/s | recompute prefix sent/s | speed-up | same output |", "|---|---:|---:|---:|---:|---|"]
+        md += [f"| {'greedy' if r['beam'] == 1 else 'beam ' + str(r['beam'])} | {r['mean_output_tokens']:.1f} | {r['cached_sentences_per_s']:.1f} | "
+               f"{r['recompute_sentences_per_s']:.1f} | {r['speedup']:.2f}x | {r['same_output']} |" for r in rows]
+        md.append("")
+    if args.part in ("both", "training"):
+        rows = training_throughput(MODELS, args.steps, args.rounds, args.overrides)
+        result["training"] = rows
+        md += [f"## Training tokens/s (target tokens; {args.steps} steps x {args.rounds} rounds, medians; {' '.join(args.overrides)})", "",
+               "| model | tokens/s | x softmax | paper (Correia et al. 2019) |", "|---|---:|---:|---:|"]
+        md += [f"| {r['model']} | {r['tokens_per_s']:.0f} | {r['x_softmax']:.2f} | {PAPER_SPEED.get(r['model'], float('nan')):.2f} |" for r in rows]
+        md.append("")
+    md.append(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    out = Path(args.out)
+    atomic_write_json(out / "translation.json", result)
+    atomic_write_text(out / "translation.md", "\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
