@@ -21,29 +21,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import numpy as np
 import torch
 
-DENSITY_BINS = 15
-DENSITY_RANGE = (0.0, 1.0)
-ALPHA_BINS = 15
-ALPHA_RANGE = (1.0, 2.0)
-
-# Display order of the paper's attention types; any other type follows in first-seen order.
-CANONICAL_TYPES = ("encoder_self", "context", "decoder_self")
-
-
-def _edges(bins: int, lo: float, hi: float) -> np.ndarray:
-    # The same edges np.histogram uses for `bins=bins, range=(lo, hi)`.
-    return np.linspace(lo, hi, bins + 1)
-
-
-def order_types(types: Iterable[str]) -> list[str]:
-    """Attention types in display order: encoder_self, context, decoder_self, then the rest as given."""
-    types = list(dict.fromkeys(types))
-    return [t for t in CANONICAL_TYPES if t in types] + [t for t in types if t not in CANONICAL_TYPES]
+from sparse_runner.analysis.bins import (  # noqa: F401  (re-exported: this module's public names)
+    ALPHA_BINS,
+    ALPHA_RANGE,
+    CANONICAL_TYPES,
+    DENSITY_BINS,
+    DENSITY_RANGE,
+    bin_edges,
+    order_types,
+)
 
 
 @dataclass
@@ -64,7 +54,7 @@ class _LayerAccumulator:
         self.js_sum = torch.zeros((), **f64)
         self.queries = torch.zeros((), **f64)
         self.hist = torch.zeros(DENSITY_BINS, dtype=torch.int64, device=self.device)
-        self.edges = torch.as_tensor(_edges(DENSITY_BINS, *DENSITY_RANGE), **f64)
+        self.edges = torch.as_tensor(bin_edges(DENSITY_BINS, *DENSITY_RANGE), **f64)
 
 
 class AttentionStats:
@@ -163,7 +153,7 @@ class AttentionStats:
         }}
         Values with nothing to average (no possible pairs, no valid query) are None.
         """
-        edges = _edges(DENSITY_BINS, *DENSITY_RANGE).tolist()
+        edges = bin_edges(DENSITY_BINS, *DENSITY_RANGE).tolist()
         out: dict = {}
         for attn_type in order_types(t for t, _ in self._layers):
             layers = []

@@ -2,10 +2,15 @@
 
 Every function writes one PNG atomically (temporary sibling + `os.replace`, via `sparse_runner.io`) and
 returns its path. Figures are built with `matplotlib.figure.Figure` and the Agg canvas: no pyplot, no
-display, no global backend switch, no figure left open.
+display, no global backend switch, no figure left open. Nothing here imports torch: the trainer draws a
+run's figures (`analysis.collect`) and sparse-report draws the same figures comparing runs from their
+metrics.json, without torch.
 
-Functions that take a `summary` accept either one summary ({attention_type: {...}}) or several models
+Functions that take a summary accept either one summary ({attention_type: {...}}) or several models
 to overlay ({model name: summary}), e.g. {"softmax": s1, "1.5-entmax": s2, "alpha-entmax": s3}.
+Models are coloured in order from matplotlib's cycle unless `colours` ({model name: colour}) says
+otherwise: a caller drawing different subsets of its models in different figures passes the same
+`colours` to all of them, so that a model keeps its colour throughout.
 """
 
 from __future__ import annotations
@@ -17,8 +22,16 @@ from typing import Any, Mapping
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
-from sparse_runner.analysis.attention_stats import ALPHA_BINS, ALPHA_RANGE, DENSITY_BINS, DENSITY_RANGE, order_types
+from sparse_runner.analysis.bins import (
+    ALPHA_BINS,
+    ALPHA_RANGE,
+    DENSITY_BINS,
+    DENSITY_RANGE,
+    bin_edges,
+    order_types,
+)
 from sparse_runner.io import atomic_open
 
 TYPE_TITLES = {
@@ -34,19 +47,29 @@ def type_title(attn_type: str) -> str:
     return TYPE_TITLES.get(attn_type, attn_type.replace("_", " ").capitalize())
 
 
-def _is_summary(obj: Any) -> bool:
+def _is_summary(obj: Any, entry_key: str) -> bool:
+    """Whether `obj` is one model's {attention type: entry}, every entry holding `entry_key`."""
     return isinstance(obj, Mapping) and bool(obj) and all(
-        isinstance(v, Mapping) and "layers" in v for v in obj.values()
+        isinstance(v, Mapping) and entry_key in v for v in obj.values()
     )
 
 
-def _as_models(summary: Mapping) -> dict[str, Mapping]:
-    """{model name: summary}; a single summary becomes {"": summary} (drawn without a model legend)."""
-    if _is_summary(summary):
+def _as_models(summary: Mapping, entry_key: str = "layers") -> dict[str, Mapping]:
+    """{model name: summary}; a single summary becomes {"": summary} (drawn without a model legend).
+
+    entry_key: a key every entry of a summary has ("layers" in `AttentionStats.summary()`, "counts" in
+    `alpha_summary()`), which tells one summary from several.
+    """
+    if _is_summary(summary, entry_key):
         return {"": summary}
-    if isinstance(summary, Mapping) and summary and all(_is_summary(v) for v in summary.values()):
+    if isinstance(summary, Mapping) and summary and all(_is_summary(v, entry_key) for v in summary.values()):
         return dict(summary)
-    raise ValueError("expected an AttentionStats summary or a dict {model name: summary} with data")
+    raise ValueError("expected a summary {attention type: ...} or a dict {model name: summary} with data")
+
+
+def _colours(models: Mapping[str, Mapping], colours: Mapping[str, str] | None) -> dict[str, str]:
+    colours = colours or {}
+    return {name: colours.get(name, f"C{i}") for i, name in enumerate(models)}
 
 
 def _types(models: Mapping[str, Mapping]) -> list[str]:
@@ -76,57 +99,60 @@ def _layer_ticks(ax, layers: list[int]) -> None:
     ax.set_xlabel("layer")
 
 
-def plot_alpha_histograms(alpha_summary: Mapping, path: str | os.PathLike) -> Path:
-    """Histogram of learned alphas per attention type (15 equal bins over [1, 2], as in the paper)."""
-    types = order_types(alpha_summary)
-    if not types:
-        raise ValueError("no alphas to plot")
-    fig, axes = _figure(1, len(types), sharey=True)
-    width = (ALPHA_RANGE[1] - ALPHA_RANGE[0]) / ALPHA_BINS
+def _histogram_figure(models: Mapping[str, Mapping], colours: dict[str, str], *, bins: int,
+                      value_range: tuple[float, float], xlabel: str, sharey: bool) -> tuple[Figure, np.ndarray]:
+    """One panel per attention type; each model's histogram {"counts", "edges"?, "count"?} of that type as
+    bars, several models side by side within each bin."""
+    types = _types(models)
+    fig, axes = _figure(1, len(types), sharey=sharey)
+    bar_width = (value_range[1] - value_range[0]) / bins / len(models)
     for ax, attn_type in zip(axes[0], types):
-        entry = alpha_summary[attn_type]
-        edges = np.asarray(entry.get("edges", np.linspace(*ALPHA_RANGE, ALPHA_BINS + 1)))
-        counts = np.asarray(entry["counts"])
-        ax.bar(edges[:-1], counts, width=width, align="edge", color="tab:blue", edgecolor="white")
-        ax.axvline(1.5, color="grey", linestyle=":", linewidth=1)
-        ax.set_xlim(*ALPHA_RANGE)
-        ax.set_xlabel("learned α  (1 = softmax, 2 = sparsemax)")
-        ax.set_title(f"{type_title(attn_type)} ({entry.get('count', int(counts.sum()))} heads)")
+        for i, (name, model) in enumerate(models.items()):
+            hist = model.get(attn_type)
+            if hist is None:
+                continue
+            counts = np.asarray(hist["counts"])
+            edges = np.asarray(hist.get("edges", bin_edges(bins, *value_range)))
+            n = hist.get("count", int(counts.sum()))
+            ax.bar(edges[:-1] + i * bar_width, counts, width=bar_width, align="edge", color=colours[name],
+                   edgecolor="white", linewidth=0.5, label=f"{name} (n={n})" if name else f"n={n}")
+        ax.set_xlim(*value_range)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: no 0.5 heads
+        ax.set_xlabel(xlabel)
+        ax.set_title(type_title(attn_type))
         ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize="small")
+    return fig, axes
+
+
+def plot_alpha_histograms(alpha_summary: Mapping, path: str | os.PathLike, *,
+                          colours: Mapping[str, str] | None = None) -> Path:
+    """Histogram of learned alphas per attention type (15 equal bins over [1, 2], as in the paper)."""
+    models = _as_models(alpha_summary, entry_key="counts")
+    fig, axes = _histogram_figure(models, _colours(models, colours), bins=ALPHA_BINS, value_range=ALPHA_RANGE,
+                                  xlabel="learned α  (1 = softmax, 2 = sparsemax)", sharey=True)
+    for ax in axes[0]:
+        ax.axvline(1.5, color="grey", linestyle=":", linewidth=1)  # 1.5-entmax, for reference
     axes[0, 0].set_ylabel("number of heads")
     fig.suptitle("Distribution of learned α per attention type")
     return _save(fig, path)
 
 
-def plot_density_histograms(summary: Mapping, path: str | os.PathLike) -> Path:
+def plot_density_histograms(summary: Mapping, path: str | os.PathLike, *,
+                            colours: Mapping[str, str] | None = None) -> Path:
     """Histogram of per-sentence head densities (heads × sentences), one panel per attention type."""
-    models = _as_models(summary)
-    types = _types(models)
-    fig, axes = _figure(1, len(types))
-    names = list(models)
-    bin_width = (DENSITY_RANGE[1] - DENSITY_RANGE[0]) / DENSITY_BINS
-    bar_width = bin_width / len(names)
-    for ax, attn_type in zip(axes[0], types):
-        for i, name in enumerate(names):
-            entry = models[name].get(attn_type)
-            if entry is None:
-                continue
-            hist = entry["sentence_density_hist"]
-            edges = np.asarray(hist.get("edges", np.linspace(*DENSITY_RANGE, DENSITY_BINS + 1)))
-            label = f"{name} (n={hist['count']})" if name else f"n={hist['count']}"
-            ax.bar(edges[:-1] + i * bar_width, hist["counts"], width=bar_width, align="edge",
-                   color=f"C{i}", edgecolor="white", linewidth=0.5, label=label)
-        ax.set_xlim(*DENSITY_RANGE)
-        ax.set_xlabel("attention density (non-zero / possible pairs)")
+    models = {name: {t: entry["sentence_density_hist"] for t, entry in model.items()}
+              for name, model in _as_models(summary).items()}
+    fig, axes = _histogram_figure(models, _colours(models, colours), bins=DENSITY_BINS, value_range=DENSITY_RANGE,
+                                  xlabel="attention density (non-zero / possible pairs)", sharey=False)
+    for ax in axes[0]:
         ax.set_ylabel("heads × sentences")
-        ax.set_title(type_title(attn_type))
-        ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize="small")
     fig.suptitle("Per-sentence head density")
     return _save(fig, path)
 
 
-def plot_js_per_layer(summary: Mapping, path: str | os.PathLike) -> Path:
+def plot_js_per_layer(summary: Mapping, path: str | os.PathLike, *,
+                      colours: Mapping[str, str] | None = None) -> Path:
     """Head diversity (JS divergence / log H) per layer.
 
     One summary: one panel, one line per attention type. Several models: one panel per attention type,
@@ -134,46 +160,47 @@ def plot_js_per_layer(summary: Mapping, path: str | os.PathLike) -> Path:
     """
     models = _as_models(summary)
     types = _types(models)
-    single = list(models) == [""]
-    if single:
+    if list(models) == [""]:
         fig, axes = _figure(1, 1)
         ax = axes[0, 0]
         all_layers: set[int] = set()
         for i, attn_type in enumerate(types):
             layers = models[""][attn_type]["layers"]
-            xs = [l["layer"] + 1 for l in layers]
             all_layers.update(l["layer"] for l in layers)
-            ax.plot(xs, [_value(l["js"]) for l in layers], marker="o", color=f"C{i}", label=type_title(attn_type))
+            ax.plot([l["layer"] + 1 for l in layers], [_value(l["js"]) for l in layers], marker="o",
+                    color=f"C{i}", label=type_title(attn_type))
         _layer_ticks(ax, sorted(all_layers))
-        ax.set_ylabel("JS divergence / log H")
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
         ax.set_title("Head diversity per layer")
     else:
+        colours = _colours(models, colours)
         fig, axes = _figure(1, len(types), sharey=True)
         for ax, attn_type in zip(axes[0], types):
             all_layers = set()
-            for i, (name, model) in enumerate(models.items()):
+            for name, model in models.items():
                 if attn_type not in model:
                     continue
                 layers = model[attn_type]["layers"]
                 all_layers.update(l["layer"] for l in layers)
                 ax.plot([l["layer"] + 1 for l in layers], [_value(l["js"]) for l in layers],
-                        marker="o", color=f"C{i}", label=name)
+                        marker="o", color=colours[name], label=name)
             _layer_ticks(ax, sorted(all_layers))
             ax.set_title(type_title(attn_type))
-            ax.set_ylim(bottom=0)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize="small")
-        axes[0, 0].set_ylabel("JS divergence / log H")
         fig.suptitle("Head diversity per layer")
+    # Limits once every panel is drawn: the panels share y, and fixing it earlier would cut off the
+    # lines of later panels.
+    for ax in axes[0]:
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    axes[0, 0].set_ylabel("JS divergence / log H")
     return _save(fig, path)
 
 
-def plot_head_density_per_layer(summary: Mapping, path: str | os.PathLike) -> Path:
+def plot_head_density_per_layer(summary: Mapping, path: str | os.PathLike, *,
+                                colours: Mapping[str, str] | None = None) -> Path:
     """Mean head density per layer with the min-max range over the layer's heads, per attention type."""
     models = _as_models(summary)
+    colours = _colours(models, colours)
     types = _types(models)
     fig, axes = _figure(1, len(types), sharey=True)
     n = len(models)
@@ -184,12 +211,12 @@ def plot_head_density_per_layer(summary: Mapping, path: str | os.PathLike) -> Pa
                 continue
             layers = model[attn_type]["layers"]
             all_layers.update(l["layer"] for l in layers)
-            offset = (i - (n - 1) / 2) * 0.08
+            offset = (i - (n - 1) / 2) * 0.08  # models side by side, so that their ranges stay readable
             xs = np.array([l["layer"] + 1 + offset for l in layers])
             mean = np.array([_value(l["mean_density"]) for l in layers])
             low = np.array([_value(l["min_density"]) for l in layers])
             high = np.array([_value(l["max_density"]) for l in layers])
-            ax.errorbar(xs, mean, yerr=[mean - low, high - mean], marker="o", capsize=4, color=f"C{i}",
+            ax.errorbar(xs, mean, yerr=[mean - low, high - mean], marker="o", capsize=4, color=colours[name],
                         label=f"{name} mean (min–max)" if name else "mean (min–max over heads)")
         _layer_ticks(ax, sorted(all_layers))
         ax.set_ylim(0, 1.05)

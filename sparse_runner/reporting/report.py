@@ -32,13 +32,10 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from sparse_runner.io import atomic_write_text
 from sparse_runner.reporting import references as refs
-
-if TYPE_CHECKING:  # the figures module imports matplotlib: only loaded when there is something to draw
-    from sparse_runner.reporting.figures import DrawnFigure
 
 PROG = "sparse-report"
 FORMATS = ("md", "csv", "tex")
@@ -715,6 +712,43 @@ def _is_sparse(rec: RunRecord) -> bool:
     return rec.config.get("model.normaliser", rec.model) != "softmax"
 
 
+# One model, one colour in every figure of a report, whichever models a figure shows (matplotlib's
+# default cycle, in Table 1 row order); other models take the colours after these.
+MODEL_COLOURS = {"softmax": "C0", "1.5-entmax": "C1", "α-entmax": "C2", "sparsemax": "C3"}
+
+
+@dataclass(frozen=True)
+class DrawnFigure:
+    caption: str
+    path: Path
+
+
+def draw_comparison(attention: Mapping[str, dict], sparse_attention: Mapping[str, dict],
+                    learned_alphas: Mapping[str, dict], folder: Path, stem: str) -> list[DrawnFigure]:
+    """The paper's four analysis figures for one task+experiment, as `<folder>/<stem>_<figure>.png`.
+
+    Each argument is {model label: the run's analysis block}. attention: every analysed model;
+    sparse_attention: the sparse ones (softmax is dense by construction, so its density histogram is one
+    spike at 1); learned_alphas: models with a learned α per head. A figure with no model to show is not
+    drawn.
+    """
+    # matplotlib (but not torch): only imported when there is something to draw.
+    from sparse_runner.analysis import figures
+
+    colours = {label: MODEL_COLOURS.get(label, f"C{(len(MODEL_COLOURS) + i) % 10}")
+               for i, label in enumerate(attention)}
+    plans = [
+        ("js_per_layer", "Head diversity (JS divergence) per layer", figures.plot_js_per_layer, attention),
+        ("alpha_histograms", "Learned α per attention type", figures.plot_alpha_histograms, learned_alphas),
+        ("density_histograms", "Per-sentence attention density of the sparse models",
+         figures.plot_density_histograms, sparse_attention),
+        ("head_density_per_layer", "Head density per layer (mean, min–max)", figures.plot_head_density_per_layer,
+         attention),
+    ]
+    return [DrawnFigure(caption, plot(models, folder / f"{stem}_{name}.png", colours=colours))
+            for name, caption, plot, models in plans if models]
+
+
 def analysis_figures(picks: Picks, out_dir: Path) -> tuple[list[str], list[Path]]:
     """Draw the paper's analysis figures for every task+experiment whose runs have an analysis block, into
     `out_dir/figures`; returns the markdown sections that show them and the files written.
@@ -728,11 +762,9 @@ def analysis_figures(picks: Picks, out_dir: Path) -> tuple[list[str], list[Path]
         analysed = {_row_label(model): rec for model, rec in runs.items() if _analysis_block(rec, "attention")}
         if not analysed:
             continue
-        from sparse_runner.reporting import figures  # matplotlib: only imported when there is something to draw
-
         attention = {label: _analysis_block(rec, "attention") for label, rec in analysed.items()}
         try:
-            drawn = figures.draw_comparison(
+            drawn = draw_comparison(
                 attention=attention,
                 sparse_attention={label: attention[label] for label, rec in analysed.items() if _is_sparse(rec)},
                 learned_alphas={label: _analysis_block(rec, "alpha") for label, rec in analysed.items()
