@@ -22,7 +22,6 @@ import os
 import platform
 import statistics
 import sys
-from pathlib import Path
 
 ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**31)}
 if any(os.environ.get(k) != v for k, v in ALLOCATOR.items()):
@@ -33,8 +32,7 @@ from torch.utils import benchmark  # noqa: E402
 
 from sparse_runner.attention import MultiHeadAttention  # noqa: E402
 from sparse_runner.attention import entmax  # noqa: E402
-from sparse_runner.benchmarking import training_throughput  # noqa: E402
-from sparse_runner.io import atomic_write_json, atomic_write_text  # noqa: E402
+from sparse_runner.benchmarking import training_markdown, training_throughput, write_benchmark  # noqa: E402
 
 NORMALISERS = ["softmax", "sparsemax", "entmax15", "alpha_entmax"]
 
@@ -115,15 +113,9 @@ def main() -> None:
         steps = 20 if args.quick else args.steps
         rows = training_throughput(models, steps, rounds, args.overrides)
         result["training"] = {"steps": steps, "overrides": args.overrides, "rows": rows}
-        md += [f"## Training tokens/s ({steps} steps x {rounds} rounds, medians; overrides: {' '.join(args.overrides) or 'none'})", "",
-               "| model | tokens/s | x softmax |", "|---|---:|---:|"]
-        md += [f"| {r['model']} | {r['tokens_per_s']:.0f} | {r['x_softmax']:.2f} |" for r in rows]
-        md.append("")
+        md += training_markdown(rows, steps, rounds, args.overrides)
     md.append(f"torch {torch.__version__}, {threads} threads, entmax backend {result['entmax_backend']}, allocator {ALLOCATOR}")
-    out = Path(args.out)
-    atomic_write_json(out / "attention.json", result)
-    atomic_write_text(out / "attention.md", "\n".join(md) + "\n")
-    print("\n".join(md))
+    write_benchmark(args.out, "attention", result, md)
 
 
 if __name__ == "__main__":

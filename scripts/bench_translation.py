@@ -22,15 +22,13 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
 
-from sparse_runner.benchmarking import training_throughput
+from sparse_runner.benchmarking import train_minimal, training_markdown, training_throughput, write_benchmark
 from sparse_runner.config import CONF_DIR, validate
 from sparse_runner.decoding import beam_search, greedy_search
-from sparse_runner.io import atomic_write_json, atomic_write_text
 from sparse_runner.tasks import build_task
 from sparse_runner.tasks.batching import plan_eval
 from sparse_runner.tokenization import BOS_ID, EOS_ID
@@ -55,7 +53,7 @@ def decode_all(task, model, batches, *, beam: int, use_cache: bool) -> tuple[lis
 
 def bench_decoding(cfg, sentences: int, batch_size: int, beams: list[int], rounds: int, train_steps: int) -> list[dict]:
     task = build_task(cfg)
-    model = _trained(cfg, task, train_steps)
+    model = train_minimal(cfg, task, steps=train_steps)[0]  # trained a little, so it stops at sensible lengths
     model.eval()
     lengths = task._lengths["val"][:sentences]
     batches = plan_eval(lengths, batch_size)
@@ -80,24 +78,6 @@ def bench_decoding(cfg, sentences: int, batch_size: int, beams: list[int], round
             "rounds_s": {"cached": times[True], "recompute": times[False]},
         })
     return rows
-
-
-def _trained(cfg, task, steps: int):
-    """The config's model after `steps` plain training steps (so it emits EOS at sensible lengths)."""
-    from sparse_runner.training.trainer import optimizer_groups
-
-    t = cfg.trainer
-    torch.manual_seed(cfg.seed)
-    model = task.build_model(cfg.model)
-    model.train()
-    opt = torch.optim.AdamW(optimizer_groups(model, t.lr, 0.0), lr=t.lr, betas=tuple(t.betas))
-    plan = task.plan_epoch(seed=cfg.seed, epoch=0, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
-    for i in range(steps):
-        loss, _ = task.training_step(model, task.make_batch("train", plan[i % len(plan)], torch.device("cpu")), t.label_smoothing)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    return model
 
 
 def main() -> None:
@@ -132,15 +112,9 @@ def main() -> None:
     if args.part in ("both", "training"):
         rows = training_throughput(MODELS, args.steps, args.rounds, args.overrides)
         result["training"] = rows
-        md += [f"## Training tokens/s (target tokens; {args.steps} steps x {args.rounds} rounds, medians; {' '.join(args.overrides)})", "",
-               "| model | tokens/s | x softmax | paper (Correia et al. 2019) |", "|---|---:|---:|---:|"]
-        md += [f"| {r['model']} | {r['tokens_per_s']:.0f} | {r['x_softmax']:.2f} | {PAPER_SPEED.get(r['model'], float('nan')):.2f} |" for r in rows]
-        md.append("")
+        md += training_markdown(rows, args.steps, args.rounds, args.overrides, paper=PAPER_SPEED)
     md.append(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    out = Path(args.out)
-    atomic_write_json(out / "translation.json", result)
-    atomic_write_text(out / "translation.md", "\n".join(md) + "\n")
-    print("\n".join(md))
+    write_benchmark(args.out, "translation", result, md)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,14 @@ from sparse_runner.training.trainer import optimizer_groups
 def minimal_training_tokens_per_s(cfg, task, steps: int | None = None, device: str = "cpu") -> tuple[float, int]:
     """Train cfg's model on cfg's task with a hand-written loop, as a researcher would write it:
     AdamW, clipping and the lr schedule, no logging, checkpoints or progress. Returns (tokens/s, tokens)."""
+    _, tokens_per_s, tokens = train_minimal(cfg, task, steps, device)
+    return tokens_per_s, tokens
+
+
+def train_minimal(cfg, task, steps: int | None = None, device: str = "cpu") -> tuple[torch.nn.Module, float, int]:
+    """The loop of `minimal_training_tokens_per_s`; returns (trained model, tokens/s, tokens)."""
     t = cfg.trainer
-    steps = steps or t.max_steps
+    steps = t.max_steps if steps is None else steps
     seed_everything(cfg.seed, t.deterministic)
     model = task.build_model(cfg.model).to(device)
     model.train()
@@ -41,7 +47,7 @@ def minimal_training_tokens_per_s(cfg, task, steps: int | None = None, device: s
         opt.step()
         sched.step()
         tokens += batch["num_tokens"]
-    return tokens / (time.perf_counter() - start), tokens
+    return model, tokens / (time.perf_counter() - start), tokens
 
 
 def training_throughput(models: list[str], steps: int, rounds: int, overrides: list[str]) -> list[dict]:
@@ -67,3 +73,27 @@ def training_throughput(models: list[str], steps: int, rounds: int, overrides: l
             print(f"training {model}: {tps[model][-1]:.0f} tok/s", file=sys.stderr)
     med = {m: statistics.median(v) for m, v in tps.items()}
     return [{"model": m, "tokens_per_s": med[m], "rounds": tps[m], "x_softmax": med[m] / med["softmax"]} for m in models]
+
+
+def training_markdown(rows: list[dict], steps: int, rounds: int, overrides: list[str], paper: dict[str, float] | None = None) -> list[str]:
+    """Markdown lines for `training_throughput` rows; `paper` adds a column of published ratios."""
+    head = f"## Training tokens/s ({steps} steps x {rounds} rounds, medians; overrides: {' '.join(overrides) or 'none'})"
+    cols = "| model | tokens/s | x softmax |" + (" paper |" if paper else "")
+    rule = "|---|---:|---:|" + ("---:|" if paper else "")
+    lines = [head, "", cols, rule]
+    for r in rows:
+        extra = f" {paper[r['model']]:.2f} |" if paper and r["model"] in paper else (" |" if paper else "")
+        lines.append(f"| {r['model']} | {r['tokens_per_s']:.0f} | {r['x_softmax']:.2f} |{extra}")
+    return lines + [""]
+
+
+def write_benchmark(out_dir, name: str, result: dict, markdown: list[str]) -> None:
+    """<out_dir>/<name>.json and .md, written atomically; the markdown is also printed."""
+    from pathlib import Path
+
+    from sparse_runner.io import atomic_write_json, atomic_write_text
+
+    out = Path(out_dir)
+    atomic_write_json(out / f"{name}.json", result)
+    atomic_write_text(out / f"{name}.md", "\n".join(markdown) + "\n")
+    print("\n".join(markdown))

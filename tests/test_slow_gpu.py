@@ -29,3 +29,38 @@ def test_gpu_training_with_autocast(tmp_path, tiny_config, precision):
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["status"] == "completed" and m["device"].startswith("cuda")
     assert m["metrics"]["test/loss"] == m["metrics"]["test/loss"]  # not NaN
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["softmax", "entmax"])
+def test_mt_cpu_preset_reaches_bleu_10_in_30_minutes(tmp_path, cache_dir, model):
+    """Issue 4's bar: the CPU preset on the embedded es->en Bible, <= 30 min on 2 cores, sacreBLEU >= 10."""
+    cfg = validate(compose_config(["experiment=mt_cpu", f"model={model}", "trainer.progress=false"], cache_dir=cache_dir, tiny=False))
+    run(cfg, tmp_path)
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    assert m["metrics"]["test/sacrebleu"] >= 10.0, m["metrics"]
+    assert m["wall_time_s"] <= 30 * 60, m["wall_time_s"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("normaliser", ["softmax", "alpha_entmax"])
+def test_gpu_seq2seq_cached_decoding_and_bf16_step(normaliser):
+    from sparse_runner.decoding import beam_search, greedy_search
+    from sparse_runner.models.seq2seq import TransformerSeq2Seq
+
+    torch.manual_seed(0)
+    model = TransformerSeq2Seq(64, d_model=64, num_layers=2, num_heads=4, head_size=None, ffn_dim=128, dropout=0.0,
+                               attention_dropout=0.0, normaliser=normaliser, norm_first=True, max_positions=64).cuda()
+    src = torch.randint(4, 64, (6, 10), device="cuda")
+    lengths = torch.tensor([10, 8, 5, 10, 3, 7], device="cuda")
+    model.eval()
+    common = dict(bos_id=2, eos_id=3, max_len_a=1.0, max_len_b=4)
+    assert greedy_search(model, src, lengths, **common) == greedy_search(model, src, lengths, use_cache=False, **common)
+    assert beam_search(model, src, lengths, beam_size=3, **common) == beam_search(model, src, lengths, beam_size=3, use_cache=False, **common)
+    model.train()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = model(src, lengths, src)
+    loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), src.flatten())
+    loss.backward()
+    assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

@@ -75,16 +75,17 @@ class TranslationTask(Task):
         self.dropped_long_pairs = 0
         eos = np.array([EOS_ID], dtype=np.int64)
         for split in SPLITS:
-            src_ids = self.tokenizer.encode(list(pairs[split][0]))
-            tgt_ids = self.tokenizer.encode(list(pairs[split][1]))
-            src_ids = [np.concatenate([np.asarray(s, dtype=np.int64)[: self.max_length - 1], eos]) for s in src_ids]
-            tgt_ids = [np.asarray(t, dtype=np.int64) for t in tgt_ids]
+            src_ids = [np.asarray(s, dtype=np.int64) for s in self.tokenizer.encode(list(pairs[split][0]))]
+            tgt_ids = [np.asarray(t, dtype=np.int64) for t in self.tokenizer.encode(list(pairs[split][1]))]
             if split == "train":
-                # Over-long training pairs are dropped (not truncated: a cut target teaches wrong endings).
-                keep = [i for i, t in enumerate(tgt_ids) if len(t) + 1 <= self.max_length and len(pairs[split][0][i]) > 0 and len(t) > 0]
+                # Over-long training pairs are dropped, not cut: a cut target teaches wrong endings.
+                # (Both sides get one more token, EOS, which must fit in max_length.)
+                keep = [i for i, (s, t) in enumerate(zip(src_ids, tgt_ids)) if 0 < len(s) < self.max_length and 0 < len(t) < self.max_length]
                 self.dropped_long_pairs = len(tgt_ids) - len(keep)
                 src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
                 self.references[split] = [self.references[split][i] for i in keep]
+            # Evaluation sources are cut to max_length (the reference stays whole: BLEU is on raw text).
+            src_ids = [np.concatenate([s[: self.max_length - 1], eos]) for s in src_ids]
             self.sources[split], self.targets[split] = src_ids, tgt_ids
         self._lengths = {
             split: np.array([max(len(s), len(t) + 1) for s, t in zip(self.sources[split], self.targets[split])], dtype=np.int64)
