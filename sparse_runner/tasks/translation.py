@@ -20,9 +20,11 @@ from torch import nn
 from sparse_runner.config import ConfigError
 from sparse_runner.decoding import beam_search, greedy_search
 from sparse_runner.io import atomic_write_text
+from sparse_runner.metrics.translation import translation_scores
 from sparse_runner.models.seq2seq import TransformerSeq2Seq
 from sparse_runner.tasks.base import Task
 from sparse_runner.tasks.batching import pad_sequences, plan_eval
+from sparse_runner.tasks.translation_data import load_parallel
 from sparse_runner.tokenization import BOS_ID, EOS_ID, PAD_ID, train_or_load
 
 SPLITS = ("train", "val", "test")
@@ -32,15 +34,11 @@ class TranslationTask(Task):
     family = "translation"
 
     def __init__(self, task_cfg: Any, *, cache_dir: str, batch_size: int, batch_tokens: int | None = None) -> None:
-        from sparse_runner.metrics.translation import translation_scores
-        from sparse_runner.tasks.translation_data import load_parallel
-
         self.cfg = task_cfg
         self.name = task_cfg.name
         self.max_length = task_cfg.max_length
         self.eval_batch_size = batch_size
         self.eval_batch_tokens = batch_tokens
-        self._scores = translation_scores
         pairs = load_parallel(
             task_cfg.source,
             src_lang=task_cfg.src_lang,
@@ -201,7 +199,7 @@ class TranslationTask(Task):
         indices = sorted(by_index)
         hyps = [by_index[i] for i in indices]
         refs = [self.references[split][i] for i in indices]
-        scores = self._scores(hyps, refs, target_lang=self.cfg.tgt_lang)
+        scores = translation_scores(hyps, refs, target_lang=self.cfg.tgt_lang)
         self.signatures = {
             "sacrebleu_signature": scores["sacrebleu_signature"],
             "chrf_signature": scores["chrf_signature"],
