@@ -15,7 +15,6 @@ Writes <out>/trainer_overhead.json and .md (default out: outputs/benchmarks).
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys

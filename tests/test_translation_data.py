@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from sparse_runner.config import ConfigError
-from sparse_runner.tasks import translation_data as td
 from sparse_runner.tasks.translation_data import DataFormatError, DataUnavailable, load_parallel
 
 PAIRS = {
