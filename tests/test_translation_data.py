@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 import types
 from pathlib import Path
 
@@ -325,17 +324,32 @@ def make_cached_hub_dataset(cache: Path, files: dict[str, str], repo: str = "tes
     shutil.rmtree(cache / "build")
 
 
-def test_hf_unreachable_hub_uses_the_local_cache(tmp_path, hf_cache):
+@pytest.fixture
+def offline_calls(monkeypatch):
+    """Records, for every `datasets.load_dataset` call, whether the hub was switched to offline mode:
+    offline, `datasets` reads the local cache at once instead of retrying the network for ~25 s."""
+    import datasets
+
+    seen: list[bool] = []
+    real = datasets.load_dataset
+
+    def spy(*args, **kwargs):
+        seen.append(bool(datasets.config.HF_HUB_OFFLINE))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(datasets, "load_dataset", spy)
+    return seen
+
+
+def test_hf_unreachable_hub_uses_the_local_cache(tmp_path, hf_cache, offline_calls):
     make_cached_hub_dataset(hf_cache, write_hub_jsonl(tmp_path / "src"))
-    start = time.perf_counter()
     out = load_parallel("hf", src_lang="de", tgt_lang="en", hf_path="testorg/fake_mt", hf_name="de-en")
     assert out == expected()
-    assert time.perf_counter() - start < 15
+    assert offline_calls == [True]
 
 
-def test_hf_unreachable_hub_not_cached_fails_fast_in_one_line(tmp_path, hf_cache):
+def test_hf_unreachable_hub_not_cached_fails_fast_in_one_line(tmp_path, hf_cache, offline_calls):
     make_cached_hub_dataset(hf_cache, write_hub_jsonl(tmp_path / "src"))
-    start = time.perf_counter()
     with pytest.raises(DataUnavailable) as info:  # cached, but not this config
         load_parallel("hf", src_lang="de", tgt_lang="en", hf_path="testorg/fake_mt", hf_name="ro-en", task_name="t")
     assert "cannot download testorg/fake_mt (ro-en)" in one_line_error(info)
@@ -345,31 +359,31 @@ def test_hf_unreachable_hub_not_cached_fails_fast_in_one_line(tmp_path, hf_cache
     assert message.startswith("task iwslt17_de_en: cannot download IWSLT/iwslt2017 (iwslt2017-de-en) from the Hugging Face hub")
     assert "task.source=files task.data_dir=DIR (train/valid/test.{de,en})" in message
     assert issubclass(DataUnavailable, ConfigError)
-    assert time.perf_counter() - start < 15
+    assert offline_calls == [True, True]
 
 
 def test_hf_unreachable_hub_in_a_fresh_process(tmp_path):
-    """The whole path as a run sees it (fresh interpreter, nothing patched): one line, seconds not minutes."""
+    """The whole path as a run sees it (fresh interpreter): one line, with `datasets` in offline mode."""
     script = textwrap.dedent(
         """
-        import time
+        import datasets
         from sparse_runner.tasks.translation_data import DataUnavailable, load_parallel
-        start = time.perf_counter()
+        real = datasets.load_dataset
+        def spy(*args, **kwargs):
+            print("OFFLINE", datasets.config.HF_HUB_OFFLINE)
+            return real(*args, **kwargs)
+        datasets.load_dataset = spy
         try:
             load_parallel("hf", src_lang="ro", tgt_lang="en", hf_path="wmt/wmt16", hf_name="ro-en", task_name="wmt16_ro_en")
         except DataUnavailable as err:
             print("ERROR", err)
-        print("SECONDS", round(time.perf_counter() - start, 2))
         """
     )
     env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper() and not k.startswith("HF_")}
     env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf_home"))
-    start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
-    wall = time.perf_counter() - start
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0, proc.stderr[-2000:]
     errors = [line for line in lines if line.startswith("ERROR ")]
     assert len(errors) == 1 and errors[0].startswith("ERROR task wmt16_ro_en: cannot download wmt/wmt16 (ro-en)"), proc.stdout
-    seconds = float(lines[-1].split()[1])
-    assert seconds < 15 and wall < 60, (seconds, wall)
+    assert "OFFLINE True" in lines  # the unreachable hub was detected: no network retries
