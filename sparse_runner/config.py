@@ -17,37 +17,13 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sparse_runner.attention import NORMALISERS, PATTERNS
+from sparse_runner.checks import ConfigError, choice as _choice, fail as _fail, positive as _positive
+from sparse_runner.models.config import ModelConfig, check_model_config
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
-class ConfigError(ValueError):
-    """A configuration problem, described in one line."""
-
-
 # ----------------------------------------------------------------------------------------- schema
-@dataclass
-class ModelConfig:
-    name: str = "softmax"
-    d_model: int = 128
-    num_layers: int = 2
-    num_heads: int = 4
-    head_size: Optional[int] = None
-    ffn_dim: int = 256
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    normaliser: str = "softmax"
-    alpha: Optional[float] = None
-    alpha_init: Any = "random"
-    pattern: str = "dense"
-    pooling: str = "cls"
-    positions: str = "sinusoidal"
-    norm_first: bool = True
-    decoder_layers: Optional[int] = None  # encoder-decoder models; None = num_layers
-    share_embeddings: bool = True  # encoder-decoder models: one matrix for source, target and output
-
-
 @dataclass
 class ListOpsGeneratorConfig:
     num_train: int = 20000
@@ -160,8 +136,6 @@ class RunConfig:
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 SCHEDULES = ("constant", "linear", "inverse_sqrt", "cosine")
-POOLINGS = ("cls", "mean")
-POSITIONS = ("sinusoidal", "learned")
 PROGRESS = ("auto", "true", "false")
 MONITOR_MODES = ("auto", "min", "max")
 
@@ -191,56 +165,15 @@ def validate(cfg: DictConfig) -> DictConfig:
     return typed
 
 
-def _fail(key: str, problem: str, valid: str | None = None) -> None:
-    raise ConfigError(f"{key}: {problem}" + (f"; valid: {valid}" if valid else ""))
-
-
-def _choice(key: str, value: Any, choices: tuple | list) -> None:
-    if value not in choices:
-        _fail(key, f"unknown value {value!r}", ", ".join(map(str, choices)))
-
-
-def _positive(key: str, value: Any, allow_none: bool = False, allow_zero: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if value is None or value < 0 or (value == 0 and not allow_zero):
-        _fail(key, f"must be {'>= 0' if allow_zero else '> 0'}, got {value}")
-
-
 def _check_values(cfg: DictConfig) -> None:
     m, t, tr = cfg.model, cfg.task, cfg.trainer
-    for key in ("d_model", "num_layers", "num_heads", "ffn_dim"):
-        _positive(f"model.{key}", m[key])
-    _positive("model.head_size", m.head_size, allow_none=True)
-    if m.head_size is None and m.d_model % m.num_heads != 0:
-        _fail(
-            "model.num_heads",
-            f"{m.num_heads} does not divide model.d_model={m.d_model} (head_size is null, so it is d_model / num_heads)",
-            "a divisor of d_model, or set model.head_size",
-        )
-    for key in ("dropout", "attention_dropout"):
-        if not 0.0 <= m[key] < 1.0:
-            _fail(f"model.{key}", f"must be in [0, 1), got {m[key]}")
-    _choice("model.normaliser", m.normaliser, sorted(NORMALISERS))
-    if m.alpha is not None and not 1.0 <= m.alpha <= 2.0:
-        _fail("model.alpha", f"must be in [1, 2], got {m.alpha}", "a float in [1, 2] (fixed alpha), or null to learn one per head")
-    if m.alpha_init != "random":
-        try:
-            init = float(m.alpha_init)
-        except (TypeError, ValueError):
-            init = None
-        if init is None or not 1.0 < init < 2.0:
-            _fail("model.alpha_init", f"unknown value {m.alpha_init!r}", "random (a ~ N(0,1), as Correia et al.) or a float in (1, 2)")
-    _choice("model.pattern", m.pattern, sorted(PATTERNS))
-    _choice("model.pooling", m.pooling, POOLINGS)
-    _choice("model.positions", m.positions, POSITIONS)
+    check_model_config(m)
 
     _positive("task.max_length", t.max_length)
     if t.family == "listops":
         _check_listops(t)
     if t.family == "translation":
         _check_translation(t)
-    _positive("model.decoder_layers", m.decoder_layers, allow_none=True)
 
     _positive("trainer.batch_tokens", tr.batch_tokens, allow_none=True)
     for key in ("max_steps", "batch_size", "accumulate", "bucket_size", "eval_every", "log_every"):

@@ -7,9 +7,12 @@
 
 from sparse_runner.attention.normalisers import NORMALISERS, Normaliser, build_normaliser
 from sparse_runner.attention.patterns import PATTERNS, Pattern
+from sparse_runner.attention.spec import AttentionSpec, check_attention_config
 from sparse_runner.attention.multihead import MultiHeadAttention, attend, attention_layers, head_alphas, set_observer
 
 __all__ = [
+    "AttentionSpec",
+    "check_attention_config",
     "NORMALISERS",
     "Normaliser",
     "build_normaliser",

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sparse_runner.models import EncoderClassifier
+from sparse_runner.models import build_classifier
 from sparse_runner.tasks import listops_data
 from sparse_runner.tasks.base import Task
 from sparse_runner.tasks.batching import pad_sequences, plan_eval
@@ -53,14 +53,8 @@ class ListOpsTask(Task):
         return self._lengths["train"]
 
     def build_model(self, model_cfg: Any) -> nn.Module:
-        kwargs = {k: model_cfg[k] for k in model_cfg if k not in ("name", "pooling")}
-        return EncoderClassifier(
-            vocab_size=len(listops_data.VOCAB),
-            num_classes=listops_data.NUM_CLASSES,
-            max_length=self.max_length,
-            pooling=model_cfg.pooling,
-            pad_id=listops_data.PAD_ID,
-            **kwargs,
+        return build_classifier(
+            model_cfg, vocab_size=len(listops_data.VOCAB), num_classes=listops_data.NUM_CLASSES, max_length=self.max_length, pad_id=listops_data.PAD_ID
         )
 
     def make_batch(self, split: str, indices: np.ndarray, device: torch.device) -> dict[str, Any]:

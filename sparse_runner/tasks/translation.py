@@ -21,7 +21,7 @@ from sparse_runner.config import ConfigError
 from sparse_runner.decoding import beam_search, greedy_search
 from sparse_runner.io import atomic_write_text
 from sparse_runner.metrics.translation import translation_scores
-from sparse_runner.models.seq2seq import TransformerSeq2Seq
+from sparse_runner.models import build_seq2seq
 from sparse_runner.tasks.base import Task
 from sparse_runner.tasks.batching import pad_sequences, plan_eval
 from sparse_runner.tasks.translation_data import load_parallel
@@ -112,9 +112,8 @@ class TranslationTask(Task):
 
     def build_model(self, model_cfg: Any) -> nn.Module:
         d = self.cfg.decoding
-        kwargs = {k: model_cfg[k] for k in model_cfg if k not in ("name", "pooling", "pattern", "positions")}
         max_positions = int(max(self.max_length, d.max_len_a * self.max_length + d.max_len_b)) + 2
-        return TransformerSeq2Seq(self.tokenizer.vocab_size, max_positions=max_positions, pad_id=PAD_ID, **kwargs)
+        return build_seq2seq(model_cfg, vocab_size=self.tokenizer.vocab_size, max_positions=max_positions, pad_id=PAD_ID)
 
     def make_batch(self, split: str, indices: np.ndarray, device: torch.device) -> dict[str, Any]:
         src, src_lengths = pad_sequences([self.sources[split][int(i)] for i in indices], pad_id=PAD_ID)
