@@ -9,12 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import platform
 import random
 import resource
-import subprocess
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +19,14 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-import sparse_runner
-from sparse_runner.config import ConfigError
-from sparse_runner.io import atomic_write_json, atomic_write_text
+from sparse_runner.attention import attention_backends
+from sparse_runner.checks import ConfigError, one_line
+from sparse_runner.io import atomic_write_text
+from sparse_runner.run_metrics import NON_RESULT_KEYS, MetricsFile, flatten, now
 from sparse_runner.tasks import build_task
 from sparse_runner.training.trainer import Preempted, Trainer
 
 log = logging.getLogger(__name__)
-
-# Config keys that do not change a run's result: excluded from the resume fingerprint.
-NON_RESULT_KEYS = ("trainer.resume", "trainer.device", "trainer.progress", "trainer.log_every", "trainer.num_threads", "paths.output_dir", "paths.cache_dir")
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
@@ -53,81 +48,15 @@ def pick_device(name: str) -> torch.device:
     return device
 
 
-def flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in cfg.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def fingerprint(cfg: DictConfig) -> dict[str, Any]:
     flat = flatten(OmegaConf.to_container(cfg, resolve=True))
     return {k: v for k, v in flat.items() if k not in NON_RESULT_KEYS}
-
-
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(sparse_runner.__file__).parent, capture_output=True, text=True, timeout=5
-        )
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def versions() -> dict[str, str]:
-    import hydra
-    import omegaconf
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "hydra": hydra.__version__,
-        "omegaconf": omegaconf.__version__,
-        "sparse_runner": sparse_runner.__version__,
-        "cuda": torch.version.cuda or "",
-    }
 
 
 def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class MetricsFile:
-    """metrics.json of a run: written atomically at start (status running) and at every end."""
-
-    def __init__(self, run_dir: Path, cfg: DictConfig, meta: dict[str, Any]) -> None:
-        self.path = Path(run_dir) / "metrics.json"
-        self.data: dict[str, Any] = {
-            "schema": 1,
-            "status": "running",
-            "error": None,
-            "run_dir": str(Path(run_dir).resolve()),
-            "task": cfg.task.name,
-            "task_family": cfg.task.family,
-            "model": cfg.model.name,
-            "experiment": meta.get("experiment"),
-            "overrides": list(meta.get("overrides", [])),
-            "config": OmegaConf.to_container(cfg, resolve=True),
-            "seed": cfg.seed,
-            "versions": versions(),
-            "git_commit": git_commit(),
-            "started_at": now(),
-        }
-
-    def write(self, **fields: Any) -> None:
-        self.data.update(fields)
-        atomic_write_json(self.path, self.data)
 
 
 def remove_stale_temporaries(run_dir: Path) -> None:
@@ -143,11 +72,6 @@ def _status(run_dir: Path) -> str | None:
         return None
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _figures(run_dir: Path, analysis: dict[str, Any]) -> list[str]:
     """The analysis figures; a plotting problem is logged, never fatal to a finished run."""
     if not analysis:
@@ -157,7 +81,7 @@ def _figures(run_dir: Path, analysis: dict[str, Any]) -> list[str]:
     try:
         return write_figures(run_dir, analysis, alpha_trajectory(run_dir / "log.jsonl"))
     except Exception as exc:
-        log.warning("could not draw the analysis figures: %s", _one_line(exc))
+        log.warning("could not draw the analysis figures: %s", one_line(exc))
         return []
 
 
@@ -185,7 +109,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
         raise  # the directory may hold another configuration's run: write nothing
     except Exception as exc:
         if _status(run_dir) != "completed":
-            MetricsFile(run_dir, cfg, meta).write(status="failed", error=_one_line(exc), finished_at=now())
+            MetricsFile(run_dir, cfg, meta).write(status="failed", error=one_line(exc), finished_at=now())
         raise
     if trainer.progress.completed and _status(run_dir) == "completed":
         log.info("run already complete; its metrics are in %s (trainer.resume=false starts over)", run_dir / "metrics.json")
@@ -198,7 +122,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
     common = {
         "num_parameters": num_parameters,
         "device": str(device),
-        "attention_backend": ",".join(getattr(model, "attention_backends", None) or model.encoder.attention_backends),
+        "attention_backend": ",".join(attention_backends(model)),
         "max_steps": t.max_steps,
         "dataset_sizes": task.sizes(),
     }
@@ -210,7 +134,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
         status = "preempted" if isinstance(exc, Preempted) else "failed"
         metrics.write(
             status=status,
-            error=_one_line(exc),
+            error=one_line(exc),
             step=p.step,
             wall_time_s=time.perf_counter() - wall_start,
             finished_at=now(),

@@ -8,7 +8,7 @@
 from sparse_runner.attention.normalisers import NORMALISERS, Normaliser, build_normaliser
 from sparse_runner.attention.patterns import PATTERNS, Pattern
 from sparse_runner.attention.spec import AttentionSpec, check_attention_config
-from sparse_runner.attention.multihead import MultiHeadAttention, attend, attention_layers, head_alphas, set_observer
+from sparse_runner.attention.multihead import MultiHeadAttention, attend, attention_backends, attention_layers, head_alphas, set_observer
 
 __all__ = [
     "AttentionSpec",
@@ -20,6 +20,7 @@ __all__ = [
     "Pattern",
     "MultiHeadAttention",
     "attend",
+    "attention_backends",
     "attention_layers",
     "head_alphas",
     "set_observer",

@@ -162,6 +162,11 @@ def attention_layers(model: nn.Module) -> list[MultiHeadAttention]:
     return [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
 
 
+def attention_backends(model: nn.Module) -> list[str]:
+    """The implementations that compute `model`'s attention layers (recorded in metrics.json)."""
+    return sorted({layer.backend for layer in attention_layers(model)})
+
+
 def head_alphas(model: nn.Module) -> dict[str, list[float]]:
     """'type/layer' -> alpha of each head, for every attention layer whose normaliser has alphas."""
     out: dict[str, list[float]] = {}

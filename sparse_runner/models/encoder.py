@@ -99,10 +99,6 @@ class TransformerEncoder(nn.Module):
             x = layer(x, key_padding_mask)
         return self.final_norm(x)
 
-    @property
-    def attention_backends(self) -> list[str]:
-        return sorted({m.backend for m in self.modules() if isinstance(m, MultiHeadAttention)})
-
 
 class EncoderClassifier(nn.Module):
     """Sequence classification: encoder, pooling (learned CLS vector in front, or mean), MLP head.

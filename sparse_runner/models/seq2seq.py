@@ -109,10 +109,6 @@ class TransformerSeq2Seq(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.scale = math.sqrt(d_model)
 
-    @property
-    def attention_backends(self) -> list[str]:
-        return sorted({m.backend for m in self.modules() if isinstance(m, MultiHeadAttention)})
-
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """src (B, S) -> (memory (B, S, d_model), memory_mask (B, S) bool True = real, or None)."""
         mask = None if src_lengths is None else torch.arange(src.shape[1], device=src.device)[None, :] < src_lengths[:, None]
