@@ -30,7 +30,7 @@ if any(os.environ.get(k) != v for k, v in ALLOCATOR.items()):
 import torch  # noqa: E402
 from torch.utils import benchmark  # noqa: E402
 
-from sparse_runner.attention import MultiHeadAttention  # noqa: E402
+from sparse_runner.attention import AttentionSpec, MultiHeadAttention  # noqa: E402
 from sparse_runner.attention import entmax  # noqa: E402
 from sparse_runner.benchmarking import training_markdown, training_throughput, write_benchmark  # noqa: E402
 
@@ -39,7 +39,7 @@ NORMALISERS = ["softmax", "sparsemax", "entmax15", "alpha_entmax"]
 
 def layer_case(normaliser: str, n: int, batch: int, explicit: bool, threads: int):
     torch.manual_seed(0)
-    layer = MultiHeadAttention(512, 8, 64, normaliser=normaliser)
+    layer = MultiHeadAttention(512, AttentionSpec(num_heads=8, head_size=64, normaliser=normaliser))
     if explicit:
         layer.normaliser.fused_sdpa = False  # softmax through the same explicit path as the others
     x = torch.randn(batch, n, 512, requires_grad=True)

@@ -41,13 +41,13 @@ def test_experiment_states_only_deltas():
 
 
 def test_head_size_null_means_d_model_over_heads(tiny_config):
-    from sparse_runner.attention import MultiHeadAttention
+    from sparse_runner.attention import AttentionSpec, MultiHeadAttention
 
     cfg = tiny_config("model.d_model=48", "model.num_heads=3")
     assert cfg.model.head_size is None
-    layer = MultiHeadAttention(48, 3, cfg.model.head_size)
+    layer = MultiHeadAttention(48, AttentionSpec(num_heads=3, head_size=cfg.model.head_size))
     assert layer.head_size == 16
-    free = MultiHeadAttention(48, 3, 64)  # free head size: projections widen to 3 * 64
+    free = MultiHeadAttention(48, AttentionSpec(num_heads=3, head_size=64))  # free head size: projections widen to 3 * 64
     assert free.q_proj.out_features == 192
 
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from sparse_runner.analysis.collect import analyse
-from sparse_runner.attention import head_alphas
+from sparse_runner.attention import AttentionSpec, head_alphas
 from sparse_runner.decoding import beam_search, greedy_search, max_lengths
 from sparse_runner.models.seq2seq import TransformerSeq2Seq
 
@@ -18,8 +18,8 @@ NORMALISERS = ["softmax", "sparsemax", "entmax15", "alpha_entmax"]
 
 def make_model(normaliser="softmax", vocab=40, seed=0, **kw):
     torch.manual_seed(seed)
-    args = dict(d_model=32, num_layers=2, num_heads=4, head_size=None, ffn_dim=64, dropout=0.0, attention_dropout=0.0,
-                normaliser=normaliser, norm_first=True, max_positions=64)
+    args = dict(attention=AttentionSpec(num_heads=4, normaliser=normaliser), d_model=32, num_layers=2, ffn_dim=64, dropout=0.0,
+                norm_first=True, max_positions=64)
     args.update(kw)
     return TransformerSeq2Seq(vocab, **args).eval()
 

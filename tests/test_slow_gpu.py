@@ -46,12 +46,13 @@ def test_mt_cpu_preset_reaches_bleu_10(tmp_path, cache_dir, model):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("normaliser", ["softmax", "alpha_entmax"])
 def test_gpu_seq2seq_cached_decoding_and_bf16_step(normaliser):
+    from sparse_runner.attention import AttentionSpec
     from sparse_runner.decoding import beam_search, greedy_search
     from sparse_runner.models.seq2seq import TransformerSeq2Seq
 
     torch.manual_seed(0)
-    model = TransformerSeq2Seq(64, d_model=64, num_layers=2, num_heads=4, head_size=None, ffn_dim=128, dropout=0.0,
-                               attention_dropout=0.0, normaliser=normaliser, norm_first=True, max_positions=64).cuda()
+    model = TransformerSeq2Seq(64, attention=AttentionSpec(num_heads=4, normaliser=normaliser), d_model=64, num_layers=2, ffn_dim=128,
+                               dropout=0.0, norm_first=True, max_positions=64).cuda()
     src = torch.randint(4, 64, (6, 10), device="cuda")
     lengths = torch.tensor([10, 8, 5, 10, 3, 7], device="cuda")
     model.eval()

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from sparse_runner.attention import MultiHeadAttention, attend, build_normaliser
+from sparse_runner.attention import AttentionSpec, MultiHeadAttention, attend, build_normaliser
 from sparse_runner.attention.normalisers import AlphaEntmax
 from sparse_runner.attention.patterns import CausalPattern
 from sparse_runner.run import run
@@ -46,7 +46,7 @@ def test_masked_keys_get_exactly_zero_weight(name):
 @pytest.mark.parametrize("name", ["sparsemax", "entmax15", "alpha_entmax"])
 def test_sparse_normalisers_are_sparse_and_exact_against_masked_dense(name):
     torch.manual_seed(0)
-    layer = MultiHeadAttention(16, 4, 8, normaliser=name, alpha_init=1.7)
+    layer = MultiHeadAttention(16, AttentionSpec(num_heads=4, head_size=8, normaliser=name, alpha_init=1.7))
     x = torch.randn(2, 9, 16) * 4
     seen = {}
     layer.eval()

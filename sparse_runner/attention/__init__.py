@@ -1,16 +1,19 @@
 """Attention = normaliser x pattern x head geometry (see ARCHITECTURE.md).
 
 - `NORMALISERS`: name -> factory of a normaliser module (softmax, sparsemax, entmax15, alpha_entmax).
-- `PATTERNS`: name -> pattern object saying which query-key pairs may interact.
+- `PATTERNS`: name -> Pattern class (which query-key pairs may interact, and how attention over them
+  is computed), filled by `@register_pattern`.
+- `AttentionSpec`: the one config object every attention layer is built from.
 - `MultiHeadAttention`: the one attention module every model builds on.
 """
 
 from sparse_runner.attention.normalisers import NORMALISERS, Normaliser, build_normaliser
-from sparse_runner.attention.patterns import PATTERNS, Pattern
-from sparse_runner.attention.spec import AttentionSpec, check_attention_config
+from sparse_runner.attention.patterns import PATTERNS, Pattern, build_pattern, register_pattern
+from sparse_runner.attention.spec import ATTENTION_KEYS, AttentionSpec, check_attention_config
 from sparse_runner.attention.multihead import MultiHeadAttention, attend, attention_backends, attention_layers, head_alphas, set_observer
 
 __all__ = [
+    "ATTENTION_KEYS",
     "AttentionSpec",
     "check_attention_config",
     "NORMALISERS",
@@ -18,6 +21,8 @@ __all__ = [
     "build_normaliser",
     "PATTERNS",
     "Pattern",
+    "build_pattern",
+    "register_pattern",
     "MultiHeadAttention",
     "attend",
     "attention_backends",

@@ -1,4 +1,4 @@
-"""Multi-head attention parameterised by normaliser x pattern x geometry.
+"""Multi-head attention parameterised by normaliser x pattern x geometry (one `AttentionSpec`).
 
 Geometry follows Bhojanapalli et al. (2020): `head_size` is free; `None` means d_model // num_heads.
 The projections map d_model -> num_heads * head_size and back, so a head size larger than
@@ -7,15 +7,14 @@ d_model / num_heads removes the low-rank bottleneck.
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from sparse_runner.attention.normalisers import Normaliser, Softmax, build_normaliser
-from sparse_runner.attention.patterns import PATTERNS, Pattern
+from sparse_runner.attention.patterns import Pattern, build_pattern
+from sparse_runner.attention.spec import AttentionSpec
 
 # Receives (key, weights (B, H, Nq, Nk), valid pairs (B, 1, Nq, Nk) bool or None) during analysis.
 WeightsObserver = Callable[[tuple[str, int], torch.Tensor, "torch.Tensor | None"], None]
@@ -32,36 +31,14 @@ def attend(
     dropout_p: float = 0.0,
     need_weights: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """Attention of q over (k, v).
-
-    Shapes: q (B, H, Nq, D), k and v (B, H, Nk, D); key_padding_mask (B, Nk) bool, True = real token.
-    Returns (output (B, H, Nq, D), weights (B, H, Nq, Nk) or None, valid pairs (B, 1, Nq, Nk) or None).
-    Softmax goes through PyTorch's fused SDPA unless the weights are asked for; the other
-    normalisers materialise the scores and apply `normaliser`.
-    """
+    """`pattern.attend` with defaults: softmax, dense. Shapes and returns: see `Pattern.attend`."""
+    pattern = pattern if pattern is not None else build_pattern("dense")
     normaliser = normaliser if normaliser is not None else Softmax()
-    pattern = pattern or Pattern()
-    n_q, n_k = q.shape[-2], k.shape[-2]
-    mask = pattern.dense_mask(n_q, n_k, q.device)
-    if key_padding_mask is not None:
-        pad = key_padding_mask[:, None, None, :]  # (B, 1, 1, Nk)
-        mask = pad if mask is None else (mask & pad)
-
-    if normaliser.fused_sdpa and not need_weights:
-        if key_padding_mask is None and pattern.is_causal and n_q == n_k:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True), None, None
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None, None
-
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = normaliser(scores)
-    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
-    return dropped @ v, weights, mask
+    return pattern.attend(q, k, v, normaliser=normaliser, key_padding_mask=key_padding_mask, dropout_p=dropout_p, need_weights=need_weights)
 
 
 class MultiHeadAttention(nn.Module):
-    """Self- or cross-attention with a free head size and any normaliser / pattern.
+    """Self- or cross-attention built from an `AttentionSpec`: any normaliser, pattern and head size.
 
     forward(x, context=None, key_padding_mask=None, *, query_mask=None, cache=None): see `forward`.
 
@@ -69,29 +46,19 @@ class MultiHeadAttention(nn.Module):
     set `observer` to receive its attention weights (evaluation only).
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        head_size: int | None = None,
-        *,
-        normaliser: str = "softmax",
-        pattern: str = "dense",
-        dropout: float = 0.0,
-        bias: bool = True,
-        alpha: float | None = None,
-        alpha_init: float | str = "random",
-        key: tuple[str, int] = ("self", 0),
-    ) -> None:
+    def __init__(self, d_model: int, spec: AttentionSpec, *, key: tuple[str, int] = ("self", 0), bias: bool = True) -> None:
         super().__init__()
+        num_heads, head_size = spec.num_heads, spec.head_size
         if head_size is None:
             if d_model % num_heads:
                 raise ValueError(f"num_heads={num_heads} does not divide d_model={d_model}; set head_size")
             head_size = d_model // num_heads
         self.num_heads, self.head_size = num_heads, head_size
-        self.normaliser = build_normaliser(normaliser, num_heads, alpha=alpha, alpha_init=alpha_init)
-        self.pattern = PATTERNS[pattern]()
-        self.dropout = dropout
+        # Before the projections: a learned alpha draws from the RNG, and a seed's initial weights
+        # depend on that order.
+        self.normaliser = build_normaliser(spec.normaliser, num_heads, alpha=spec.alpha, alpha_init=spec.alpha_init)
+        self.pattern = build_pattern(spec.pattern, spec.pattern_options)
+        self.dropout = spec.dropout
         self.key = key
         self.observer: WeightsObserver | None = None
         inner = num_heads * head_size
@@ -136,12 +103,11 @@ class MultiHeadAttention(nn.Module):
                 cache["k"], cache["v"] = k, v
         m = k.shape[2]
         observe = self.observer is not None and not self.training
-        y, weights, valid = attend(
+        y, weights, valid = self.pattern.attend(
             q,
             k,
             v,
             normaliser=self.normaliser,
-            pattern=self.pattern,
             key_padding_mask=key_padding_mask,
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=observe,

@@ -5,7 +5,7 @@ that are -inf (masked) get weight exactly 0; a row that is entirely -inf gives z
 They are modules because alpha-entmax learns one alpha per head (Correia et al. 2019).
 
 `softmax` is special: dense softmax attention never materialises its weights but goes through
-`torch.nn.functional.scaled_dot_product_attention` (see multihead.attend); `Softmax.forward` is the
+`torch.nn.functional.scaled_dot_product_attention` (see patterns.Pattern.attend); `Softmax.forward` is the
 explicit path used when the weights are needed (analysis).
 """
 

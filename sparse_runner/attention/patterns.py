@@ -1,31 +1,128 @@
-"""Attention patterns (topologies): which query-key pairs may interact.
+"""Attention patterns (topologies): which query-key pairs may interact, and how attention over them is computed.
 
-Every pattern can produce a dense boolean mask (True = may attend), so any sparse implementation of
-a pattern is testable against masked dense attention. Block-sparse patterns (HST, local, BigBird
-style) register here with their fast paths later.
+A pattern is registered under a name together with the dataclass of its options (fairseq style: the
+option schema lives beside the code that reads it):
+
+    @dataclass(frozen=True)
+    class LocalOptions:
+        block_size: int = field(default=64, metadata={"valid": lambda b: b > 0, "help": "a positive int"})
+
+    @register_pattern("local", options=LocalOptions)
+    class LocalPattern(Pattern):
+        def dense_mask(self, n_queries, n_keys, device="cpu"): ...   # uses self.options.block_size
+
+`model.pattern=local model.pattern_options.block_size=32` then selects it; `spec.check_attention_config`
+checks the options against the dataclass (field types, `Literal` choices, the `valid` predicate).
+
+Every pattern produces a dense boolean mask (True = may attend). `Pattern.attend` computes attention
+densely under that mask; a block-sparse pattern (local, BigBird, HST) overrides `attend` with its fast
+path and stays testable against masked dense attention through `dense_mask`.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
 import torch
+import torch.nn.functional as F
+
+from sparse_runner.attention.normalisers import Normaliser
+
+# name -> Pattern subclass, filled by @register_pattern.
+PATTERNS: dict[str, type["Pattern"]] = {}
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """The options of a pattern that has none."""
+
+
+def register_pattern(name: str, options: type = NoOptions) -> Callable[[type["Pattern"]], type["Pattern"]]:
+    """Class decorator: make a Pattern subclass available as `model.pattern=<name>`.
+
+    `options` is a dataclass whose fields (with defaults) are the keys `model.pattern_options` accepts;
+    a field's metadata may hold `valid` (a predicate on the value) and `help` (the valid values, in words).
+    """
+
+    def register(cls: type[Pattern]) -> type[Pattern]:
+        if name in PATTERNS:
+            raise ValueError(f"pattern {name!r} is already registered ({PATTERNS[name].__qualname__})")
+        cls.name, cls.Options = name, options
+        PATTERNS[name] = cls
+        return cls
+
+    return register
+
+
+def build_pattern(name: str, options: dict[str, Any] | None = None) -> "Pattern":
+    """The pattern registered as `name`, with `options` (a dict of its option fields; missing = default)."""
+    if name not in PATTERNS:
+        raise ValueError(f"unknown pattern {name!r}; valid: {', '.join(sorted(PATTERNS))}")
+    cls = PATTERNS[name]
+    return cls(cls.Options(**(options or {})))
 
 
 class Pattern:
-    """Dense attention: every query sees every key."""
+    """Base class of the patterns. Every query sees every key unless a subclass says otherwise.
 
-    name = "dense"
-    is_causal = False
+    A subclass overrides `dense_mask` (which pairs may interact) and, for a sparse fast path, `attend`.
+    """
+
+    name = "pattern"
+    Options: type = NoOptions
+
+    def __init__(self, options: Any = None) -> None:
+        self.options = options if options is not None else self.Options()
 
     def dense_mask(self, n_queries: int, n_keys: int, device: torch.device | str = "cpu") -> torch.Tensor | None:
         """Boolean (n_queries, n_keys) mask, True where attention is allowed; None = all allowed."""
         return None
 
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        normaliser: Normaliser,
+        key_padding_mask: torch.Tensor | None = None,
+        dropout_p: float = 0.0,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Attention of q over (k, v), restricted to `dense_mask` and the real keys.
 
+        Shapes: q (B, H, Nq, D), k and v (B, H, Nk, D); key_padding_mask (B, Nk) bool, True = real token.
+        Returns (output (B, H, Nq, D), weights (B, H, Nq, Nk) or None, valid pairs as a bool mask that
+        broadcasts to (B, 1, Nq, Nk): (Nq, Nk) from the pattern alone, (B, 1, Nq, Nk) with padding, or
+        None when every pair is valid). Softmax goes through PyTorch's fused SDPA unless the weights are
+        asked for; the other normalisers materialise the scores and apply `normaliser`.
+        """
+        mask = self.dense_mask(q.shape[-2], k.shape[-2], q.device)
+        if key_padding_mask is not None:
+            pad = key_padding_mask[:, None, None, :]  # (B, 1, 1, Nk)
+            mask = pad if mask is None else (mask & pad)
+
+        if normaliser.fused_sdpa and not need_weights:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None, None
+
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = normaliser(scores)
+        dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+        return dropped @ v, weights, mask
+
+
+@register_pattern("dense")
+class DensePattern(Pattern):
+    """Every query sees every key (encoders, context attention)."""
+
+
+@register_pattern("causal")
 class CausalPattern(Pattern):
     """Query i sees keys 0..i (decoders, language models)."""
-
-    name = "causal"
-    is_causal = True
 
     def dense_mask(self, n_queries: int, n_keys: int, device: torch.device | str = "cpu") -> torch.Tensor | None:
         if n_queries == 1:  # one new query in incremental decoding: it sees every cached key
@@ -33,5 +130,10 @@ class CausalPattern(Pattern):
         # Aligned to the end so that incremental decoding (1 query, n keys) sees everything before it.
         return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(n_keys - n_queries)
 
-
-PATTERNS: dict[str, type[Pattern]] = {"dense": Pattern, "causal": CausalPattern}
+    def attend(self, q, k, v, *, normaliser, key_padding_mask=None, dropout_p=0.0, need_weights=False):
+        # Without padding, SDPA's is_causal never builds the mask and may pick a faster kernel.
+        if normaliser.fused_sdpa and not need_weights and key_padding_mask is None and q.shape[-2] == k.shape[-2]:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True), None, None
+        return super().attend(
+            q, k, v, normaliser=normaliser, key_padding_mask=key_padding_mask, dropout_p=dropout_p, need_weights=need_weights
+        )

@@ -7,10 +7,15 @@ self-attention, context attention) asks for a copy with `spec.with_pattern(...)`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal, Mapping, get_args, get_origin, get_type_hints
 
 from sparse_runner.checks import choice, fail
+
+# The `model` keys `AttentionSpec.from_config` reads.
+ATTENTION_KEYS = frozenset(
+    {"num_heads", "head_size", "normaliser", "alpha", "alpha_init", "pattern", "pattern_options", "attention_dropout"}
+)
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,7 @@ class AttentionSpec:
 
     @classmethod
     def from_config(cls, m: Any) -> "AttentionSpec":
+        """From a `model` config node (or a `ModelConfig`); reads exactly ATTENTION_KEYS."""
         return cls(
             num_heads=m.num_heads,
             head_size=m.head_size,
@@ -35,11 +41,12 @@ class AttentionSpec:
             alpha=m.alpha,
             alpha_init=m.alpha_init,
             pattern=m.pattern,
-            pattern_options=dict(m.get("pattern_options") or {}),
+            pattern_options=dict(m.pattern_options or {}),
             dropout=m.attention_dropout,
         )
 
     def with_pattern(self, pattern: str, **options: Any) -> "AttentionSpec":
+        """A copy with another pattern (and only the given options)."""
         return replace(self, pattern=pattern, pattern_options=options)
 
 
@@ -59,3 +66,31 @@ def check_attention_config(m: Any) -> None:
         if init is None or not 1.0 < init < 2.0:
             fail("model.alpha_init", f"unknown value {m.alpha_init!r}", "random (a ~ N(0,1), as Correia et al.) or a float in (1, 2)")
     choice("model.pattern", m.pattern, sorted(PATTERNS))
+    check_options("model.pattern_options", m.pattern_options or {}, PATTERNS[m.pattern].Options, f"pattern {m.pattern}")
+
+
+def check_options(prefix: str, values: Mapping[str, Any], schema: type, owner: str) -> None:
+    """Raise ConfigError unless every key of `values` is a field of the dataclass `schema` and its value
+    has the field's type (int, float, bool, str, or a Literal of choices) and passes its `valid` metadata."""
+    known = {f.name: f for f in fields(schema)}
+    types = get_type_hints(schema)
+    for key, value in values.items():
+        where = f"{prefix}.{key}"
+        if key not in known:
+            fail(where, f"{owner} has no such option", ", ".join(sorted(known)) if known else f"none, {owner} takes no options")
+        kind, meta = types[key], known[key].metadata
+        if get_origin(kind) is Literal:
+            choice(where, value, get_args(kind))
+        elif not _has_type(value, kind) or not meta.get("valid", lambda _: True)(value):
+            fail(where, f"bad value {value!r}", meta.get("help", getattr(kind, "__name__", str(kind))))
+
+
+# Field type -> the Python types a config value of it may have (YAML writes 2.0 as 2).
+_VALUE_TYPES = {int: int, float: (int, float), bool: bool, str: str}
+
+
+def _has_type(value: Any, kind: Any) -> bool:
+    if kind not in _VALUE_TYPES:
+        return True  # other types: only the `valid` predicate checks them
+    # bool is a subclass of int: `true` is not a block size.
+    return isinstance(value, _VALUE_TYPES[kind]) and (kind is bool or not isinstance(value, bool))

@@ -1,6 +1,6 @@
 """Models built from the attention axes, and the builders tasks call with the `model` config node.
 
-Each builder states the model keys it honours (`*_KEYS`); `config.validate` refuses a key that the
+Each builder states the model keys it reads (`*_KEYS`); `config.validate` refuses a key that the
 task's model would ignore, so no setting is ever silently dropped.
 """
 
@@ -8,23 +8,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparse_runner.models.config import MODEL_KEYS, ModelConfig
+from sparse_runner.attention import ATTENTION_KEYS, AttentionSpec
+from sparse_runner.models.config import ModelConfig
 from sparse_runner.models.encoder import EncoderClassifier, TransformerEncoder
 from sparse_runner.models.seq2seq import TransformerSeq2Seq
 
-# The model keys each model reads (everything else must stay at its default).
-CLASSIFIER_KEYS = frozenset(MODEL_KEYS) - {"decoder_layers", "share_embeddings"}
-SEQ2SEQ_KEYS = frozenset(MODEL_KEYS) - {"pooling", "positions", "pattern", "pattern_options"}
+# The model keys each builder reads (every other key must stay at its default; `name` is free).
+CLASSIFIER_KEYS = ATTENTION_KEYS | {"d_model", "num_layers", "ffn_dim", "dropout", "positions", "norm_first", "pooling"}
+SEQ2SEQ_KEYS = ATTENTION_KEYS | {"d_model", "num_layers", "ffn_dim", "dropout", "norm_first", "decoder_layers", "share_embeddings"}
 
 
 def build_classifier(m: Any, *, vocab_size: int, num_classes: int, max_length: int, pad_id: int) -> EncoderClassifier:
-    kwargs = {k: m[k] for k in m if k not in ("name", "pooling", "pattern_options", "decoder_layers", "share_embeddings")}
-    return EncoderClassifier(vocab_size=vocab_size, num_classes=num_classes, max_length=max_length, pooling=m.pooling, pad_id=pad_id, **kwargs)
+    """An EncoderClassifier from the `model` node `m` (reads CLASSIFIER_KEYS)."""
+    return EncoderClassifier(
+        vocab_size, num_classes, max_length, pooling=m.pooling, attention=AttentionSpec.from_config(m), d_model=m.d_model,
+        num_layers=m.num_layers, ffn_dim=m.ffn_dim, dropout=m.dropout, positions=m.positions, norm_first=m.norm_first, pad_id=pad_id,
+    )
 
 
 def build_seq2seq(m: Any, *, vocab_size: int, max_positions: int, pad_id: int) -> TransformerSeq2Seq:
-    kwargs = {k: m[k] for k in m if k not in ("name", "pooling", "pattern", "pattern_options", "positions")}
-    return TransformerSeq2Seq(vocab_size, max_positions=max_positions, pad_id=pad_id, **kwargs)
+    """A TransformerSeq2Seq from the `model` node `m` (reads SEQ2SEQ_KEYS)."""
+    return TransformerSeq2Seq(
+        vocab_size, attention=AttentionSpec.from_config(m), d_model=m.d_model, num_layers=m.num_layers, ffn_dim=m.ffn_dim,
+        dropout=m.dropout, norm_first=m.norm_first, decoder_layers=m.decoder_layers, share_embeddings=m.share_embeddings,
+        max_positions=max_positions, pad_id=pad_id,
+    )
 
 
 __all__ = [

@@ -1,16 +1,18 @@
 """Transformer encoder and a sequence classifier on top of it (LRA-style).
 
-Every attention layer is a `MultiHeadAttention` with the configured normaliser, pattern and geometry.
+Every attention layer is a `MultiHeadAttention` built from one `AttentionSpec` (normaliser, pattern,
+geometry, attention dropout).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
 
-from sparse_runner.attention import MultiHeadAttention
+from sparse_runner.attention import AttentionSpec, MultiHeadAttention
 
 
 def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
@@ -26,9 +28,9 @@ def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
 class EncoderLayer(nn.Module):
     """Self-attention + feed-forward, each with a residual; pre- or post-LayerNorm."""
 
-    def __init__(self, d_model, num_heads, head_size, ffn_dim, dropout, attention_dropout, norm_first, **attention):
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float, norm_first: bool, attention: AttentionSpec, key: tuple[str, int]) -> None:
         super().__init__()
-        self.attn = MultiHeadAttention(d_model, num_heads, head_size, dropout=attention_dropout, **attention)
+        self.attn = MultiHeadAttention(d_model, attention, key=key)
         self.ffn = nn.Sequential(nn.Linear(d_model, ffn_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.drop = nn.Dropout(dropout)
@@ -43,7 +45,7 @@ class EncoderLayer(nn.Module):
 
 
 class TransformerEncoder(nn.Module):
-    """Token embeddings + positions + a stack of EncoderLayers.
+    """Token embeddings + positions + a stack of EncoderLayers, every one's self-attention built from `attention`.
 
     forward(tokens (B, N) long, key_padding_mask (B, N) bool True = real) -> (B, N, d_model).
     """
@@ -53,21 +55,14 @@ class TransformerEncoder(nn.Module):
         vocab_size: int,
         max_length: int,
         *,
+        attention: AttentionSpec,
         d_model: int,
         num_layers: int,
-        num_heads: int,
-        head_size: int | None,
         ffn_dim: int,
         dropout: float,
-        attention_dropout: float,
-        normaliser: str,
-        pattern: str,
         positions: str,
         norm_first: bool,
-        alpha: float | None = None,
-        alpha_init: float | str = "random",
         pad_id: int = 0,
-        **_: object,
     ) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
@@ -78,11 +73,7 @@ class TransformerEncoder(nn.Module):
             self.register_buffer("positions", sinusoidal_positions(max_length, d_model), persistent=False)
         self.drop = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
-            EncoderLayer(
-                d_model, num_heads, head_size, ffn_dim, dropout, attention_dropout, norm_first,
-                normaliser=normaliser, pattern=pattern, alpha=alpha, alpha_init=alpha_init, key=("encoder_self", i),
-            )
-            for i in range(num_layers)
+            EncoderLayer(d_model, ffn_dim, dropout, norm_first, attention, key=("encoder_self", i)) for i in range(num_layers)
         )
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.scale = math.sqrt(d_model)
@@ -105,14 +96,15 @@ class EncoderClassifier(nn.Module):
 
     forward(tokens (B, N) long, lengths (B,) long or None) -> logits (B, num_classes). Padding is id 0
     after `lengths`; attention never looks at it and mean pooling ignores it.
+    `encoder`: the keyword arguments of `TransformerEncoder` (attention, d_model, ...).
     """
 
-    def __init__(self, vocab_size: int, num_classes: int, max_length: int, *, pooling: str, **encoder_kwargs) -> None:
+    def __init__(self, vocab_size: int, num_classes: int, max_length: int, *, pooling: str, **encoder: Any) -> None:
         super().__init__()
         self.pooling = pooling
         extra = 1 if pooling == "cls" else 0
-        self.encoder = TransformerEncoder(vocab_size, max_length + extra, **encoder_kwargs)
-        d_model = encoder_kwargs["d_model"]
+        self.encoder = TransformerEncoder(vocab_size, max_length + extra, **encoder)
+        d_model = self.encoder.embed.embedding_dim
         if pooling == "cls":
             self.cls = nn.Parameter(torch.randn(1, 1, d_model) * 0.02)
         self.head = nn.Sequential(nn.Linear(d_model, d_model), nn.ReLU(), nn.Linear(d_model, num_classes))

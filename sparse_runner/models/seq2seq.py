@@ -1,8 +1,9 @@
 """Encoder-decoder transformer for translation (Vaswani et al. 2017), sparse attention everywhere.
 
-The chosen normaliser is used in all three attention types, as in Correia et al. (2019): encoder
-self-attention ("encoder_self"), decoder causal self-attention ("decoder_self") and encoder-decoder
-attention ("context"); every layer of every type has its own per-head alpha for alpha-entmax.
+One `AttentionSpec` builds all three attention types, so the chosen normaliser and head geometry
+are used everywhere, as in Correia et al. (2019): encoder self-attention ("encoder_self", with the
+configured pattern), decoder self-attention ("decoder_self", causal) and encoder-decoder attention
+("context", dense); every layer of every type has its own per-head alpha for alpha-entmax.
 
 Decoding is incremental: `decode(..., cache=...)` feeds only the new target tokens and keeps the
 keys/values of earlier steps (and of the encoder output) in `cache`, so a step costs O(prefix) and
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sparse_runner.attention import MultiHeadAttention
+from sparse_runner.attention import AttentionSpec, MultiHeadAttention
 from sparse_runner.models.encoder import TransformerEncoder, sinusoidal_positions
 
 DecoderCache = list[dict[str, dict[str, torch.Tensor]]]
@@ -26,14 +27,10 @@ DecoderCache = list[dict[str, dict[str, torch.Tensor]]]
 class DecoderLayer(nn.Module):
     """Causal self-attention, context attention over the encoder output, feed-forward."""
 
-    def __init__(self, d_model, num_heads, head_size, ffn_dim, dropout, attention_dropout, norm_first, layer, **attention):
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float, norm_first: bool, attention: AttentionSpec, layer: int) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(
-            d_model, num_heads, head_size, dropout=attention_dropout, pattern="causal", key=("decoder_self", layer), **attention
-        )
-        self.context_attn = MultiHeadAttention(
-            d_model, num_heads, head_size, dropout=attention_dropout, pattern="dense", key=("context", layer), **attention
-        )
+        self.self_attn = MultiHeadAttention(d_model, attention.with_pattern("causal"), key=("decoder_self", layer))
+        self.context_attn = MultiHeadAttention(d_model, attention.with_pattern("dense"), key=("context", layer))
         self.ffn = nn.Sequential(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
         self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(3))
         self.drop = nn.Dropout(dropout)
@@ -62,6 +59,8 @@ class TransformerSeq2Seq(nn.Module):
     `tgt_in` is the target shifted right (BOS first); padding (id `pad_id`) sits at the end of each row.
     src_lengths=None means no source padding.
 
+    attention: the spec of every attention layer; the encoder's self-attention uses its pattern, the
+    decoder's self-attention is causal and the context attention dense.
     share_embeddings: one matrix for source embeddings, target embeddings and the output projection
     (possible because the BPE vocabulary is joint); False keeps a separate source embedding and ties
     only the target embedding to the output projection.
@@ -71,30 +70,22 @@ class TransformerSeq2Seq(nn.Module):
         self,
         vocab_size: int,
         *,
+        attention: AttentionSpec,
         d_model: int,
         num_layers: int,
-        num_heads: int,
-        head_size: int | None,
         ffn_dim: int,
         dropout: float,
-        attention_dropout: float,
-        normaliser: str,
         norm_first: bool,
         decoder_layers: int | None = None,
         share_embeddings: bool = True,
-        alpha: float | None = None,
-        alpha_init: float | str = "random",
         max_positions: int = 1024,
         pad_id: int = 0,
-        **_: object,
     ) -> None:
         super().__init__()
-        attention = dict(normaliser=normaliser, alpha=alpha, alpha_init=alpha_init)
         self.pad_id = pad_id
         self.encoder = TransformerEncoder(
-            vocab_size, max_positions, d_model=d_model, num_layers=num_layers, num_heads=num_heads, head_size=head_size,
-            ffn_dim=ffn_dim, dropout=dropout, attention_dropout=attention_dropout, pattern="dense", positions="sinusoidal",
-            norm_first=norm_first, pad_id=pad_id, **attention,
+            vocab_size, max_positions, attention=attention, d_model=d_model, num_layers=num_layers, ffn_dim=ffn_dim,
+            dropout=dropout, positions="sinusoidal", norm_first=norm_first, pad_id=pad_id,
         )
         self.embed = self.encoder.embed if share_embeddings else nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         nn.init.normal_(self.embed.weight, std=d_model**-0.5)  # the output projection's scale (tied)
@@ -102,7 +93,7 @@ class TransformerSeq2Seq(nn.Module):
             self.embed.weight[pad_id].zero_()
         self.register_buffer("positions", sinusoidal_positions(max_positions, d_model), persistent=False)
         self.layers = nn.ModuleList(
-            DecoderLayer(d_model, num_heads, head_size, ffn_dim, dropout, attention_dropout, norm_first, i, **attention)
+            DecoderLayer(d_model, ffn_dim, dropout, norm_first, attention, layer=i)
             for i in range(num_layers if decoder_layers is None else decoder_layers)
         )
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
