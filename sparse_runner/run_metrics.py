@@ -1,21 +1,65 @@
-"""`metrics.json`, the record of one run: written by `run.py`, read by `sparse-report`.
+"""`metrics.json`, the record of one run: written by `run.py` (`MetricsFile`), read by `sparse-report` (`read`,
+`primary_metric`). The schema lives here only, so that writer and reader cannot drift apart.
 
-Torch-free on purpose (the report must not import torch). The keys a reader may rely on are listed in
-`SCHEMA`; `NON_RESULT_KEYS` are the config keys that do not change a run's result (left out of the
-resume fingerprint, of run-directory names and of the report's "what varies" columns).
+Torch-free on purpose (the report must not import torch; `versions` imports torch when called). `SCHEMA`
+lists every key a reader may rely on; `NON_RESULT_KEYS` are the config keys that do not change a run's
+result (left out of the resume fingerprint, of run-directory names and of the report's "what varies"
+columns).
 """
 
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from sparse_runner.io import atomic_write_json
 
-SCHEMA_VERSION = 1
+# 1: the first release. 2: adds `primary_metric`.
+SCHEMA_VERSION = 2
+
+# Every top-level key of metrics.json and what it holds. Written at start (status running): the run's
+# identity and config; at the end: its results. Any key may be absent (older schema, or a run that stopped
+# before writing it), so a reader treats each one as optional.
+SCHEMA: dict[str, str] = {
+    "schema": "SCHEMA_VERSION of the writer",
+    "status": "running | completed | failed | preempted",
+    "error": "one line: why the run failed or stopped (null otherwise)",
+    "run_dir": "absolute run directory when written",
+    "task": "cfg.task.name",
+    "task_family": "cfg.task.family: the paper table a task belongs to",
+    "model": "cfg.model.name",
+    "experiment": "the experiment= config the run came from (null when none)",
+    "overrides": "Hydra command-line overrides, as given",
+    "config": "the resolved config, nested",
+    "seed": "cfg.seed",
+    "versions": "python and library versions",
+    "git_commit": "HEAD of the checkout that ran (null outside git)",
+    "started_at": "UTC, ISO 8601",
+    "primary_metric": "the run's headline test metric (`test/accuracy`, `test/bleu`, ...), declared by its task; "
+                      "schema 2 (older files: see primary_metric())",
+    "num_parameters": "trainable parameters",
+    "device": "torch device the run trained on",
+    "attention_backend": "attention kernels used, comma-separated",
+    "max_steps": "cfg.trainer.max_steps",
+    "dataset_sizes": "{split: examples}",
+    "step": "the last training step reached",
+    "stopped_early": "true when early stopping ended training",
+    "tokens_seen": "training tokens processed",
+    "train_time_s": "seconds spent training",
+    "tokens_per_second": "training throughput",
+    "wall_time_s": "seconds from start to end of the run",
+    "peak_memory_mb": "peak device (or process) memory",
+    "metrics": "final metrics {`val/...`, `test/...`, `best/val/...`: number}",
+    "selection": "checkpoint selection {metric, mode, best_value, best_step}",
+    "analysis": "attention statistics {attention: ..., alpha: ...} (null without analysis)",
+    "figures": "PNG files the run drew",
+    "task_info": "task facts (tokenizer, metric signatures, ...)",
+    "finished_at": "UTC, ISO 8601",
+}
 
 # Config keys that do not change a run's result. conf/hydra/default.yaml reads this list through the
 # `non_result_keys` resolver (registered in cli.py) to keep them out of run-directory names.
@@ -29,16 +73,60 @@ NON_RESULT_KEYS = (
     "paths.cache_dir",
 )
 
+# The primary metric of a file that does not name one: schema-1 files, and runs that failed before their
+# task was built (so before it could declare its metric). These are the metrics the tasks declared when
+# schema 2 came in; a task family not listed falls back on the metric the run selected its checkpoint on.
+SCHEMA1_PRIMARY_METRICS = {"listops": "test/accuracy", "translation": "test/bleu"}
 
-def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
-    """`{"model": {"num_heads": 2}}` -> `{"model.num_heads": 2}`; lists stay whole (one value)."""
+VAL, TEST = "val/", "test/"
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """A metrics.json as a dict. Raises OSError (cannot read), ValueError (not JSON or not an object; a
+    JSONDecodeError is a ValueError) or UnicodeDecodeError (itself a ValueError)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
+
+
+def primary_metric(data: Mapping[str, Any], task_family: str | None = None) -> str | None:
+    """The run's headline test metric: `primary_metric` when the file names it, else (the one fallback)
+    SCHEMA1_PRIMARY_METRICS of its task family, else the test counterpart of its selection metric (`val/x`
+    -> `test/x`); None when none of these is known. `task_family` stands in for the file's own (a run
+    without metrics.json has its family in .hydra/config.yaml)."""
+    named = data.get("primary_metric")
+    if isinstance(named, str) and named:
+        return named
+    family = data.get("task_family") if task_family is None else task_family
+    if family in SCHEMA1_PRIMARY_METRICS:
+        return SCHEMA1_PRIMARY_METRICS[family]
+    selection = data.get("selection")
+    selected = selection.get("metric") if isinstance(selection, dict) else None
+    if isinstance(selected, str) and selected.startswith(VAL):
+        return TEST + selected[len(VAL):]
+    return None
+
+
+def validation_metric(test_metric: str) -> str:
+    """The validation counterpart of a test metric (`test/bleu` -> `val/bleu`): what a run is chosen on."""
+    return VAL + test_metric[len(TEST):] if test_metric.startswith(TEST) else test_metric
+
+
+def flatten(config: Any, prefix: str = "", *, keep_empty: bool = False) -> dict[str, Any]:
+    """`{"model": {"num_heads": 2}}` -> `{"model.num_heads": 2}`; lists stay whole (one value).
+
+    An empty mapping has no leaf, so it disappears unless `keep_empty` keeps it as a value (`{"a": {}}` ->
+    `{"a": {}}`). The resume fingerprint drops them (checkpoints saved so far were fingerprinted that way);
+    the report keeps them, so that `pattern_options: {}` next to `pattern_options: null` shows as a change.
+    """
     if not isinstance(config, dict):
         return {prefix: config} if prefix else {}
     flat: dict[str, Any] = {}
     for key, value in config.items():
         dotted = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, dict):
-            flat.update(flatten(value, dotted))
+        if isinstance(value, dict) and (value or not keep_empty):
+            flat.update(flatten(value, dotted, keep_empty=keep_empty))
         else:
             flat[dotted] = value
     return flat

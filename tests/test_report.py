@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sparse_runner.reporting import collect_runs, main
-from sparse_runner.reporting.references import LRA_TABLE1
+from sparse_runner.reporting.papers.lra import LRA_TABLE1
 
 BASE_CONFIG = {
     "model": {"name": "softmax", "d_model": 64, "num_heads": 4, "num_layers": 2},

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from sparse_runner.reporting import main
-from sparse_runner.reporting.references import CORREIA2019_TABLE1, TRANSLATION_COLUMNS
+from sparse_runner.reporting.papers.correia2019.published import CORREIA2019_TABLE1, TRANSLATION_COLUMNS
 
 ATTENTION_TYPES = ("encoder_self", "context", "decoder_self")
 NORMALISERS = {"softmax": "softmax", "entmax15": "entmax15", "entmax": "alpha_entmax", "sparsemax": "sparsemax"}

@@ -1,5 +1,11 @@
-"""Paper reference numbers and table regeneration from run directories (`sparse-report`)."""
+"""sparse-report: regenerate the papers' result tables from run directories, published numbers beside ours.
 
-from sparse_runner.reporting.report import collect_runs, main
+runs: read run directories (metrics.json via sparse_runner.run_metrics) into RunRecords; papers: one module
+per paper behind a registry (tables, figures, published numbers); runs_table: one table per task of every
+run; render: tables as markdown, CSV and LaTeX; report: the command line.
+"""
+
+from sparse_runner.reporting.report import main
+from sparse_runner.reporting.runs import collect_runs
 
 __all__ = ["collect_runs", "main"]

@@ -1,0 +1,172 @@
+"""Correia et al. (2019) Table 1, published BLEU beside ours with the scale our runs trained at, and the
+table of our translation runs behind it (sacreBLEU, chrF, speed against softmax, scale)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from sparse_runner.reporting.papers.correia2019.picks import Picks, column_runs, paper_runs, row_label, table1_models
+from sparse_runner.reporting.papers.correia2019.published import (
+    CORREIA2019_MODEL_SIZE,
+    CORREIA2019_SPEED,
+    CORREIA2019_TABLE1,
+    METRIC,
+    TRANSLATION_COLUMNS,
+    canonical_task,
+    translation_fill_command,
+)
+from sparse_runner.reporting.render import Table
+from sparse_runner.reporting.runs import RunRecord
+from sparse_runner.reporting.values import as_float, as_str, fmt_number, score
+
+
+def _steps(value: Any) -> str:
+    """200000 -> `200k`, 1400 -> `1400`."""
+    number = as_float(value)
+    if number is None:
+        return "?"
+    number = int(number)
+    return f"{number // 1000}k" if number >= 10_000 and number % 1000 == 0 else str(number)
+
+
+def translation_scale(rec: RunRecord) -> str:
+    """`CPU size: 3+3 layers d256 h4, 3000 tokens/batch, 1400 steps`, read from the run's config and how far
+    it trained, so that nobody mistakes a small run for a reproduction. `paper size` means the paper's
+    Transformer-Base dimensions (published.CORREIA2019_MODEL_SIZE)."""
+    config = rec.config
+    dims = {
+        "model.num_layers": config.get("model.num_layers"),
+        # a null decoder_layers means as deep as the encoder
+        "model.decoder_layers": config.get("model.decoder_layers") or config.get("model.num_layers"),
+        "model.d_model": config.get("model.d_model"),
+        "model.num_heads": config.get("model.num_heads"),
+    }
+    size = "paper size" if dims == CORREIA2019_MODEL_SIZE else "CPU size"
+    steps = rec.data.get("step") if as_float(rec.data.get("step")) is not None else config.get("trainer.max_steps")
+    text = (f"{size}: {dims['model.num_layers']}+{dims['model.decoder_layers']} layers d{dims['model.d_model']} "
+            f"h{dims['model.num_heads']}, {config.get('trainer.batch_tokens')} tokens/batch, {_steps(steps)} steps")
+    return text + " (stopped early)" if rec.data.get("stopped_early") is True else text
+
+
+def _speed_vs_softmax(rec: RunRecord, picks: Picks) -> str:
+    """Training tokens/s in % of our softmax run of the same task and experiment (the paper's comparison)."""
+    softmax = picks.get((canonical_task(rec.task), rec.experiment), {}).get("softmax")
+    ours = as_float(rec.data.get("tokens_per_second"))
+    base = as_float(softmax.data.get("tokens_per_second")) if softmax else None
+    return f"{100.0 * ours / base:.0f}" if ours is not None and base else ""
+
+
+def _task_info_values(runs: Iterable[RunRecord], key: str) -> list[str]:
+    """The distinct values of metrics.json task_info[key] among `runs`, in first-seen order."""
+    values = []
+    for rec in runs:
+        info = rec.data.get("task_info")
+        value = as_str(info.get(key)) if isinstance(info, dict) else None
+        if value and value not in values:
+            values.append(value)
+    return values
+
+
+def table1(picks: Picks) -> Table:
+    """Per language pair the published BLEU and ours, rows = models; a cell we have no run for says which
+    command fills it. The last row says at which scale our runs trained."""
+    columns = list(TRANSLATION_COLUMNS)
+    published_rows = CORREIA2019_TABLE1["rows"]
+    headers, scale_row = ["model"], ["scale"]
+    for column in columns:
+        runs = column_runs(picks, column).values()
+        scales = "; ".join(dict.fromkeys(translation_scale(rec) for rec in runs))
+        if TRANSLATION_COLUMNS[column]["published"]:
+            headers.append(f"{column} published")
+            scale_row.append("")  # the paper's scale is in the caption
+        headers.append(f"{column} ours" if TRANSLATION_COLUMNS[column]["published"] else column)
+        scale_row.append(scales)
+
+    rows, missing = [], []
+    for model in table1_models(picks):
+        label = row_label(model)
+        row = [label]
+        for column in columns:
+            if TRANSLATION_COLUMNS[column]["published"]:
+                row.append(fmt_number(published_rows.get(label, {}).get(column), ".2f"))
+            run = column_runs(picks, column).get(model)
+            if run is None:
+                row.append(f"run: {translation_fill_command(column, model)}")
+                missing.append(column)
+            else:
+                row.append(score(run.primary_value))
+        rows.append(row)
+    return Table(
+        slug="correia2019_table1",
+        title="Correia et al. 2019 Table 1: translation (published vs ours, test BLEU, tokenized)",
+        headers=headers, rows=rows + [scale_row], numeric=set(range(1, len(headers))),
+        rules_before={len(rows)}, notes=_table1_notes(picks, missing),
+    )
+
+
+def _table1_notes(picks: Picks, missing: list[str]) -> list[str]:
+    """The caption of Table 1: sources, how our cells are chosen and scored, and how to fill the gaps."""
+    used = [rec for column in TRANSLATION_COLUMNS for rec in column_runs(picks, column).values()]
+    tokenization = _task_info_values(used, "bleu_tokenization")
+    signatures = _task_info_values(used, "sacrebleu_signature")
+    notes = [
+        f"Published: {CORREIA2019_TABLE1['citation']}: test BLEU, tokenized (Moses-tokenised, "
+        "multi-bleu.perl style); single runs. es→en Bible is our own CPU-size pair, not in the paper.",
+        "Ours: per cell, the completed run of the column's experiment (`experiment=correia2019_<pair>`; "
+        "es→en Bible: `experiment=mt_cpu`) and the row's model with the best validation BLEU; its test BLEU "
+        f"(metrics.json `{METRIC}`) is shown, rounded to 2 decimals.",
+        "Tokenized BLEU of ours: " + (" | ".join(tokenization) if tokenization else "no run yet") + ".",
+        "sacreBLEU signature of ours (detokenized BLEU, in the runs table below): "
+        + (" | ".join(signatures) if signatures else "no run yet") + ".",
+        "Scale: `paper size` = the paper's Transformer-Base (6+6 layers, d_model 512, 8 heads, 8192-token "
+        "batches; PAPERS.md A.3). A `CPU size` cell is a small model trained briefly: it checks the pipeline "
+        "and is not a reproduction of the published number.",
+    ]
+    columns = list(dict.fromkeys(missing))
+    if columns:
+        notes.append("Missing cells; fill a whole column with: " + "; ".join(
+            f"{column}: `{translation_fill_command(column)}`" for column in columns) + ".")
+    return notes
+
+
+def runs_table(picks: Picks, records: list[RunRecord]) -> Table | None:
+    """Every completed translation run behind Table 1 with sacreBLEU, chrF, speed and scale; our other
+    completed translation runs below a rule. None when there are no completed translation runs."""
+    cells = [(column, rec) for column in TRANSLATION_COLUMNS for rec in column_runs(picks, column).values()]
+    used = {id(rec) for _, rec in cells}
+    extra = sorted((rec for rec in paper_runs(records) if id(rec) not in used), key=lambda rec: rec.display)
+    if not cells and not extra:
+        return None
+    rows = [_run_row(column, rec, picks) for column, rec in cells]
+    rows += [_run_row(f"not in Table 1: task={rec.task}, experiment={rec.experiment}", rec, picks) for rec in extra]
+    notes = [
+        "BLEU (tok.) is Table 1's metric; sacreBLEU is detokenized BLEU (signature in Table 1's caption); "
+        "chrF in sacreBLEU's default setting. Best val BLEU chose the run.",
+        "Speed: training tokens/s in % of our softmax run of the same task and experiment; published: "
+        "α-entmax 75 %, 1.5-entmax 90 % of softmax (Correia et al. 2019; PAPERS.md A.3).",
+    ]
+    if extra:
+        notes.append("Rows below the rule are our other completed translation runs (another experiment, or "
+                     "not the best on validation); they are not in Table 1.")
+    return Table(
+        slug="correia2019_table1_runs",
+        title="Correia et al. 2019 Table 1: our runs (BLEU, sacreBLEU, chrF, speed, scale)",
+        headers=["column", "model", "BLEU (tok.)", "sacreBLEU", "chrF", "best val BLEU", "tokens/s",
+                 "speed vs softmax (%)", "published speed (%)", "scale", "run"],
+        rows=rows, numeric=set(range(2, 9)), rules_before={len(cells)} if extra and cells else set(), notes=notes,
+    )
+
+
+def _run_row(column: str, rec: RunRecord, picks: Picks) -> list[str]:
+    label = row_label(rec.model or "?")
+    published_speed = CORREIA2019_SPEED.get(label)
+    return [
+        column, label,
+        # BLEU (tok.) is the run's primary metric (paper_runs), sacreBLEU and chrF are reported beside it
+        score(rec.primary_value), score(rec.metric("test/sacrebleu")), score(rec.metric("test/chrf")),
+        score(rec.validation_value),
+        fmt_number(rec.data.get("tokens_per_second"), ".0f"),
+        _speed_vs_softmax(rec, picks),
+        "" if published_speed is None else f"{100.0 * published_speed:.0f}",
+        translation_scale(rec), rec.display,
+    ]

@@ -1,0 +1,210 @@
+"""Run collection: walk folders, read each run directory's metrics.json into a RunRecord.
+
+It never infers anything from directory names: Hydra names run directories after the overrides, but users
+may rename or move them. A run that never wrote metrics.json is read from `.hydra/` instead.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from sparse_runner import run_metrics
+from sparse_runner.checks import one_line
+from sparse_runner.reporting.console import warn
+from sparse_runner.reporting.values import as_float, as_str
+
+# Folders that never contain runs of their own; hidden folders (.hydra, .git, ...) are skipped as well.
+SKIP_DIRS = {"checkpoints", "tb"}
+
+# Display status -> sort rank: finished work first, then work that stopped, then what never ran.
+STATUS_ORDER = ["completed", "preempted", "unfinished", "failed", "not started", "unreadable", "unknown"]
+_STATUS_RANK = {status: rank for rank, status in enumerate(STATUS_ORDER)}
+
+
+def status_rank(status: str) -> int:
+    return _STATUS_RANK.get(status, len(STATUS_ORDER))
+
+
+@dataclass
+class RunRecord:
+    """One run directory as the report sees it. Every field tolerates an absent key in metrics.json."""
+
+    path: Path                         # absolute run directory
+    display: str                       # how the run is named in tables (relative to the walked root)
+    status: str                        # completed | preempted | unfinished | failed | not started | unreadable | ...
+    task: str | None = None
+    task_family: str | None = None
+    model: str | None = None
+    experiment: str | None = None
+    primary_metric: str | None = None  # headline test metric (run_metrics.primary_metric)
+    overrides: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)   # flattened to dotted keys
+    data: dict[str, Any] = field(default_factory=dict)     # metrics.json as read ({} when there is none)
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        value = self.data.get("metrics")
+        return value if isinstance(value, dict) else {}
+
+    def metric(self, name: str) -> float | None:
+        """A final metric of the run (`test/bleu`, `test/chrf`, ...), or None when it has none."""
+        return as_float(self.metrics.get(name))
+
+    @property
+    def primary_value(self) -> float | None:
+        return self.metric(self.primary_metric) if self.primary_metric else None
+
+    def best_value(self, name: str) -> float | None:
+        """The best value of a validation metric: the checkpoint-selection value when the run selected on
+        `name`, else the trainer's `best/<name>`, else the final value."""
+        selection = self.data.get("selection")
+        if isinstance(selection, dict) and selection.get("metric") == name:
+            best = as_float(selection.get("best_value"))
+            if best is not None:
+                return best
+        best = self.metric(f"best/{name}")
+        return best if best is not None else self.metric(name)
+
+    @property
+    def validation_value(self) -> float | None:
+        """The best validation value of the primary metric (val/accuracy for test/accuracy, ...)."""
+        return self.best_value(run_metrics.validation_metric(self.primary_metric)) if self.primary_metric else None
+
+    def analysis(self, key: str) -> dict | None:
+        """metrics.json analysis[key] ("attention" or "alpha") when it holds data, else None."""
+        analysis = self.data.get("analysis")
+        block = analysis.get(key) if isinstance(analysis, dict) else None
+        return block if isinstance(block, dict) and block else None
+
+    def attention_mean(self, field_name: str) -> float | None:
+        """An analysis value (`mean_density`, `js_mean`) averaged over the attention types of the run."""
+        values = [as_float(v.get(field_name)) for v in (self.analysis("attention") or {}).values() if isinstance(v, dict)]
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values) if values else None
+
+
+def sort_key(rec: RunRecord) -> tuple[int, str]:
+    return (status_rank(rec.status), rec.display)
+
+
+def completed(records: Iterable[RunRecord], family: str, metric: str) -> list[RunRecord]:
+    """The runs that may stand next to a published number in `metric`: completed runs of task `family`
+    whose primary metric is `metric` (a run scored on anything else is not comparable)."""
+    return [rec for rec in records
+            if rec.task_family == family and rec.status == "completed" and rec.primary_metric == metric]
+
+
+def pick_best(candidates: list[RunRecord]) -> RunRecord:
+    """The run shown when several match a cell: the best on validation.
+
+    Chosen on the validation score, not the test score, so that the reported test number is not itself
+    chosen on the test set; the test score only breaks ties, then the run name keeps it deterministic.
+    """
+    def key(rec: RunRecord) -> tuple[float, float, str]:
+        val, test = rec.validation_value, rec.primary_value
+        return (-math.inf if val is None else val, -math.inf if test is None else test, rec.display)
+
+    return max(candidates, key=key)
+
+
+def _load_hydra(run_dir: Path) -> tuple[dict | None, list[str] | None]:
+    """Hydra's saved config and overrides of a run directory, or None where missing or unreadable."""
+    config = overrides = None
+    config_file, overrides_file = run_dir / ".hydra" / "config.yaml", run_dir / ".hydra" / "overrides.yaml"
+    if not config_file.is_file() and not overrides_file.is_file():
+        return None, None
+    try:  # imported here: only runs without a usable metrics.json need it
+        from omegaconf import OmegaConf
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        return None, None
+    if config_file.is_file():
+        try:
+            loaded = OmegaConf.load(config_file)
+            try:
+                config = OmegaConf.to_container(loaded, resolve=True)
+            except Exception:  # an interpolation that needs Hydra or a missing env var: keep it as written
+                config = OmegaConf.to_container(loaded, resolve=False)
+        except Exception as exc:
+            warn(f"{config_file}: cannot read ({one_line(exc)})")
+    if overrides_file.is_file():
+        try:
+            loaded = OmegaConf.to_container(OmegaConf.load(overrides_file))
+            overrides = [str(item) for item in loaded] if isinstance(loaded, list) else None
+        except Exception as exc:
+            warn(f"{overrides_file}: cannot read ({one_line(exc)})")
+    return (config if isinstance(config, dict) else None), overrides
+
+
+def _experiment_from_overrides(overrides: list[str]) -> str | None:
+    for item in overrides:
+        key, sep, value = item.lstrip("+~").partition("=")
+        if sep and key == "experiment" and value not in ("", "null"):
+            return value
+    return None
+
+
+def read_run(run_dir: Path, display: str) -> RunRecord:
+    """One RunRecord from metrics.json, falling back to .hydra/ for whatever metrics.json lacks."""
+    metrics_file = run_dir / "metrics.json"
+    data: dict[str, Any] = {}
+    if metrics_file.is_file():
+        try:
+            data = run_metrics.read(metrics_file)
+            raw_status = as_str(data.get("status"))
+            status = {"running": "unfinished", None: "unknown"}.get(raw_status, raw_status)
+        except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            warn(f"{metrics_file}: unreadable ({one_line(exc)}); listed as unreadable")
+            status = "unreadable"
+    else:
+        status = "not started"
+
+    hydra_config, hydra_overrides = _load_hydra(run_dir)
+    config = data.get("config") if isinstance(data.get("config"), dict) else hydra_config
+    overrides = data.get("overrides") if isinstance(data.get("overrides"), list) else hydra_overrides
+    overrides = [str(item) for item in overrides or []]
+    flat = run_metrics.flatten(config or {}, keep_empty=True)
+
+    task = as_str(data.get("task")) or as_str(flat.get("task.name"))
+    # cfg.task.family names the paper table; a config without it belongs to the table named like the task.
+    family = as_str(data.get("task_family")) or as_str(flat.get("task.family")) or task
+    model = as_str(data.get("model")) or as_str(flat.get("model.name"))
+    experiment = as_str(data.get("experiment")) if "experiment" in data else _experiment_from_overrides(overrides)
+    return RunRecord(
+        path=run_dir, display=display, status=status, task=task, task_family=family, model=model,
+        experiment=experiment, primary_metric=run_metrics.primary_metric(data, family), overrides=overrides,
+        config=flat, data=data,
+    )
+
+
+def collect_runs(paths: Iterable[str | os.PathLike]) -> list[RunRecord]:
+    """Walk `paths` recursively and read every run directory found below them.
+
+    A run directory is one holding `metrics.json`, or `.hydra/config.yaml` without it (a run that never
+    got going: status `not started`). Hidden folders, `checkpoints` and `tb` are not searched. Runs are
+    named relative to the path they were found under (prefixed by that path when several are given).
+    """
+    roots = [Path(p) for p in paths]
+    records: list[RunRecord] = []
+    seen: set[Path] = set()
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root, onerror=lambda exc: warn(one_line(exc))):
+            # Prune in place so os.walk never descends into these.
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
+            run_dir = Path(dirpath)
+            if "metrics.json" not in filenames and not (run_dir / ".hydra" / "config.yaml").is_file():
+                continue
+            key = run_dir.resolve()
+            if key in seen:  # overlapping paths (outputs and outputs/runs): report each run once
+                continue
+            seen.add(key)
+            rel = run_dir.relative_to(root).as_posix()
+            if len(roots) == 1 and rel != ".":
+                display = rel
+            else:
+                display = root.as_posix() if rel == "." else f"{root.as_posix().rstrip('/')}/{rel}"
+            records.append(read_run(run_dir, display))
+    return records
