@@ -38,7 +38,7 @@ def runner_tokens_per_s(cfg, task, run_dir: Path) -> tuple[float, int]:
     model = task.build_model(cfg.model)
     trainer = Trainer(cfg, task, model, run_dir, torch.device("cpu"), fingerprint=fingerprint(cfg))
     eval_time = 0.0
-    evaluate = task.evaluate
+    evaluate = trainer.evaluate
 
     def timed_evaluate(*args, **kwargs):
         nonlocal eval_time
@@ -48,13 +48,10 @@ def runner_tokens_per_s(cfg, task, run_dir: Path) -> tuple[float, int]:
         finally:
             eval_time += time.perf_counter() - start
 
-    task.evaluate = timed_evaluate
-    try:
-        start = time.perf_counter()
-        trainer.fit()
-        elapsed = time.perf_counter() - start - eval_time
-    finally:
-        task.evaluate = evaluate
+    trainer.evaluate = timed_evaluate
+    start = time.perf_counter()
+    trainer.fit()
+    elapsed = time.perf_counter() - start - eval_time
     return trainer.progress.tokens_seen / elapsed, trainer.progress.tokens_seen
 
 

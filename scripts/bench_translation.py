@@ -55,7 +55,7 @@ def bench_decoding(cfg, sentences: int, batch_size: int, beams: list[int], round
     task = build_task(cfg)
     model = train_minimal(cfg, task, steps=train_steps)[0]  # trained a little, so it stops at sensible lengths
     model.eval()
-    lengths = task._lengths["val"][:sentences]
+    lengths = task.lengths("val")[:sentences]
     batches = plan_eval(lengths, batch_size)
     rows = []
     for beam in beams:

@@ -39,7 +39,7 @@ def train_minimal(cfg, task, steps: int | None = None, device: str = "cpu") -> t
             plan = task.plan_epoch(seed=cfg.seed, epoch=epoch, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
         batch = task.make_batch("train", plan[index], torch.device(device))
         index += 1
-        loss, _ = task.training_step(model, batch, t.label_smoothing)  # the task's forward + loss, nothing else
+        loss = task.forward_loss(model, batch).loss  # the task's forward + loss, nothing else
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if t.clip_grad_norm is not None:

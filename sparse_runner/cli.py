@@ -23,7 +23,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sparse_runner.run_metrics import NON_RESULT_KEYS
 from sparse_runner.config import CONF_DIR, ConfigError, describe_omegaconf_error, group_options, validate
 
 log = logging.getLogger("sparse_runner")
@@ -43,15 +42,8 @@ def run_name(override_dirname: str) -> str:
     return name
 
 
-def non_result_keys() -> list[str]:
-    """Overrides left out of run-directory names: keys that do not change a result, and the launcher."""
-    return [*NON_RESULT_KEYS, "hydra.launcher", "hydra/launcher"]
-
-
 if not OmegaConf.has_resolver("run_name"):
     OmegaConf.register_new_resolver("run_name", run_name)
-if not OmegaConf.has_resolver("non_result_keys"):
-    OmegaConf.register_new_resolver("non_result_keys", non_result_keys)
 
 
 class _Failures:

@@ -24,6 +24,7 @@ from sparse_runner.checks import ConfigError, one_line
 from sparse_runner.io import atomic_write_text
 from sparse_runner.run_metrics import NON_RESULT_KEYS, MetricsFile, flatten, now
 from sparse_runner.tasks import build_task
+from sparse_runner.training.distributed import is_main
 from sparse_runner.training.trainer import Preempted, Trainer
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
     except ConfigError:
         raise  # the directory may hold another configuration's run: write nothing
     except Exception as exc:
-        if _status(run_dir) != "completed":
+        if is_main() and _status(run_dir) != "completed":
             MetricsFile(run_dir, cfg, meta).write(status="failed", error=one_line(exc), finished_at=now())
         raise
     if trainer.progress.completed and _status(run_dir) == "completed":
@@ -117,22 +118,26 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
 
     num_parameters = sum(p.numel() for p in model.parameters())
     log.info("task %s (%s) | model %s: %.2fM parameters | device %s", task.name, task.sizes(), cfg.model.name, num_parameters / 1e6, device)
-    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     metrics = MetricsFile(run_dir, cfg, meta)
+    # Every file of the run directory is written by the main process alone.
+    record = metrics.write if is_main() else (lambda **_: None)
+    if is_main():
+        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     common = {
+        "primary_metric": f"test/{task.primary_metric}",
         "num_parameters": num_parameters,
         "device": str(device),
         "attention_backend": ",".join(attention_backends(model)),
         "max_steps": t.max_steps,
         "dataset_sizes": task.sizes(),
     }
-    metrics.write(**common)
+    record(**common)
     try:
         final = trainer.fit()
     except BaseException as exc:
         p = trainer.progress
         status = "preempted" if isinstance(exc, Preempted) else "failed"
-        metrics.write(
+        record(
             status=status,
             error=one_line(exc),
             step=p.step,
@@ -141,8 +146,8 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
         )
         raise
     p = trainer.progress
-    figures = _figures(run_dir, p.analysis)
-    metrics.write(
+    figures = _figures(run_dir, p.analysis) if is_main() else []
+    record(
         status="completed",
         analysis=p.analysis or None,
         figures=figures,

@@ -1,21 +1,21 @@
-"""Tasks: data, batching, model head, loss and metrics for one task family each.
+"""Tasks: data, batching, model, loss and metrics, one module per task family.
 
-`build_task(cfg)` picks the task class by `cfg.task.family`; a new family registers in `TASKS`.
+A family registers itself with `@register_task(name, config=Schema)` (see registry.py); every module
+of this package is imported when the registry is first read, so adding a family is adding a module
+here and a YAML file in conf/task/. `build_task(cfg)` builds the family that `cfg.task.family` names.
 """
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from typing import Any
 
-from sparse_runner.tasks.base import Task
-from sparse_runner.tasks.listops import ListOpsTask
-from sparse_runner.tasks.translation import TranslationTask
-
-TASKS: dict[str, type[Task]] = {"listops": ListOpsTask, "translation": TranslationTask}
+from sparse_runner.tasks.base import EvalSums, StepOutput, Task, TaskConfig
+from sparse_runner.tasks.registry import register_task, task_families
 
 
-def build_task(cfg: DictConfig) -> Task:
-    return TASKS[cfg.task.family](cfg.task, cache_dir=cfg.paths.cache_dir, batch_size=cfg.trainer.batch_size, batch_tokens=cfg.trainer.batch_tokens)
+def build_task(cfg: Any) -> Task:
+    """The task of a validated run config."""
+    return task_families()[cfg.task.family](cfg)
 
 
-__all__ = ["TASKS", "Task", "build_task"]
+__all__ = ["EvalSums", "StepOutput", "Task", "TaskConfig", "build_task", "register_task", "task_families"]

@@ -7,38 +7,104 @@ decodes (greedy or beam) and scores the detokenised output against the raw refer
 
 from __future__ import annotations
 
-import contextlib
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sparse_runner.config import ConfigError
+from sparse_runner.checks import ConfigError, choice, existing_dir, fail, positive
 from sparse_runner.decoding import beam_search, greedy_search
 from sparse_runner.io import atomic_write_text
 from sparse_runner.metrics.translation import translation_scores
-from sparse_runner.models import build_seq2seq
-from sparse_runner.tasks.base import Task
-from sparse_runner.tasks.batching import pad_sequences, plan_eval
-from sparse_runner.tasks.translation_data import load_parallel
+from sparse_runner.models import SEQ2SEQ_KEYS, build_seq2seq
+from sparse_runner.tasks.base import StepOutput, Task, TaskConfig
+from sparse_runner.tasks.batching import pad_sequences
+from sparse_runner.tasks.registry import register_task
+from sparse_runner.tasks.translation_data import FILE_FORMATS, SOURCES, load_parallel
 from sparse_runner.tokenization import BOS_ID, EOS_ID, PAD_ID, train_or_load
 
 SPLITS = ("train", "val", "test")
 
 
-class TranslationTask(Task):
-    family = "translation"
+@dataclass
+class DecodingConfig:
+    beam_size: int = 4
+    length_penalty: float = 1.0
+    max_len_a: float = 1.5
+    max_len_b: int = 10
 
-    def __init__(self, task_cfg: Any, *, cache_dir: str, batch_size: int, batch_tokens: int | None = None) -> None:
-        self.cfg = task_cfg
-        self.name = task_cfg.name
-        self.max_length = task_cfg.max_length
-        self.eval_batch_size = batch_size
-        self.eval_batch_tokens = batch_tokens
+
+@dataclass
+class TranslationTaskConfig(TaskConfig):
+    name: str = "bible_es_en"
+    family: str = "translation"
+    source: str = "embedded"
+    src_lang: str = "es"
+    tgt_lang: str = "en"
+    data_dir: Optional[str] = None
+    file_format: str = "auto"
+    hf_path: Optional[str] = None
+    hf_name: Optional[str] = None
+    hf_revision: Optional[str] = None
+    hf_data_dir: Optional[str] = None
+    hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "val": "validation", "test": "test"})
+    vocab_size: int = 8000
+    character_coverage: float = 1.0
+    max_length: int = 128
+    max_train_pairs: Optional[int] = None
+    max_eval_pairs: Optional[int] = None
+    val_beam_size: int = 1
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+
+
+PARALLEL_FILES = "a folder with {train,valid,test}.{src,tgt} files, {split}.tsv or {split}.jsonl"
+
+
+@register_task("translation", config=TranslationTaskConfig)
+class TranslationTask(Task):
+    val_metrics = ("bleu", "sacrebleu", "chrf", "loss", "ppl")
+    primary_metric = "bleu"
+    model_keys = SEQ2SEQ_KEYS
+
+    @classmethod
+    def check_config(cls, t) -> None:
+        choice("task.source", t.source, SOURCES)
+        choice("task.file_format", t.file_format, FILE_FORMATS)
+        if t.source == "files":
+            if t.data_dir is None:
+                fail(
+                    "task.data_dir",
+                    f"task {t.name} reads local files (task.source=files) and needs a folder (conf/task/{t.name}.yaml says where to get them)",
+                    PARALLEL_FILES,
+                )
+            existing_dir("task.data_dir", t.data_dir, PARALLEL_FILES)
+        if t.source == "hf" and not t.hf_path:
+            fail("task.hf_path", "task.source=hf needs a dataset id", "a Hugging Face dataset id such as IWSLT/iwslt2017")
+        for key in ("vocab_size", "val_beam_size"):
+            positive(f"task.{key}", t[key])
+        if t.vocab_size < 8:
+            fail("task.vocab_size", f"must be at least 8 (4 special ids + pieces), got {t.vocab_size}")
+        if not 0.0 < t.character_coverage <= 1.0:
+            fail("task.character_coverage", f"must be in (0, 1], got {t.character_coverage}")
+        if t.max_length < 4:
+            fail("task.max_length", f"must be at least 4 subword tokens, got {t.max_length}")
+        positive("task.max_train_pairs", t.max_train_pairs, allow_none=True)
+        positive("task.max_eval_pairs", t.max_eval_pairs, allow_none=True)
+        d = t.decoding
+        positive("task.decoding.beam_size", d.beam_size)
+        positive("task.decoding.max_len_a", d.max_len_a, allow_zero=True)
+        positive("task.decoding.max_len_b", d.max_len_b, allow_zero=True)
+        if d.max_len_a == 0 and d.max_len_b == 0:
+            fail("task.decoding.max_len_b", "max_len_a and max_len_b are both 0: no output could be produced")
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        task_cfg = self.cfg
         pairs = load_parallel(
             task_cfg.source,
             src_lang=task_cfg.src_lang,
@@ -63,7 +129,7 @@ class TranslationTask(Task):
                 list(train_src) + list(train_tgt),
                 vocab_size=task_cfg.vocab_size,
                 character_coverage=task_cfg.character_coverage,
-                cache_dir=Path(cache_dir).expanduser(),
+                cache_dir=Path(self.cache_dir).expanduser(),
             )
         except ValueError as exc:  # e.g. a vocabulary larger than the data can fill
             raise ConfigError(f"task.vocab_size: {exc}") from None
@@ -95,8 +161,8 @@ class TranslationTask(Task):
     def sizes(self) -> dict[str, int]:
         return {split: len(self.sources[split]) for split in SPLITS}
 
-    def train_lengths(self) -> np.ndarray:
-        return self._lengths["train"]
+    def lengths(self, split: str) -> np.ndarray:
+        return self._lengths[split]
 
     def describe(self) -> dict[str, Any]:
         d = self.cfg.decoding
@@ -129,87 +195,65 @@ class TranslationTask(Task):
             "tgt_in": tgt_in.to(device, non_blocking=True),
             "tgt_out": tgt_out.to(device, non_blocking=True),
             "tgt_lengths": tgt_lengths,
+            "indices": [int(i) for i in indices],
             "num_tokens": int(tgt_lengths.sum()),
         }
 
     # ------------------------------------------------------------------------------ training
-    def training_step(self, model, batch, label_smoothing: float = 0.0):
+    def _loss(self, logits: torch.Tensor, batch: dict[str, Any], **kwargs) -> torch.Tensor:
+        return F.cross_entropy(logits.flatten(0, 1).float(), batch["tgt_out"].flatten(), ignore_index=PAD_ID, **kwargs)
+
+    def forward_loss(self, model, batch) -> StepOutput:
         logits = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
-        loss = F.cross_entropy(
-            logits.flatten(0, 1).float(), batch["tgt_out"].flatten(), ignore_index=PAD_ID, label_smoothing=label_smoothing
-        )
-        return loss, {"tokens": batch["num_tokens"], "examples": len(batch["tgt_lengths"])}
+        loss = self._loss(logits, batch, label_smoothing=self.label_smoothing)
+        return StepOutput(loss=loss, logits=logits, tokens=batch["num_tokens"], mask=batch["tgt_out"] != PAD_ID)
 
     # ------------------------------------------------------------------------------ evaluation
-    def _eval_plan(self, split: str, max_batches: int | None) -> list[np.ndarray]:
-        return plan_eval(self._lengths[split], self.eval_batch_size, max_tokens=self.eval_batch_tokens)[:max_batches]
+    def _teacher_forced_logits(self, model, batch) -> torch.Tensor:
+        # target_mask tells the analysis which target positions are real queries.
+        memory, memory_mask = model.encode(batch["src"], batch["src_lengths"])
+        return model.decode(batch["tgt_in"], memory, memory_mask, target_mask=batch["tgt_out"] != PAD_ID)
 
-    @torch.no_grad()
-    def teacher_forced_loss(self, model, split, device, *, max_batches=None, autocast=None) -> dict[str, float]:
-        """Token-level NLL (no smoothing) and perplexity on `split`. Also the pass the analysis observes."""
-        was_training = model.training
-        model.eval()
-        nll, tokens = 0.0, 0
-        for indices in self._eval_plan(split, max_batches):
-            batch = self.make_batch(split, indices, device)
-            target_mask = batch["tgt_out"] != PAD_ID
-            with autocast or contextlib.nullcontext():
-                memory, memory_mask = model.encode(batch["src"], batch["src_lengths"])
-                logits = model.decode(batch["tgt_in"], memory, memory_mask, target_mask=target_mask)
-            nll += float(F.cross_entropy(logits.flatten(0, 1).float(), batch["tgt_out"].flatten(), ignore_index=PAD_ID, reduction="sum"))
-            tokens += batch["num_tokens"]
-        model.train(was_training)
-        loss = nll / max(tokens, 1)
-        return {f"{split}/loss": loss, f"{split}/ppl": math.exp(min(loss, 50.0))}
-
-    @torch.no_grad()
-    def translate(self, model, split: str, device, *, beam_size: int, max_batches=None, autocast=None, use_cache: bool = True) -> tuple[list[int], list[str]]:
-        """Decode `split`: (example indices, detokenised hypotheses), in the split's length-sorted order."""
+    def translate_batch(self, model, batch, *, beam_size: int, use_cache: bool = True) -> list[str]:
+        """Detokenised hypotheses for one batch (greedy when beam_size is 1)."""
         d = self.cfg.decoding
-        was_training = model.training
-        model.eval()
-        order: list[int] = []
-        hypotheses: list[str] = []
-        for indices in self._eval_plan(split, max_batches):
-            batch = self.make_batch(split, indices, device)
-            search = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_len_a=d.max_len_a, max_len_b=d.max_len_b, use_cache=use_cache)
-            with autocast or contextlib.nullcontext():
-                if beam_size == 1:
-                    ids = greedy_search(model, batch["src"], batch["src_lengths"], **search)
-                else:
-                    ids = beam_search(model, batch["src"], batch["src_lengths"], beam_size=beam_size, length_penalty=d.length_penalty, **search)
-            hypotheses.extend(self.tokenizer.decode(ids))
-            order.extend(int(i) for i in indices)
-        model.train(was_training)
-        return order, hypotheses
+        search = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_len_a=d.max_len_a, max_len_b=d.max_len_b, use_cache=use_cache)
+        if beam_size == 1:
+            ids = greedy_search(model, batch["src"], batch["src_lengths"], **search)
+        else:
+            ids = beam_search(model, batch["src"], batch["src_lengths"], beam_size=beam_size, length_penalty=d.length_penalty, **search)
+        return self.tokenizer.decode(ids)
 
-    @torch.no_grad()
-    def evaluate(self, model, split, device, *, max_batches=None, autocast=None, output_dir: Path | None = None):
-        """Loss/perplexity, then decode and score: '<split>/bleu' (tokenized, the paper's), sacrebleu, chrf.
-
-        Validation decodes with `val_beam_size` (greedy by default: fast enough to run at every
-        evaluation); test with `decoding.beam_size`. With output_dir, hypotheses are written there as
-        `<split>.hyp` (one line per example, in the split's original order).
-        """
-        metrics = self.teacher_forced_loss(model, split, device, max_batches=max_batches, autocast=autocast)
+    def eval_step(self, model, batch, split):
+        """Token-level NLL (no smoothing) with teacher forcing, then decode: validation with
+        `val_beam_size` (greedy by default: fast enough for every evaluation), test with `decoding.beam_size`."""
+        nll = float(self._loss(self._teacher_forced_logits(model, batch), batch, reduction="sum"))
         beam = self.cfg.val_beam_size if split == "val" else self.cfg.decoding.beam_size
-        order, hypotheses = self.translate(model, split, device, beam_size=beam, max_batches=max_batches, autocast=autocast)
-        by_index = dict(zip(order, hypotheses))
+        hypotheses = self.translate_batch(model, batch, beam_size=beam)
+        return {"nll": nll, "tokens": batch["num_tokens"], "hypotheses": list(zip(batch["indices"], hypotheses))}
+
+    def analysis_step(self, model, batch) -> None:
+        # Teacher forcing on the references, as the paper's analysis: every attention type sees real
+        # (query, key) pairs of whole sentences, not one-token decoding steps.
+        self._teacher_forced_logits(model, batch)
+
+    def finalise(self, split: str, sums, output_dir: Path | None = None) -> dict[str, float]:
+        """'<split>/loss' and ppl, then the scores of the hypotheses against the raw references:
+        bleu (tokenized, the paper's), sacrebleu, chrf. With output_dir, hypotheses are written there
+        as `<split>.hyp` (one line per example, in the split's original order)."""
+        loss = sums.get("nll", 0.0) / max(sums.get("tokens", 0), 1)
+        by_index = dict(sums.get("hypotheses", []))
         indices = sorted(by_index)
         hyps = [by_index[i] for i in indices]
         refs = [self.references[split][i] for i in indices]
         scores = translation_scores(hyps, refs, target_lang=self.cfg.tgt_lang)
-        self.signatures = {
-            "sacrebleu_signature": scores["sacrebleu_signature"],
-            "chrf_signature": scores["chrf_signature"],
-            "bleu_tokenization": scores["bleu_tokenization"],
-        }
+        self.signatures = {key: scores[key] for key in ("sacrebleu_signature", "chrf_signature", "bleu_tokenization")}
         if output_dir is not None:
             atomic_write_text(Path(output_dir) / f"{split}.hyp", "".join(h.replace("\n", " ") + "\n" for h in hyps))
-        metrics.update({f"{split}/bleu": scores["bleu"], f"{split}/sacrebleu": scores["sacrebleu"], f"{split}/chrf": scores["chrf"]})
-        return metrics
-
-    def analysis_pass(self, model, split, device, *, autocast=None) -> None:
-        # Teacher forcing on the references, as the paper's analysis: every attention type sees real
-        # (query, key) pairs of whole sentences, not one-token decoding steps.
-        self.teacher_forced_loss(model, split, device, autocast=autocast)
+        return {
+            f"{split}/loss": loss,
+            f"{split}/ppl": math.exp(min(loss, 50.0)),
+            f"{split}/bleu": scores["bleu"],
+            f"{split}/sacrebleu": scores["sacrebleu"],
+            f"{split}/chrf": scores["chrf"],
+        }

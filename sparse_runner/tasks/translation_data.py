@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 from urllib.parse import urlparse
 
-from sparse_runner.config import ConfigError
+from sparse_runner.checks import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -50,3 +50,16 @@ class RunLog:
     def close(self) -> None:
         self._file.close()
         self._tb.close()
+
+
+class NullLog:
+    """The run log of a process that does not write the run directory (every rank but 0)."""
+
+    def write(self, step: int, values: dict[str, Any]) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -1,4 +1,6 @@
-"""The training loop: plain PyTorch, driven by `cfg.trainer`, resumable to the exact step.
+"""The training, evaluation and analysis loops: plain PyTorch, driven by `cfg.trainer`, resumable to
+the exact step. Tasks supply the steps (`tasks/base.py`); the loops, the regulariser, the step log
+and the process-group seam (`distributed.py`) are here, once for every task.
 
 What makes resume exact: a checkpoint holds model, optimiser, scheduler, grad scaler, every RNG state,
 the data position (epoch, batch index: batch plans are a pure function of seed and epoch), the step,
@@ -22,9 +24,12 @@ import torch
 from tqdm.auto import tqdm
 
 from sparse_runner.analysis.collect import alpha_log_values, analyse
-from sparse_runner.tasks.base import Task
+from sparse_runner.checks import ConfigError
+from sparse_runner.tasks.base import EvalSums, StepOutput, Task
 from sparse_runner.training import checkpoint as ckpt
-from sparse_runner.training.run_log import RunLog
+from sparse_runner.training import distributed
+from sparse_runner.training.regularisers import REGULARISERS
+from sparse_runner.training.run_log import NullLog, RunLog
 from sparse_runner.training.schedules import build_scheduler
 
 log = logging.getLogger(__name__)
@@ -54,6 +59,7 @@ class Progress:
     train_time_s: float = 0.0
     # The log window since the last step-log line (kept here so a resumed run logs the same lines).
     window_loss: float = 0.0
+    window_stats: dict[str, float] = field(default_factory=dict)  # sums of the task's / regulariser's stats
     window_steps: int = 0
     window_tokens: int = 0
     window_time_s: float = 0.0
@@ -107,7 +113,9 @@ class Trainer:
             log.warning("trainer.precision=%s applies on GPU only; training in fp32 on %s", t.precision, device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.autocast_dtype == torch.float16)
         self.checkpoints = ckpt.CheckpointDir(self.run_dir / "checkpoints")
+        self.regulariser = REGULARISERS[t.regulariser]
         self.progress = Progress()
+        self.is_main = distributed.is_main()
         self._stop_signal: int | None = None
 
     # ------------------------------------------------------------------------------ state
@@ -136,6 +144,10 @@ class Trainer:
         ckpt.set_rng_state(state["rng"])
         self.progress = Progress(**state["progress"])
 
+    def _save_last(self) -> None:
+        if self.is_main:
+            self.checkpoints.save_last(self.state_dict())
+
     def restore(self) -> dict[str, Any] | None:
         """Load the run directory's newest checkpoint if resuming; returns it (or None)."""
         if not self.tcfg.resume:
@@ -146,8 +158,6 @@ class Trainer:
             return None
         mismatch = fingerprint_difference(state.get("fingerprint", {}), self.fingerprint)
         if mismatch:
-            from sparse_runner.config import ConfigError
-
             raise ConfigError(
                 f"{self.run_dir} holds a checkpoint of a different config ({mismatch}); "
                 "add trainer.resume=false to start over, or use another run directory"
@@ -175,6 +185,20 @@ class Trainer:
                 signal.signal(sig, handler)
 
     # ------------------------------------------------------------------------------ loop
+    def _plan(self, epoch: int) -> list:
+        t = self.tcfg
+        plan = self.task.plan_epoch(seed=self.cfg.seed, epoch=epoch, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
+        return distributed.shard(plan)
+
+    def training_step(self, batch: dict[str, Any]) -> StepOutput:
+        """The task's forward pass and loss, plus the regulariser's term (weighted) if one is set."""
+        out = self.task.forward_loss(self.step_model, batch)
+        if self.regulariser is not None:
+            extra, stats = self.regulariser(self.task, self.step_model, batch, out)
+            out.stats = {**out.stats, **stats}
+            out.loss = out.loss + self.tcfg.regulariser_weight * extra
+        return out
+
     def fit(self) -> dict[str, float]:
         """Train to max_steps (or early stop), then test the best checkpoint. Returns final metrics.
 
@@ -183,13 +207,15 @@ class Trainer:
         t, p = self.tcfg, self.progress
         if p.completed:
             return p.final_metrics
-        run_log = RunLog(self.run_dir, resume_step=p.step if p.step > 0 else None)
-        show = {"auto": sys.stderr.isatty(), "true": True, "false": False}[str(t.progress).lower()]
+        run_log = RunLog(self.run_dir, resume_step=p.step if p.step > 0 else None) if self.is_main else NullLog()
+        show = self.is_main and {"auto": sys.stderr.isatty(), "true": True, "false": False}[str(t.progress).lower()]
         bar = tqdm(total=t.max_steps, initial=p.step, disable=not show, dynamic_ncols=True, desc=self.task.name, unit="step")
         self.model.train()
-        plan = self.task.plan_epoch(seed=self.cfg.seed, epoch=p.epoch, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
-        # Loss summed on the device and read back only when logged or checkpointed: no per-step sync.
+        plan = self._plan(p.epoch)
+        # Loss and stats summed on the device and read back only when logged or checkpointed: no
+        # per-step host sync.
         window_loss = torch.zeros((), device=self.device)
+        window_stats: dict[str, torch.Tensor] = {}
         try:
             with self._preemption_signals():
                 while p.step < t.max_steps and not p.stopped_early:
@@ -198,14 +224,16 @@ class Trainer:
                     for _ in range(t.accumulate):
                         if p.batch_in_epoch >= len(plan):
                             p.epoch, p.batch_in_epoch = p.epoch + 1, 0
-                            plan = self.task.plan_epoch(seed=self.cfg.seed, epoch=p.epoch, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
+                            plan = self._plan(p.epoch)
                         batch = self.task.make_batch("train", plan[p.batch_in_epoch], self.device)
                         p.batch_in_epoch += 1
                         with self.autocast():
-                            loss, stats = self.task.training_step(self.step_model, batch, t.label_smoothing)
-                        self.scaler.scale(loss / t.accumulate).backward()
-                        window_loss += loss.detach() / t.accumulate
-                        p.window_tokens += stats["tokens"]
+                            out = self.training_step(batch)
+                        self.scaler.scale(out.loss / t.accumulate).backward()
+                        window_loss += out.loss.detach() / t.accumulate
+                        for name, value in out.stats.items():
+                            window_stats[name] = window_stats.get(name, 0.0) + torch.as_tensor(value, device=self.device).detach() / t.accumulate
+                        p.window_tokens += out.tokens
                     if t.clip_grad_norm is not None:
                         self.scaler.unscale_(self.optimizer)
                         torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_grad_norm)
@@ -216,14 +244,15 @@ class Trainer:
                     p.window_steps += 1
                     p.window_time_s += time.perf_counter() - started
                     bar.update(1)
+                    stop = distributed.any_rank(self._stop_signal is not None, self.device)
 
                     if p.step % t.log_every == 0 or p.step == t.max_steps:
-                        p.window_loss += float(window_loss)  # the only host sync of the step loop
-                        window_loss.zero_()
+                        self._fold_window(window_loss, window_stats)  # the only host sync of the step loop
                         p.tokens_seen += p.window_tokens
                         p.train_time_s += p.window_time_s
                         values = {
                             "train/loss": p.window_loss / p.window_steps,
+                            **{f"train/{name}": total / p.window_steps for name, total in p.window_stats.items()},
                             "train/lr": self.scheduler.get_last_lr()[0],
                             "train/tokens_per_s": p.window_tokens / max(p.window_time_s, 1e-9),
                             "epoch": p.epoch,
@@ -233,33 +262,73 @@ class Trainer:
                             raise FloatingPointError(f"training loss is {values['train/loss']} at step {p.step}; lower trainer.lr or set trainer.clip_grad_norm")
                         run_log.write(p.step, values)
                         bar.set_postfix(loss=f"{values['train/loss']:.3f}", lr=f"{values['train/lr']:.2e}", tok_s=f"{values['train/tokens_per_s']:.0f}")
-                        p.window_loss, p.window_steps, p.window_tokens, p.window_time_s = 0.0, 0, 0, 0.0
+                        p.window_loss, p.window_stats, p.window_steps, p.window_tokens, p.window_time_s = 0.0, {}, 0, 0, 0.0
 
-                    if p.step % t.eval_every == 0 or p.step == t.max_steps or self._stop_signal is not None:
-                        p.window_loss += float(window_loss)  # into the checkpointed state
-                        window_loss.zero_()
-                    if p.step % t.eval_every == 0 or p.step == t.max_steps:
+                    evaluate = p.step % t.eval_every == 0 or p.step == t.max_steps
+                    if evaluate or stop:
+                        self._fold_window(window_loss, window_stats)  # into the checkpointed state
+                    if evaluate:
                         self._evaluate_and_select(run_log)
-                        self.checkpoints.save_last(self.state_dict())
+                        self._save_last()
                         run_log.flush()
-                    if self._stop_signal is not None:
-                        self.checkpoints.save_last(self.state_dict())
+                    if stop:
+                        self._save_last()
                         run_log.flush()
-                        raise Preempted(self._stop_signal, p.step)
+                        raise Preempted(self._stop_signal or signal.SIGTERM, p.step)
         finally:
             bar.close()
             run_log.close()
         return self._final_test()
 
+    def _fold_window(self, window_loss: torch.Tensor, window_stats: dict[str, torch.Tensor]) -> None:
+        """Move the device-side window sums into Progress (host floats) and zero them."""
+        p = self.progress
+        p.window_loss += float(window_loss)
+        window_loss.zero_()
+        for name, value in window_stats.items():
+            p.window_stats[name] = p.window_stats.get(name, 0.0) + float(value)
+        window_stats.clear()
+
+    # ------------------------------------------------------------------------------ evaluation
+    def _eval_batches(self, split: str, max_batches: int | None = None):
+        """(batch) for this rank's share of a split's evaluation plan, model-ready on the device."""
+        for indices in distributed.shard(self.task.eval_plan(split)[:max_batches]):
+            yield self.task.make_batch(split, indices, self.device)
+
+    @torch.no_grad()
+    def evaluate(self, split: str, *, max_batches: int | None = None, output_dir: Path | None = None) -> dict[str, float]:
+        """Metrics of the (unwrapped) model on a split: the task's sums over every batch, added up
+        across processes, then finalised. Only the main process gets `output_dir`."""
+        was_training = self.model.training
+        self.model.eval()
+        sums: EvalSums = {}
+        for batch in self._eval_batches(split, max_batches):
+            with self.autocast():
+                distributed.add_sums(sums, self.task.eval_step(self.model, batch, split))
+        self.model.train(was_training)
+        sums = distributed.all_reduce_sums(sums)
+        return self.task.finalise(split, sums, output_dir if self.is_main else None)
+
+    @torch.no_grad()
+    def analysis_pass(self, split: str = "val") -> None:
+        """One pass over `split` during which the analysis observes every attention layer."""
+        was_training = self.model.training
+        self.model.eval()
+        for batch in self._eval_batches(split):
+            with self.autocast():
+                self.task.analysis_step(self.model, batch)
+        self.model.train(was_training)
+
     def _evaluate_and_select(self, run_log: RunLog) -> None:
         t, p = self.tcfg, self.progress
-        metrics = self.task.evaluate(self.step_model, "val", self.device, max_batches=t.eval_max_batches, autocast=self.autocast())
+        metrics = self.evaluate("val", max_batches=t.eval_max_batches)
         p.last_eval = metrics
         value = metrics[t.monitor]
         better = p.best_value is None or (value > p.best_value if t.monitor_mode == "max" else value < p.best_value)
         if better:
             p.best_value, p.best_step, p.bad_evals = value, p.step, 0
-            self.checkpoints.save_best({"model": self.model.state_dict(), "step": p.step, t.monitor: value})
+            if self.is_main:
+                self.checkpoints.save_best({"model": self.model.state_dict(), "step": p.step, t.monitor: value})
         else:
             p.bad_evals += 1
             if t.patience is not None and p.bad_evals >= t.patience:
@@ -272,18 +341,19 @@ class Trainer:
     def _final_test(self) -> dict[str, float]:
         """Test the best checkpoint; record completion in the last checkpoint."""
         p = self.progress
+        distributed.barrier()  # best.pt is written by the main process
         best = self.checkpoints.load_best()
         if best is not None:
             current = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             self.model.load_state_dict(best["model"])
-        test = self.task.evaluate(self.model, "test", self.device, autocast=self.autocast(), output_dir=self.run_dir / "outputs")
+        test = self.evaluate("test", output_dir=self.run_dir / "outputs")
         if self.tcfg.analysis:
-            p.analysis = analyse(self.model, lambda: self.task.analysis_pass(self.model, "val", self.device, autocast=self.autocast()))
+            p.analysis = analyse(self.model, self.analysis_pass)
         if best is not None:
             self.model.load_state_dict(current)
         p.final_metrics = {**p.last_eval, **test, f"best/{self.tcfg.monitor}": p.best_value}
         p.completed = True
-        self.checkpoints.save_last(self.state_dict())
+        self._save_last()
         log.info("test (best checkpoint, step %s) | %s", p.best_step, " | ".join(f"{k} {v:.4f}" for k, v in test.items()))
         return p.final_metrics
 

@@ -1,0 +1,111 @@
+"""Sequence classification (LRA-style): token ids in, one label out.
+
+`SequenceClassificationTask` does the batching, model, loss and scoring; a concrete family only says
+where its data come from by returning a `ClassificationData` from `load_data()` (ListOps, and later
+LRA Text, Image and Pathfinder).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from sparse_runner.models import CLASSIFIER_KEYS, build_classifier
+from sparse_runner.tasks.base import StepOutput, Task
+from sparse_runner.tasks.batching import pad_sequences
+
+
+class ClassificationSplit(Protocol):
+    """One split: `len(split)` examples, `sequence(i)` token ids (1-D ints), `labels` (n,) ints,
+    `lengths()` (n,) ints."""
+
+    labels: np.ndarray
+
+    def __len__(self) -> int: ...
+
+    def sequence(self, i: int) -> np.ndarray: ...
+
+    def lengths(self) -> np.ndarray: ...
+
+
+@dataclass
+class ClassificationData:
+    """What a sequence-classification family provides: its splits ("train", "val", "test") and
+    vocabulary; id `pad_id` pads (and is never a real token)."""
+
+    splits: dict[str, ClassificationSplit]
+    vocab_size: int
+    num_classes: int
+    pad_id: int = 0
+
+
+class SequenceClassificationTask(Task):
+    """Accuracy-selected classification with an encoder classifier; sequences cut to task.max_length."""
+
+    val_metrics = ("accuracy", "loss")
+    primary_metric = "accuracy"
+    model_keys = CLASSIFIER_KEYS
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        self.data = self.load_data()
+        self.splits = self.data.splits
+        self._lengths = {s: np.minimum(d.lengths(), self.max_length) for s, d in self.splits.items()}
+        counts = np.bincount(self.splits["train"].labels, minlength=self.data.num_classes)
+        self.majority_label = int(counts.argmax())
+
+    def load_data(self) -> ClassificationData:
+        raise NotImplementedError
+
+    def sizes(self) -> dict[str, int]:
+        return {s: len(d) for s, d in self.splits.items()}
+
+    def lengths(self, split: str) -> np.ndarray:
+        return self._lengths[split]
+
+    def build_model(self, model_cfg: Any) -> torch.nn.Module:
+        d = self.data
+        return build_classifier(model_cfg, vocab_size=d.vocab_size, num_classes=d.num_classes, max_length=self.max_length, pad_id=d.pad_id)
+
+    def make_batch(self, split: str, indices: np.ndarray, device: torch.device) -> dict[str, Any]:
+        data = self.splits[split]
+        seqs = [data.sequence(int(i))[: self.max_length] for i in indices]
+        tokens, lengths = pad_sequences(seqs, pad_id=self.data.pad_id, max_width=self.max_length)
+        labels = torch.from_numpy(data.labels[indices])
+        return {
+            "tokens": tokens.to(device, non_blocking=True),
+            # None when nothing is padded: the model then needs no mask (and SDPA its fastest kernel).
+            # Decided here, on the CPU, so the GPU never has to report back.
+            "lengths": None if bool((lengths == tokens.shape[1]).all()) else lengths.to(device, non_blocking=True),
+            "labels": labels.to(device, non_blocking=True),
+            "num_tokens": int(lengths.sum()),
+        }
+
+    def forward_loss(self, model, batch) -> StepOutput:
+        logits = model(batch["tokens"], batch["lengths"])
+        loss = F.cross_entropy(logits.float(), batch["labels"], label_smoothing=self.label_smoothing)
+        return StepOutput(loss=loss, logits=logits, tokens=batch["num_tokens"])
+
+    def eval_step(self, model, batch, split):
+        logits = model(batch["tokens"], batch["lengths"])
+        labels = batch["labels"]
+        return {
+            "loss": float(F.cross_entropy(logits.float(), labels, reduction="sum")),
+            "correct": int((logits.argmax(-1) == labels).sum()),
+            "majority": int((labels == self.majority_label).sum()),
+            "count": len(labels),
+        }
+
+    def finalise(self, split: str, sums, output_dir: Path | None = None) -> dict[str, float]:
+        count = max(sums.get("count", 0), 1)
+        return {
+            f"{split}/loss": sums.get("loss", 0.0) / count,
+            f"{split}/accuracy": sums.get("correct", 0) / count,
+            # Predicting the most frequent training label: the floor a model has to beat.
+            f"{split}/majority_accuracy": sums.get("majority", 0) / count,
+        }
