@@ -11,7 +11,7 @@ option schema lives beside the code that reads it):
     class LocalPattern(Pattern):
         def dense_mask(self, n_queries, n_keys, device="cpu"): ...   # uses self.options.block_size
 
-`model.pattern=local model.pattern_options.block_size=32` then selects it; `spec.check_attention_config`
+`model.pattern=local +model.pattern_options.block_size=32` then selects it; `spec.check_attention_config`
 checks the options against the dataclass (field types, `Literal` choices, the `valid` predicate).
 
 Every pattern produces a dense boolean mask (True = may attend). `Pattern.attend` computes attention
@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from sparse_runner.attention.normalisers import Normaliser
 
 # name -> Pattern subclass, filled by @register_pattern.
-PATTERNS: dict[str, type["Pattern"]] = {}
+PATTERNS: dict[str, type[Pattern]] = {}
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class NoOptions:
     """The options of a pattern that has none."""
 
 
-def register_pattern(name: str, options: type = NoOptions) -> Callable[[type["Pattern"]], type["Pattern"]]:
+def register_pattern(name: str, options: type = NoOptions) -> Callable[[type[Pattern]], type[Pattern]]:
     """Class decorator: make a Pattern subclass available as `model.pattern=<name>`.
 
     `options` is a dataclass whose fields (with defaults) are the keys `model.pattern_options` accepts;
@@ -56,7 +56,7 @@ def register_pattern(name: str, options: type = NoOptions) -> Callable[[type["Pa
     return register
 
 
-def build_pattern(name: str, options: dict[str, Any] | None = None) -> "Pattern":
+def build_pattern(name: str, options: dict[str, Any] | None = None) -> Pattern:
     """The pattern registered as `name`, with `options` (a dict of its option fields; missing = default)."""
     if name not in PATTERNS:
         raise ValueError(f"unknown pattern {name!r}; valid: {', '.join(sorted(PATTERNS))}")

@@ -66,7 +66,7 @@ def check_attention_config(m: Any) -> None:
         if init is None or not 1.0 < init < 2.0:
             fail("model.alpha_init", f"unknown value {m.alpha_init!r}", "random (a ~ N(0,1), as Correia et al.) or a float in (1, 2)")
     choice("model.pattern", m.pattern, sorted(PATTERNS))
-    check_options("model.pattern_options", m.pattern_options or {}, PATTERNS[m.pattern].Options, f"pattern {m.pattern}")
+    check_options("model.pattern_options", m.pattern_options or {}, PATTERNS[m.pattern].Options, f"pattern {m.pattern!r}")
 
 
 def check_options(prefix: str, values: Mapping[str, Any], schema: type, owner: str) -> None:
@@ -76,8 +76,10 @@ def check_options(prefix: str, values: Mapping[str, Any], schema: type, owner: s
     types = get_type_hints(schema)
     for key, value in values.items():
         where = f"{prefix}.{key}"
+        if not known:
+            fail(where, f"{owner} takes no options")
         if key not in known:
-            fail(where, f"{owner} has no such option", ", ".join(sorted(known)) if known else f"none, {owner} takes no options")
+            fail(where, f"unknown option of {owner}", ", ".join(sorted(known)))
         kind, meta = types[key], known[key].metadata
         if get_origin(kind) is Literal:
             choice(where, value, get_args(kind))
