@@ -10,6 +10,7 @@ at the end if any job failed.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import re
@@ -23,7 +24,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sparse_runner.config import CONF_DIR, ConfigError, describe_omegaconf_error, group_options, validate
+from sparse_runner.checks import ConfigError, one_line
+from sparse_runner.config import CONF_DIR, describe_omegaconf_error, group_options, validate
 
 log = logging.getLogger("sparse_runner")
 
@@ -81,8 +83,9 @@ def describe_composition_error(exc: BaseException) -> str:
 
 
 def job_override_lists(overrides: list[str], multirun: bool) -> list[list[str]]:
-    """The override list of every job the command would launch (sweeps expanded)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    """The override list of every job the command would launch (sweeps expanded, as Hydra's basic
+    sweeper does: the cartesian product of the swept values, a later override of a key replacing an
+    earlier one)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
@@ -91,15 +94,19 @@ def job_override_lists(overrides: list[str], multirun: bool) -> list[list[str]]:
         try:
             parsed.extend(parser.parse_overrides([text]))
         except Exception as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ConfigError(f"cannot parse override {text!r}: {reason} (see Hydra's override grammar)") from None
+            raise ConfigError(f"cannot parse override {text!r}: {one_line(exc)} (see Hydra's override grammar)") from None
     sweeps = [o for o in parsed if o.is_sweep_override()]
     if sweeps and not multirun:
         raise ConfigError(f"{sweeps[0].input_line!r} is a sweep; add -m (--multirun) to run one job per value")
-    if any(not o.is_discrete_sweep() for o in sweeps):
-        # Interval sweeps belong to optimising sweepers (Optuna ...): check the fixed part only.
-        parsed = [o for o in parsed if not o.is_sweep_override()]
-    return BasicSweeper.split_arguments(parsed, None)[0] or [[]]
+    choices: dict[str, list[str]] = {}
+    for o in parsed:
+        key = o.get_key_element()
+        if not o.is_sweep_override():
+            choices[key] = [f"{key}={o.get_value_element_as_str()}"]
+        elif o.is_discrete_sweep():
+            choices[key] = [f"{key}={value}" for value in o.sweep_string_iterator()]
+        # Interval sweeps belong to optimising sweepers (Optuna ...): only the fixed part is checked.
+    return [list(job) for job in itertools.product(*choices.values())]
 
 
 def preflight(overrides: list[str], multirun: bool) -> None:
@@ -127,6 +134,9 @@ def preflight(overrides: list[str], multirun: bool) -> None:
 
 
 def _hydra_args(argv: list[str]) -> Any:
+    # Hydra has no public API for its command-line parser; reading the flags with the very parser
+    # hydra.main uses keeps -m, --cfg, --help ... meaning exactly what they mean there. This private
+    # import is why pyproject.toml pins hydra-core below 1.4 (tested: 1.3.x).
     from hydra._internal.utils import get_args_parser
 
     return get_args_parser().parse_args(argv)
@@ -186,7 +196,7 @@ def run_job(cfg: DictConfig) -> float | None:
         log.exception("run failed in %s: %s", run_dir, exc)  # traceback into the job's log file
         _Failures.dirs.append(str(run_dir))
         if not multirun:
-            _error(f"run failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__} (log: {run_dir})")
+            _error(f"run failed: {one_line(exc)} (log: {run_dir})")
             sys.exit(1)
         return None
 

@@ -12,6 +12,7 @@ family is one module there plus one YAML file in conf/task/.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import pkgutil
 from typing import Callable
 
@@ -39,4 +40,6 @@ def task_families() -> dict[str, type[Task]]:
 
     for module in pkgutil.iter_modules(package.__path__):
         importlib.import_module(f"{package.__name__}.{module.name}")
+    for entry_point in importlib.metadata.entry_points(group="sparse_runner.tasks"):
+        entry_point.load()
     return TASK_FAMILIES
