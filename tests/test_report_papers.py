@@ -1,0 +1,59 @@
+"""The paper registry of sparse-report: which papers it knows, their interface, and that a registered
+paper's tables and sections are what the report shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from sparse_runner.reporting import collect_runs, main
+from sparse_runner.reporting.papers import PAPERS, paper_tables
+from sparse_runner.reporting.render import Table
+from test_report import write_run
+
+
+def test_registry_lists_the_four_papers_in_report_order() -> None:
+    assert list(PAPERS) == ["lra", "correia2019", "bhojanapalli2020", "ernie_sparse"]
+    for paper in PAPERS.values():
+        assert paper.CITATION and callable(paper.tables) and callable(paper.sections)
+
+
+def test_papers_without_tables_yet_show_nothing(tmp_path: Path) -> None:
+    records = collect_runs([write_run(tmp_path / "run")])
+    for name in ("bhojanapalli2020", "ernie_sparse"):
+        assert PAPERS[name].tables(records) == []
+        assert PAPERS[name].sections(records, tmp_path / "report") == ([], [])
+
+
+def test_each_paper_shows_its_own_tables_without_runs() -> None:
+    # With no run at all, a paper still shows the tables whose empty cells say what to run.
+    assert [table.slug for table in paper_tables([])] == ["lra_table1_listops", "correia2019_table1"]
+
+
+def toy_paper(calls: list) -> SimpleNamespace:
+    def tables(records):
+        calls.append(len(records))
+        return [Table(slug="toy_table1", title="Toy Table 1: what we ran", headers=["run", "ours"],
+                      rows=[[rec.display, f"{rec.primary_value:.2f}"] for rec in records], numeric={1})]
+
+    def sections(records, out_dir: Path):
+        return ["## Toy figures\n\nnone drawn"], []
+
+    return SimpleNamespace(CITATION="Toy et al. 2024", tables=tables, sections=sections)
+
+
+def test_registering_a_paper_adds_its_tables_and_sections(tmp_path: Path, monkeypatch, capsys) -> None:
+    calls: list = []
+    monkeypatch.setitem(PAPERS, "toy", toy_paper(calls))
+    root = tmp_path / "outputs"
+    write_run(root / "a", test_acc=0.25)
+    assert main([str(root)]) == 0
+    markdown = capsys.readouterr().out
+    assert calls == [1]
+    titles = [line[3:] for line in markdown.splitlines() if line.startswith("## ")]
+    # After the papers registered before it, before the runs tables; its sections after every table.
+    assert titles.index("Toy Table 1: what we ran") == titles.index("Runs: task=listops") - 1
+    assert titles[-1] == "Toy figures"
+    assert "| a | 0.25 |" in markdown
+    assert (root / "report" / "toy_table1.csv").read_text() == "run,ours\na,0.25\n"
+    assert "% Toy Table 1: what we ran" in (root / "report" / "toy_table1.tex").read_text()
