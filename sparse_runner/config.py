@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sparse_runner.checks import ConfigError, choice, fail, in_unit_interval, positive
-from sparse_runner.run_metrics import NON_RESULT_KEYS
+from sparse_runner.run_metrics import NON_RESULT_KEYS, flatten
 from sparse_runner.models.config import ModelConfig, check_model_config, check_model_keys
 from sparse_runner.tasks import Task, task_families
 from sparse_runner.training.regularisers import REGULARISERS
@@ -83,6 +83,11 @@ class RunConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     seed: int = 0
+
+
+def schema_defaults() -> dict[str, Any]:
+    """Default of every model / trainer / paths key, flattened ('trainer.regulariser': 'none', ...)."""
+    return flatten(OmegaConf.to_container(OmegaConf.structured(RunConfig)))
 
 
 PRECISIONS = ("fp32", "bf16", "fp16")

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from sparse_runner.analysis.collect import alpha_log_values, analyse
 from sparse_runner.checks import ConfigError
+from sparse_runner.config import schema_defaults
 from sparse_runner.tasks.base import EvalSums, StepOutput, Task
 from sparse_runner.training import checkpoint as ckpt
 from sparse_runner.training import distributed
@@ -156,7 +157,7 @@ class Trainer:
         state = self.checkpoints.load_latest()
         if state is None:
             return None
-        mismatch = fingerprint_difference(state.get("fingerprint", {}), self.fingerprint)
+        mismatch = fingerprint_difference(state.get("fingerprint", {}), self.fingerprint, schema_defaults())
         if mismatch:
             raise ConfigError(
                 f"{self.run_dir} holds a checkpoint of a different config ({mismatch}); "
@@ -358,10 +359,14 @@ class Trainer:
         return p.final_metrics
 
 
-def fingerprint_difference(saved: dict[str, Any], current: dict[str, Any]) -> str:
-    """'' if two flattened configs agree, else a short description of the first differences."""
+def fingerprint_difference(saved: dict[str, Any], current: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
+    """'' if two flattened configs agree, else a short description of the first differences.
+
+    A key that `saved` lacks but that holds its schema default (`defaults`) now agrees: it was added
+    to the schema after the checkpoint was written, and its default is how that run behaved."""
+    defaults = defaults or {}
     keys = sorted(set(saved) | set(current))
-    diffs = [k for k in keys if saved.get(k) != current.get(k)]
+    diffs = [k for k in keys if saved.get(k, defaults.get(k)) != current.get(k)]
     if not diffs:
         return ""
     shown = ", ".join(f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in diffs[:3])
