@@ -152,7 +152,8 @@ class Trainer:
     def restore(self) -> dict[str, Any] | None:
         """Load the run directory's newest checkpoint if resuming; returns it (or None)."""
         if not self.tcfg.resume:
-            self.checkpoints.clear()
+            if self.is_main:
+                self.checkpoints.clear()
             return None
         state = self.checkpoints.load_latest()
         if state is None:
