@@ -1,6 +1,10 @@
 """sparse-report's command line: collect the runs, ask every registered paper for its tables and figures,
 add one runs table per task, write markdown, CSV and LaTeX.
 
+Reads every `metrics.json` below the given folders (and `.hydra/` of runs that never wrote one). Writes,
+atomically, into `<first path>/report` or `--out`: `report.md` (also on stdout), one CSV and one LaTeX
+file per table, and the papers' figures under `figures/` (PNG, whatever --formats says).
+
 Exit codes of `main`: 0 report written; 1 no runs found (nothing written); 2 bad input (unknown format,
 a path that does not exist, an output folder that cannot be written).
 """

@@ -82,7 +82,8 @@ class RunRecord:
 
     def attention_mean(self, field_name: str) -> float | None:
         """An analysis value (`mean_density`, `js_mean`) averaged over the attention types of the run."""
-        values = [as_float(v.get(field_name)) for v in (self.analysis("attention") or {}).values() if isinstance(v, dict)]
+        per_type = (self.analysis("attention") or {}).values()
+        values = [as_float(v.get(field_name)) for v in per_type if isinstance(v, dict)]
         values = [v for v in values if v is not None]
         return sum(values) / len(values) if values else None
 

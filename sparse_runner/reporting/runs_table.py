@@ -26,8 +26,8 @@ TEST_HEADERS = {"test/accuracy": "test acc (%)", "test/bleu": "test BLEU", "test
                 "test/chrf": "test chrF"}
 _SCORES = {"test/bleu", "test/sacrebleu", "test/chrf"}
 
-# The column of a table none of whose runs has a primary metric (nothing readable, so no value to show):
-# headed as the runner's tables always were.
+# A table none of whose runs has a primary metric (nothing readable, so no value to show) still needs a
+# test column header: accuracy's, as before schema 2.
 _DEFAULT_TEST_METRIC = "test/accuracy"
 
 
