@@ -6,7 +6,6 @@ directly with a composed config.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -22,8 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 from sparse_runner.attention import attention_backends
 from sparse_runner.checks import ConfigError, one_line
 from sparse_runner.io import atomic_write_text
+from sparse_runner import run_metrics
 from sparse_runner.run_metrics import NON_RESULT_KEYS, MetricsFile, flatten, now
-from sparse_runner.tasks import build_task
+from sparse_runner.tasks import build_task, task_families
 from sparse_runner.training.distributed import is_main
 from sparse_runner.training.trainer import Preempted, Trainer
 
@@ -68,7 +68,7 @@ def remove_stale_temporaries(run_dir: Path) -> None:
 
 def _status(run_dir: Path) -> str | None:
     try:
-        return json.loads((run_dir / "metrics.json").read_text()).get("status")
+        return run_metrics.read(run_dir / "metrics.json").get("status")
     except (OSError, ValueError):
         return None
 
@@ -98,6 +98,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
     if t.num_threads:
         torch.set_num_threads(t.num_threads)
     seed_everything(cfg.seed, t.deterministic)
+    primary_metric = f"test/{task_families()[cfg.task.family].primary_metric}"
     try:
         device = pick_device(t.device)
         task = build_task(cfg)
@@ -110,7 +111,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
         raise  # the directory may hold another configuration's run: write nothing
     except Exception as exc:
         if is_main() and _status(run_dir) != "completed":
-            MetricsFile(run_dir, cfg, meta).write(status="failed", error=one_line(exc), finished_at=now())
+            MetricsFile(run_dir, cfg, meta).write(status="failed", error=one_line(exc), primary_metric=primary_metric, finished_at=now())
         raise
     if trainer.progress.completed and _status(run_dir) == "completed":
         log.info("run already complete; its metrics are in %s (trainer.resume=false starts over)", run_dir / "metrics.json")
@@ -124,7 +125,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
     if is_main():
         atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     common = {
-        "primary_metric": f"test/{task.primary_metric}",
+        "primary_metric": primary_metric,
         "num_parameters": num_parameters,
         "device": str(device),
         "attention_backend": ",".join(attention_backends(model)),

@@ -62,7 +62,7 @@ SCHEMA: dict[str, str] = {
 }
 
 # Config keys that do not change a run's result. conf/hydra/default.yaml reads this list through the
-# `non_result_keys` resolver (registered in cli.py) to keep them out of run-directory names.
+# `non_result_keys` resolver (registered in config.py) to keep them out of run-directory names.
 NON_RESULT_KEYS = (
     "trainer.resume",
     "trainer.device",

@@ -13,6 +13,7 @@ import torch
 
 from sparse_runner.config import ConfigError
 from sparse_runner.run import run
+from sparse_runner.run_metrics import SCHEMA, SCHEMA_VERSION
 from sparse_runner.tasks.listops import ListOpsTask
 from sparse_runner.training.trainer import Preempted
 
@@ -41,6 +42,8 @@ def reference(tmp_path_factory, cache_dir):
 def test_end_to_end_run_writes_everything(reference):
     m = read_metrics(reference)
     assert m["status"] == "completed"
+    assert set(m) <= set(SCHEMA), set(m) - set(SCHEMA)  # the writer keeps to the schema the report reads
+    assert m["schema"] == SCHEMA_VERSION and m["primary_metric"] == "test/accuracy"
     for key in ("test/accuracy", "test/loss", "val/accuracy", "test/majority_accuracy"):
         assert 0.0 <= m["metrics"][key] < 100.0
     assert m["step"] == 30 and m["num_parameters"] > 0 and m["tokens_per_second"] > 0
