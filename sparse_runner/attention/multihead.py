@@ -115,7 +115,7 @@ class MultiHeadAttention(nn.Module):
         if observe:
             if query_mask is None and context is None and cache is None:
                 query_mask = key_padding_mask
-            if valid is not None:  # (B or 1, 1, Nq or 1, Nk) -> (B, 1, Nq, Nk), a view
+            if valid is not None:  # broadcastable, e.g. (Nq, Nk) -> (B, 1, Nq, Nk), a view
                 valid = valid.expand(b, 1, n, m)
             if query_mask is not None:  # padded queries have no possible pairs (PAPERS.md A.5)
                 rows = query_mask[:, None, :, None]

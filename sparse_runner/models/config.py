@@ -30,7 +30,7 @@ class ModelConfig:
     alpha: Optional[float] = None
     alpha_init: Any = "random"
     pattern: str = "dense"
-    pattern_options: dict[str, Any] = field(default_factory=dict)
+    pattern_options: dict[str, Any] = field(default_factory=dict)  # fields of the pattern's Options (attention/patterns.py)
     pooling: str = "cls"
     positions: str = "sinusoidal"
     norm_first: bool = True
