@@ -71,6 +71,11 @@ BAD_OVERRIDES = {
     "trainer.monitor=val/f1": ("trainer.monitor", "valid:"),
     "task.data_dir=/does/not/exist": ("task.data_dir", "not a directory"),
     "model.dropout=1.5": ("model.dropout", "[0, 1)"),
+    "model.pattern_options.block_size=4": ("model.pattern_options.block_size", "+model.pattern_options.block_size=VALUE"),
+    "+model.pattern_options.block_size=4": ("model.pattern_options.block_size", "pattern 'dense' takes no options"),
+    "model.decoder_layers=2": ("model.decoder_layers", "task family 'listops' does not use this key"),
+    "trainer.regulariser=dropout": ("trainer.regulariser", "valid: none, rdrop"),
+    "trainer.regulariser_weight=-1": ("trainer.regulariser_weight", ">= 0"),
     "model.num_heads=2,4": ("is a sweep", "-m"),
     "trainer.max_steps=[": ("trainer.max_steps", ""),
 }
@@ -113,3 +118,33 @@ def test_run_name_is_stable_and_short():
     long = ",".join(f"k{i}=v{i}" for i in range(60))
     assert len(run_name(long)) < 160 and run_name(long) == run_name(long)
     assert "/" not in run_name("hydra/launcher=x")
+
+
+@pytest.mark.parametrize(
+    "overrides, normaliser, encoder_pattern, head_size",
+    [
+        (["model=entmax", "model.pattern=causal"], "alpha_entmax", "causal", 16),
+        (["model=sparsemax", "model.num_heads=4", "model.head_size=16"], "sparsemax", "dense", 16),
+        (["experiment=mt_cpu", "model=entmax15", "model.pattern=causal"], "entmax15", "causal", 64),
+    ],
+)
+def test_attention_axes_compose_over_any_model_preset(overrides, normaliser, encoder_pattern, head_size, cache_dir):
+    """Every attention layer the model builds takes the overridden axes (translation: the encoder's
+    self-attention takes model.pattern, the decoder stays causal and context attention dense)."""
+    import torch
+
+    from sparse_runner.attention import attention_layers
+    from sparse_runner.models import build_classifier, build_seq2seq
+
+    cfg = validate(compose_config(overrides, cache_dir=cache_dir, tiny=not overrides[0].startswith("experiment")))
+    torch.manual_seed(0)
+    if cfg.task.family == "translation":
+        model = build_seq2seq(cfg.model, vocab_size=50, max_positions=64, pad_id=0)
+    else:
+        model = build_classifier(cfg.model, vocab_size=16, num_classes=10, max_length=40, pad_id=0)
+    expected = {"encoder_self": encoder_pattern, "decoder_self": "causal", "context": "dense"}
+    layers = attention_layers(model)
+    assert layers
+    for layer in layers:
+        assert layer.normaliser.name == normaliser and layer.head_size == head_size
+        assert layer.pattern.name == expected[layer.key[0]], layer.key
