@@ -53,8 +53,8 @@ def translation_scores(hypotheses: Sequence[str], references: Sequence[str], *, 
             "expected one reference per hypothesis"
         )
     lang = _base_lang(target_lang)
-    hypotheses = [_one_line(h) for h in hypotheses]
-    references = [_one_line(r) for r in references]
+    hypotheses = [_as_segment(h) for h in hypotheses]
+    references = [_as_segment(r) for r in references]
 
     sacre = _sacrebleu_metric(lang)
     chrf = CHRF()
@@ -93,7 +93,7 @@ def _base_lang(code: str) -> str:
     return code.strip().lower().replace("_", "-").split("-")[0]
 
 
-def _one_line(text: str) -> str:
+def _as_segment(text: str) -> str:
     # A newline inside a sentence would be read as two segments by line-based BLEU scripts; sacreBLEU
     # scores it as one segment anyway, but the Moses tokenizer works line by line.
     return " ".join(str(text).split("\n")).strip()

@@ -419,7 +419,9 @@ def _hub_offline(enabled: bool):
         datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = saved
 
 
-def _one_line(text: str, limit: int = 300) -> str:
+def _squeezed(text: str, limit: int = 300) -> str:
+    # The whole message on one line, not just its first line: the hub's errors often say what went
+    # wrong only after a generic first line.
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -467,14 +469,14 @@ def _load_hub(
                 f"{where}: {label} is a script-based dataset, which datasets {datasets.__version__} cannot run; "
                 f"try its parquet export (task.hf_revision=refs/convert/parquet task.hf_data_dir=<config name>) or use local files"
             ) from None
-        raise ConfigError(f"{where}: cannot load {label}: {_one_line(err)}") from None
+        raise ConfigError(f"{where}: cannot load {label}: {_squeezed(err)}") from None
     except (FileNotFoundError, ValueError) as err:
         if offline and "Couldn't find cache" in str(err):
             raise DataUnavailable(unavailable) from None  # cached, but another config than the one asked for
-        raise ConfigError(f"{where}: cannot load {label}: {_one_line(err)}") from None
+        raise ConfigError(f"{where}: cannot load {label}: {_squeezed(err)}") from None
     except Exception as err:
         if type(err).__name__ in ("DatasetNotFoundError", "DataFilesNotFoundError", "EmptyDatasetError"):
-            raise ConfigError(f"{where}: cannot load {label}: {_one_line(err)}; check task.hf_path / task.hf_name") from None
+            raise ConfigError(f"{where}: cannot load {label}: {_squeezed(err)}; check task.hf_path / task.hf_name") from None
         raise
 
     out = {}

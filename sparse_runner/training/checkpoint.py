@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sparse_runner.checks import one_line
 from sparse_runner.io import atomic_open
 
 log = logging.getLogger(__name__)
@@ -72,8 +73,7 @@ class CheckpointDir:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
+    return f"{type(exc).__name__}: {one_line(exc)}"
 
 
 # ---------------------------------------------------------------------------- random-number state
