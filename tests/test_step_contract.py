@@ -95,6 +95,7 @@ def _evaluate_on_rank(rank: int, world: int, init_file: str, overrides: list[str
         trainer = Trainer(cfg, task, task.build_model(cfg.model), Path(out_dir) / "run", torch.device("cpu"), fingerprint=fingerprint(cfg))
         metrics = trainer.evaluate("val")
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"metrics": metrics, "shard": len(distributed.shard(task.eval_plan("val")))}))
+        dist.barrier()  # no rank leaves (closing its connections) while another still receives
     finally:
         dist.destroy_process_group()
 
