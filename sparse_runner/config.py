@@ -17,8 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sparse_runner.checks import ConfigError, choice, fail, in_unit_interval, positive
-from sparse_runner.run_metrics import NON_RESULT_KEYS, flatten
 from sparse_runner.models.config import ModelConfig, check_model_config, check_model_keys
+from sparse_runner.run_metrics import NON_RESULT_KEYS, flatten
 from sparse_runner.tasks import Task, task_families
 from sparse_runner.training.regularisers import REGULARISERS
 

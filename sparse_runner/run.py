@@ -91,7 +91,8 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
     meta = meta or {}
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(run_dir)
+    if is_main():  # another rank's deletion could hit rank 0's temporary files mid-write
+        remove_stale_temporaries(run_dir)
     wall_start = time.perf_counter()
 
     t = cfg.trainer
