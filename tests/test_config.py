@@ -52,7 +52,7 @@ def test_head_size_null_means_d_model_over_heads(tiny_config):
 
 
 BAD_OVERRIDES = {
-    "model=nope": ("model=nope", "valid: entmax, entmax15, softmax, sparsemax"),
+    "model=nope": ("model=nope", "valid: entmax, entmax15, fixed_head, softmax, sparsemax, standard_heads"),
     "task=nope": ("task=nope", "valid: bible_es_en, iwslt", "listops, listops_lra"),
     "experiment=nope": ("experiment=nope", "valid: correia2019_iwslt17_de_en", "lra_listops", "mt_cpu"),
     "model.foo=1": ("model.foo", "valid keys:"),
