@@ -17,10 +17,11 @@ Steps, and why:
    ``lib/unsnakecase.js``, ``lib/party.json``).  Where the ``.json`` twin is there, its year, name,
    party and (normalised) text must agree: two disagreeing copies would mean a package we have not
    checked.
-2. Normalise minimally (`normalise`): strict UTF-8, NFC, CR/CRLF to LF, trailing whitespace stripped
-   from each line, blank lines dropped, so that a document is its paragraphs joined by "\\n".  Nothing
-   else is touched (spelling, punctuation, "(Applause.)" and the like stay as written).  In 0.4.0 each
-   speech is a single line, so every document is one paragraph.
+2. Normalise minimally (`normalise`): strict UTF-8, NFC, CR/CRLF to LF, leading and trailing
+   whitespace stripped from each line (24 speeches of 0.4.0 open with a stray space), blank lines
+   dropped, so that a document is its paragraphs joined by "\\n".  Nothing else is touched
+   (spelling, punctuation, "(Applause.)" and the like stay as written).  In 0.4.0 each speech is a
+   single line, so every document is one paragraph.
 3. Split by whole speeches (`assign_splits`): the speeches, in file order (year, then file name), are
    shuffled with ``random.Random(SEED)`` and taken in that order into val until it holds >= 5% of all
    whitespace-separated words, then into test likewise; every other speech is train.  Whole speeches,
@@ -131,15 +132,15 @@ def normalise(raw: bytes | str) -> str:
     """A document as its paragraphs (non-blank lines) joined by "\\n", otherwise as written.
 
     Strict UTF-8 (a decoding error stops the build rather than guess), NFC (so that one character
-    has one encoding: tokenizers see composed letters only), line breaks as LF, no trailing
-    whitespace on a line, no blank lines (runs of them are paragraph breaks, which "\\n" already
-    marks), no leading or trailing blank lines.
+    has one encoding: tokenizers see composed letters only), line breaks as LF, no whitespace at
+    either end of a line (indentation and trailing blanks are layout, not text), no blank lines
+    (runs of them are paragraph breaks, which "\\n" already marks), none at the start or the end.
     """
     text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     text = text.removeprefix("\ufeff")  # a byte-order mark is an encoding artefact, not text
     text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
     # split("\n"), not splitlines(): the latter also breaks at form feeds, U+2028 and the like
-    return "\n".join(line for line in (line.rstrip() for line in text.split("\n")) if line)
+    return "\n".join(line for line in (line.strip() for line in text.split("\n")) if line)
 
 
 def parse_filename(filename: str) -> tuple[int, str, str]:
