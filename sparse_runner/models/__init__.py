@@ -11,10 +11,13 @@ from typing import Any
 from sparse_runner.attention import ATTENTION_KEYS, AttentionSpec
 from sparse_runner.models.config import ModelConfig
 from sparse_runner.models.encoder import EncoderClassifier, TransformerEncoder
+from sparse_runner.models.lm import CausalLM
 from sparse_runner.models.seq2seq import TransformerSeq2Seq
 
 # The model keys each builder reads (every other key must stay at its default; `name` is free).
 CLASSIFIER_KEYS = ATTENTION_KEYS | {"d_model", "num_layers", "ffn_dim", "dropout", "positions", "norm_first", "pooling"}
+# A language model is causal whatever model.pattern says, so it does not read the pattern keys.
+LM_KEYS = (ATTENTION_KEYS - {"pattern", "pattern_options"}) | {"d_model", "num_layers", "ffn_dim", "dropout", "positions", "norm_first"}
 SEQ2SEQ_KEYS = ATTENTION_KEYS | {"d_model", "num_layers", "ffn_dim", "dropout", "norm_first", "decoder_layers", "share_embeddings"}
 
 
@@ -23,6 +26,14 @@ def build_classifier(m: Any, *, vocab_size: int, num_classes: int, max_length: i
     return EncoderClassifier(
         vocab_size, num_classes, max_length, pooling=m.pooling, attention=AttentionSpec.from_config(m), d_model=m.d_model,
         num_layers=m.num_layers, ffn_dim=m.ffn_dim, dropout=m.dropout, positions=m.positions, norm_first=m.norm_first, pad_id=pad_id,
+    )
+
+
+def build_lm(m: Any, *, vocab_size: int, max_length: int, pad_id: int) -> CausalLM:
+    """A decoder-only CausalLM from the `model` node `m` (reads LM_KEYS)."""
+    return CausalLM(
+        vocab_size, max_length, attention=AttentionSpec.from_config(m), d_model=m.d_model, num_layers=m.num_layers,
+        ffn_dim=m.ffn_dim, dropout=m.dropout, positions=m.positions, norm_first=m.norm_first, pad_id=pad_id,
     )
 
 
@@ -37,11 +48,14 @@ def build_seq2seq(m: Any, *, vocab_size: int, max_positions: int, pad_id: int) -
 
 __all__ = [
     "CLASSIFIER_KEYS",
+    "LM_KEYS",
+    "CausalLM",
     "SEQ2SEQ_KEYS",
     "EncoderClassifier",
     "ModelConfig",
     "TransformerEncoder",
     "TransformerSeq2Seq",
     "build_classifier",
+    "build_lm",
     "build_seq2seq",
 ]

@@ -63,7 +63,9 @@ class TransformerEncoder(nn.Module):
         positions: str,
         norm_first: bool,
         pad_id: int = 0,
+        attention_type: str = "encoder_self",
     ) -> None:
+        """attention_type names the layers' self-attention in analyses ("decoder_self" in a language model)."""
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         self.max_length = max_length
@@ -73,7 +75,7 @@ class TransformerEncoder(nn.Module):
             self.register_buffer("positions", sinusoidal_positions(max_length, d_model), persistent=False)
         self.drop = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, ffn_dim, dropout, norm_first, attention, key=("encoder_self", i)) for i in range(num_layers)
+            EncoderLayer(d_model, ffn_dim, dropout, norm_first, attention, key=(attention_type, i)) for i in range(num_layers)
         )
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.scale = math.sqrt(d_model)

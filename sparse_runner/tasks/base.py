@@ -7,6 +7,7 @@ regulariser, sharding across processes or a new logger applies to every task at 
     training:    batch = make_batch("train", indices, device); out = forward_loss(model, batch)
     evaluation:  for each batch of eval_plan(split): sums += eval_step(model, batch, split)
                  metrics = finalise(split, sums, output_dir)
+    at the end:  write_outputs(model, output_dir)  (best model: samples and such)
     analysis:    for each batch of eval_plan("val"): analysis_step(model, batch)
 
 `eval_step` returns *sums* (numbers are added over batches, lists concatenated), never ratios, so
@@ -130,6 +131,10 @@ class Task:
         """Metrics '<split>/<name>' from a whole split's sums; model outputs go to `output_dir` if the
         task writes any (it is None except on the main process)."""
         raise NotImplementedError
+
+    def write_outputs(self, model: nn.Module, output_dir: Path) -> None:
+        """Files made with the final (best) model besides the metrics, e.g. a generated sample; called
+        on the main process after the test evaluation, model in eval mode, no gradients."""
 
     def analysis_step(self, model: nn.Module, batch: dict[str, Any]) -> None:
         """One batch of the pass during which the analysis observes every attention layer."""

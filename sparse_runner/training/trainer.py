@@ -312,6 +312,14 @@ class Trainer:
         return self.task.finalise(split, sums, output_dir if self.is_main else None)
 
     @torch.no_grad()
+    def _write_outputs(self) -> None:
+        was_training = self.model.training
+        self.model.eval()
+        with self.autocast():
+            self.task.write_outputs(self.model, self.run_dir / "outputs")
+        self.model.train(was_training)
+
+    @torch.no_grad()
     def analysis_pass(self, split: str = "val") -> None:
         """One pass over `split` during which the analysis observes every attention layer."""
         was_training = self.model.training
@@ -349,6 +357,8 @@ class Trainer:
             current = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             self.model.load_state_dict(best["model"])
         test = self.evaluate("test", output_dir=self.run_dir / "outputs")
+        if self.is_main:
+            self._write_outputs()
         if self.tcfg.analysis:
             p.analysis = analyse(self.model, self.analysis_pass)
         if best is not None:
