@@ -1,8 +1,8 @@
 """Language modelling (Bhojanapalli et al. 2020's LM1B experiment): text -> BPE -> causal LM -> perplexity.
 
 Text comes as documents made of lines:
-  embedded  the State of the Union addresses shipped in the package (a speech is a document, a
-            paragraph a line; `sparse_runner.data.load_sotu_en`), offline;
+  embedded  the State of the Union addresses shipped in the package (`sparse_runner.data.load_sotu_en`),
+            offline: a speech is a document and, as the source has no paragraph breaks, a sentence a line;
   files     `task.data_dir/{train,valid,test}.txt`, one sentence (or document) per line, an empty line
             between documents (without empty lines a file is one document);
   hf        a Hugging Face dataset with a text column (LM1B: `billion-word-benchmark/lm1b`, one sentence
@@ -22,6 +22,7 @@ distribution (add-one), the floor a model has to beat. A sample of generated tex
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -131,7 +132,7 @@ class LanguageModelingTask(Task):
         if t.source == "embedded":
             from sparse_runner.data import load_sotu_en
 
-            docs = {split: [text.split("\n") for text in texts] for split, texts in load_sotu_en().items()}
+            docs = {split: [_sentences(text) for text in texts] for split, texts in load_sotu_en().items()}
         elif t.source == "files":
             docs = {split: _read_documents(Path(t.data_dir).expanduser(), split) for split in SPLITS}
         else:
@@ -281,6 +282,18 @@ def _read_documents(directory: Path, split: str) -> list[Document]:
             elif docs[-1]:
                 docs.append([])
     return [doc for doc in docs if doc]
+
+
+# A sentence ends at . ! or ? (maybe followed by a closing quote or bracket) before whitespace and a
+# capital letter, digit or opening quote. Crude, but an LM only needs lines of sentence size: EOS
+# placement and sentencepiece training, which skips lines over ~4 kB.
+_SENTENCE_END = re.compile(
+    r"(?:(?<=[.!?])(?<!\bMr\.)(?<!\bMrs\.)(?<!\bDr\.)(?<!\bSt\.)(?<!\bNo\.)(?<!\bU\.S\.)|(?<=[.!?][\"')\]]))\s+(?=[A-Z0-9\"'(\[])"
+)
+
+
+def _sentences(text: str) -> list[str]:
+    return [sentence for line in text.split("\n") for sentence in _SENTENCE_END.split(line) if sentence.strip()]
 
 
 def _first_lines(docs: list[Document], limit: int) -> list[Document]:
