@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sparse_runner.attention import attention_layers
-from sparse_runner.config import validate
+from sparse_runner.config import group_options, validate
 from sparse_runner.models import build_classifier
 from tests.conftest import compose_config
 
@@ -43,3 +43,12 @@ def test_standard_heads_split_d_model(heads, cache_dir):
     cfg = validate(compose_config(["model=standard_heads", f"model.num_heads={heads}"], cache_dir=cache_dir))
     model = build_classifier(cfg.model, vocab_size=16, num_classes=10, max_length=40, pad_id=0)
     assert {layer.head_size for layer in attention_layers(model)} == {32 // heads}
+
+
+@pytest.mark.parametrize("experiment", group_options("experiment"))
+def test_no_experiment_undoes_the_head_geometry_of_the_model_preset(experiment):
+    """Experiments come last in the defaults list: one that set model.head_size would silently turn
+    model=fixed_head into standard heads."""
+    fixed = validate(compose_config([f"experiment={experiment}", "model=fixed_head"], tiny=False))
+    standard = validate(compose_config([f"experiment={experiment}", "model=standard_heads"], tiny=False))
+    assert fixed.model.head_size == 32 and standard.model.head_size is None
