@@ -23,7 +23,7 @@ def test_every_group_option_composes_and_validates(group, cache_dir):
 
 
 # Tasks that read files the user downloads: without task.data_dir they stop with one line.
-LOCAL_FILES_TASKS = ("kftt_ja_en", "translation_files")
+LOCAL_FILES_TASKS = ("kftt_ja_en", "translation_files", "lm_files")
 
 
 @pytest.mark.parametrize("experiment", group_options("experiment"))
@@ -54,7 +54,7 @@ def test_head_size_null_means_d_model_over_heads(tiny_config):
 BAD_OVERRIDES = {
     "model=nope": ("model=nope", "valid: entmax, entmax15, fixed_head, softmax, sparsemax, standard_heads"),
     "task=nope": ("task=nope", "valid: bible_es_en, iwslt", "listops, listops_lra"),
-    "experiment=nope": ("experiment=nope", "valid: correia2019_iwslt17_de_en", "lra_listops", "mt_cpu"),
+    "experiment=nope": ("experiment=nope", "valid: bhojanapalli2020_lm1b", "correia2019_iwslt17_de_en", "lra_listops", "mt_cpu"),
     "model.foo=1": ("model.foo", "valid keys:"),
     "+model.foo=1": ("model.foo", "valid keys:"),
     "trainer.max_steps=-5": ("trainer.max_steps", "> 0"),

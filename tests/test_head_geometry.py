@@ -49,6 +49,6 @@ def test_standard_heads_split_d_model(heads, cache_dir):
 def test_no_experiment_undoes_the_head_geometry_of_the_model_preset(experiment):
     """Experiments come last in the defaults list: one that set model.head_size would silently turn
     model=fixed_head into standard heads."""
-    fixed = validate(compose_config([f"experiment={experiment}", "model=fixed_head"], tiny=False))
-    standard = validate(compose_config([f"experiment={experiment}", "model=standard_heads"], tiny=False))
+    fixed = compose_config([f"experiment={experiment}", "model=fixed_head"], tiny=False)
+    standard = compose_config([f"experiment={experiment}", "model=standard_heads"], tiny=False)
     assert fixed.model.head_size == 32 and standard.model.head_size is None
