@@ -34,8 +34,11 @@ class LowRankHeads(nn.Module):
         widths = [1 << (s - 1).bit_length() for s in self.head_sizes]
         self.w_q, self.w_k = nn.ParameterList(), nn.ParameterList()
         self.row_masks, self.scales, order = [], [], []
-        for width in sorted(set(widths)):
+        self.slots: list[tuple[int, int]] = [(0, 0)] * len(widths)  # head -> (bucket, index in the bucket)
+        for bucket, width in enumerate(sorted(set(widths))):
             members = [h for h, w in enumerate(widths) if w == width]
+            for index, h in enumerate(members):
+                self.slots[h] = (bucket, index)
             sizes = torch.tensor([self.head_sizes[h] for h in members])
             order += members
             # q and k entries ~ N(0, 1) for inputs ~ N(0, 1): initial scores of order 1, as in a fresh layer.
@@ -48,6 +51,12 @@ class LowRankHeads(nn.Module):
             self.scales.append(f"scale_{width}")
             self.register_buffer(self.scales[-1], sizes.float().rsqrt()[:, None, None], persistent=False)
         self.register_buffer("unsort", torch.argsort(torch.tensor(order)), persistent=False)  # bucket order -> head order
+
+    def head(self, h: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Head h's W_q and W_k, (d_p, d) each: views into the bucket parameters."""
+        bucket, index = self.slots[h]
+        size = self.head_sizes[h]
+        return self.w_q[bucket][index, :size], self.w_k[bucket][index, :size]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (d, n) -> scores (H, n_queries, n_keys); softmax over the last dim gives each head's attention."""
