@@ -1,24 +1,205 @@
-"""Bhojanapalli et al., "Low-Rank Bottleneck in Multi-head Attention Models", ICML 2020: registered, no
-tables yet.
+"""Bhojanapalli et al., "Low-Rank Bottleneck in Multi-head Attention Models", ICML 2020.
 
-Its place in the report: Tables 1 and 2 (SQuAD F1/EM and MNLI accuracy against the number of heads and the
-head size, PAPERS.md B.3, SECONDARY) beside our runs once the runner has those tasks. The published numbers
-and fill commands will live here, as in `lra` and `correia2019`.
+What the report shows today: the low-rank study (`task=lowrank`, Theorem 1, PAPERS.md B.2) from completed
+lowrank runs' metrics.json: the best KL(P || A) a head of size d_p reaches against d_p, as a table and a
+figure with d_p = n marked, and standard (d_p = d/h) against fixed (d_p = n) heads as h grows. Nothing is
+shown until such a run exists (`sparse-run experiment=bhojanapalli2020_lowrank`).
+
+Its later places: the LM1B perplexity-against-heads figure (paper Fig. 1/3, `experiment=bhojanapalli2020_lm_cpu`
+/ `bhojanapalli2020_lm1b` runs) goes in `lm_tables` / `lm_sections`; Tables 1 and 2 (SQuAD, MNLI; PAPERS.md
+B.3) once the runner has those tasks.
+
+Torch-free, like all report code; matplotlib is imported only when there is a figure to draw.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
+from sparse_runner.checks import one_line
+from sparse_runner.io import atomic_open
+from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord
+from sparse_runner.reporting.values import as_float
 
 CITATION = "Bhojanapalli et al., ICML 2020"
 
+LOWRANK_FAMILY = "lowrank"
+LOWRANK_COMMAND = "sparse-run experiment=bhojanapalli2020_lowrank"
+FIGURE = "figures/bhojanapalli2020_lowrank_kl.png"
+# The metric names of tasks/lowrank.py: test/kl/dp_<k>, test/kl/standard_h<h>, test/kl/fixed_h<h>.
+SWEEP_METRIC = re.compile(r"^test/kl/dp_(\d+)$")
+MULTIHEAD_METRIC = re.compile(r"^test/kl/(standard|fixed)_h(\d+)$")
+# A KL below this is a perfect fit to float64 rounding; the log-scale figure draws it here.
+KL_FLOOR = 1e-16
 
+
+@dataclass
+class LowRankRun:
+    """What one completed lowrank run measured (test split = the fitted problem)."""
+
+    rec: RunRecord
+    n: int | None  # sequence length (task.seq_len)
+    d: int | None  # rows of X (task.d_model)
+    sweep: dict[int, float]  # d_p -> KL
+    standard: dict[int, float]  # h -> mean KL of h heads of size d/h
+    fixed: dict[int, float]  # h -> mean KL of h heads of size n
+
+    @property
+    def label(self) -> str:
+        return f"{self.rec.display} (n={self.n}, d={self.d})"
+
+
+def _size(rec: RunRecord, key: str, info_key: str) -> int | None:
+    info = rec.data.get("task_info") if isinstance(rec.data.get("task_info"), dict) else {}
+    value = as_float(rec.config.get(f"task.{key}", info.get(info_key)))
+    return int(value) if value is not None else None
+
+
+def lowrank_runs(records: list[RunRecord]) -> list[LowRankRun]:
+    """Completed lowrank runs with at least one d_p measured, by run name."""
+    runs = []
+    for rec in sorted(records, key=lambda r: r.display):
+        if rec.task_family != LOWRANK_FAMILY or rec.status != "completed":
+            continue
+        sweep, curves = {}, {"standard": {}, "fixed": {}}
+        for name, raw in rec.metrics.items():
+            value = as_float(raw)
+            if value is None:
+                continue
+            if match := SWEEP_METRIC.match(name):
+                sweep[int(match.group(1))] = value
+            elif match := MULTIHEAD_METRIC.match(name):
+                curves[match.group(1)][int(match.group(2))] = value
+        if sweep or curves["standard"] or curves["fixed"]:
+            runs.append(LowRankRun(rec, _size(rec, "seq_len", "n"), _size(rec, "d_model", "d"),
+                                   dict(sorted(sweep.items())), dict(sorted(curves["standard"].items())),
+                                   dict(sorted(curves["fixed"].items()))))
+    return runs
+
+
+def kl_cell(value: float | None) -> str:
+    """KL in nats, 3 significant digits: the values span 1e-15 .. 1, so scientific notation."""
+    return "" if value is None else f"{value:.2e}"
+
+
+# ------------------------------------------------------------------------------------------ tables
 def tables(records: list[RunRecord]) -> list[Table]:
+    runs = lowrank_runs(records)
+    return (lowrank_tables(runs) if runs else []) + lm_tables(records)
+
+
+def lowrank_tables(runs: list[LowRankRun]) -> list[Table]:
+    out = []
+    sizes = sorted({k for run in runs for k in run.sweep})
+    if sizes:
+        ns = {run.n for run in runs if run.sweep}
+        common_n = ns.pop() if len(ns) == 1 else None
+
+        def row_label(k: int) -> str:
+            return f"{k} (= n)" if k == common_n else str(k)
+
+        out.append(Table(
+            slug="bhojanapalli2020_lowrank_sweep",
+            title="Bhojanapalli et al. 2020, Theorem 1: best KL(P || A) of one head against its size d_p",
+            headers=["d_p", *(run.label for run in runs if run.sweep)],
+            rows=[[row_label(k), *(kl_cell(run.sweep.get(k)) for run in runs if run.sweep)] for k in sizes],
+            numeric=set(range(1, 1 + sum(1 for run in runs if run.sweep))),
+            notes=[
+                f"Theorem 1 ({CITATION}): a head of size d_p >= n can produce any attention matrix P with positive "
+                "entries on a full-column-rank X; below n a generic P is out of reach.",
+                "KL in nats, mean over the n queries, of the head fitted by Adam (the run's best checkpoint). Every "
+                "d_p fits the same random P. Expect ~0 (float64 rounding, ~1e-14) from d_p = n - 1 on: softmax "
+                "ignores a constant per query, a rank-one change of the scores, so n - 1 dimensions already suffice.",
+                f"Fill or refresh: `{LOWRANK_COMMAND}`.",
+            ],
+        ))
+    multihead = [run for run in runs if run.standard or run.fixed]
+    if multihead:
+        rows = []
+        for run in multihead:
+            for h in sorted(set(run.standard) | set(run.fixed)):
+                standard_size = run.d // h if run.d else None
+                rows.append([run.rec.display, str(h), "" if standard_size is None else str(standard_size),
+                             kl_cell(run.standard.get(h)), "" if run.n is None else str(run.n), kl_cell(run.fixed.get(h))])
+        out.append(Table(
+            slug="bhojanapalli2020_lowrank_multihead",
+            title="Bhojanapalli et al. 2020: h standard heads (d_p = d/h) against h fixed heads (d_p = n), mean KL",
+            headers=["run", "heads h", "standard d_p", "standard KL", "fixed d_p", "fixed KL"],
+            rows=rows, numeric={1, 2, 3, 4, 5},
+            notes=["Head i of either kind fits the same target P_i; KL is the mean over the h heads. Standard heads "
+                   "fall below n once h > d/n (the low-rank bottleneck); fixed heads keep d_p = n whatever h is."],
+        ))
+    return out
+
+
+def lm_tables(records: list[RunRecord]) -> list[Table]:
+    """The LM1B head sweep (paper Fig. 1/3): comes with the LM runs' report."""
     return []
 
 
+# ----------------------------------------------------------------------------------------- figures
 def sections(records: list[RunRecord], out_dir: Path) -> tuple[list[str], list[Path]]:
+    sections_, written = [], []
+    runs = lowrank_runs(records)
+    if runs:
+        try:
+            path = draw_lowrank(runs, out_dir / FIGURE)
+        except (OSError, ValueError, TypeError) as exc:
+            warn(f"{CITATION} low-rank figure skipped: {one_line(exc)}")
+        else:
+            written.append(path)
+            sections_.append("\n".join([
+                "## Figures: Bhojanapalli et al. 2020, low-rank study", "",
+                "Runs: " + ", ".join(f"`{run.label}`" for run in runs) + ".", "",
+                f"![KL against head size d_p (d_p = n marked), and standard against fixed heads]({FIGURE})",
+            ]))
+    more_sections, more_written = lm_sections(records, out_dir)
+    return sections_ + more_sections, written + more_written
+
+
+def lm_sections(records: list[RunRecord], out_dir: Path) -> tuple[list[str], list[Path]]:
+    """The LM1B perplexity-against-heads figure: comes with the LM runs' report."""
     return [], []
+
+
+def draw_lowrank(runs: list[LowRankRun], path: Path) -> Path:
+    """One PNG: left, KL against d_p per run (log scale, d_p = n dashed); right, mean KL against h for
+    standard and fixed heads. Returns `path`."""
+    # Not at module level: the report imports every paper, and only a report with lowrank runs draws this.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    with_multihead = any(run.standard or run.fixed for run in runs)
+    fig = Figure(figsize=(9.0 if with_multihead else 4.8, 3.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2 if with_multihead else 1, squeeze=False)[0]
+    sweep_ax = axes[0]
+    for i, run in enumerate(runs):
+        colour = f"C{i % 10}"
+        if run.sweep:
+            sweep_ax.plot(list(run.sweep), [max(v, KL_FLOOR) for v in run.sweep.values()], "o-", ms=3, color=colour,
+                          label=run.label if len(runs) > 1 else None)
+        if run.n is not None:
+            sweep_ax.axvline(run.n, color=colour, ls="--", lw=1, label=f"d_p = n = {run.n}")
+    sweep_ax.set(xlabel="head size d_p", ylabel="best KL(P || A) (nats)", yscale="log", title="One head, sizes 1 ... 2n")
+    sweep_ax.legend(fontsize=7)
+    if with_multihead:
+        ax = axes[1]
+        for i, run in enumerate(runs):
+            colour = f"C{i % 10}"
+            for kind, curve, style in (("standard d/h", run.standard, "o-"), ("fixed n", run.fixed, "s--")):
+                if curve:
+                    label = f"{kind}" + (f" ({run.rec.display})" if len(runs) > 1 else "")
+                    ax.plot(list(curve), [max(v, KL_FLOOR) for v in curve.values()], style, ms=4, color=colour, label=label)
+        ax.set(xlabel="heads h", ylabel="mean KL over heads (nats)", yscale="log", title="Head size d/h (standard) vs n (fixed)")
+        ax.set_xscale("log", base=2)
+        heads = sorted({h for run in runs for h in [*run.standard, *run.fixed]})
+        ax.set_xticks(heads, [str(h) for h in heads])
+        ax.legend(fontsize=7)
+    with atomic_open(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=120)
+    return path
