@@ -5,9 +5,8 @@ lowrank runs' metrics.json: the best KL(P || A) a head of size d_p reaches again
 figure with d_p = n marked, and standard (d_p = d/h) against fixed (d_p = n) heads as h grows. Nothing is
 shown until such a run exists (`sparse-run experiment=bhojanapalli2020_lowrank`).
 
-Its later places: the LM1B perplexity-against-heads figure (paper Fig. 1/3, `experiment=bhojanapalli2020_lm_cpu`
-/ `bhojanapalli2020_lm1b` runs) goes in `lm_tables` / `lm_sections`; Tables 1 and 2 (SQuAD, MNLI; PAPERS.md
-B.3) once the runner has those tasks.
+The LM1B head sweep (perplexity against heads and parameters, paper Fig. 1/3) is in `bhojanapalli2020_lm`.
+Tables 1 and 2 (SQuAD, MNLI; PAPERS.md B.3) come once the runner has those tasks.
 
 Torch-free, like all report code; matplotlib is imported only when there is a figure to draw.
 """
@@ -21,6 +20,7 @@ from pathlib import Path
 from sparse_runner.checks import one_line
 from sparse_runner.io import atomic_open
 from sparse_runner.reporting.console import warn
+from sparse_runner.reporting.papers.bhojanapalli2020_lm import lm_sections, lm_tables
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord
 from sparse_runner.reporting.values import as_float
@@ -136,11 +136,6 @@ def lowrank_tables(runs: list[LowRankRun]) -> list[Table]:
     return out
 
 
-def lm_tables(records: list[RunRecord]) -> list[Table]:
-    """The LM1B head sweep (paper Fig. 1/3): comes with the LM runs' report."""
-    return []
-
-
 # ----------------------------------------------------------------------------------------- figures
 def sections(records: list[RunRecord], out_dir: Path) -> tuple[list[str], list[Path]]:
     sections_, written = [], []
@@ -159,11 +154,6 @@ def sections(records: list[RunRecord], out_dir: Path) -> tuple[list[str], list[P
             ]))
     more_sections, more_written = lm_sections(records, out_dir)
     return sections_ + more_sections, written + more_written
-
-
-def lm_sections(records: list[RunRecord], out_dir: Path) -> tuple[list[str], list[Path]]:
-    """The LM1B perplexity-against-heads figure: comes with the LM runs' report."""
-    return [], []
 
 
 def draw_lowrank(runs: list[LowRankRun], path: Path) -> Path:
