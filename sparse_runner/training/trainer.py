@@ -24,6 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from sparse_runner.analysis.collect import alpha_log_values, analyse
+from sparse_runner.attention import attention_layers
 from sparse_runner.checks import ConfigError
 from sparse_runner.config import schema_defaults
 from sparse_runner.tasks.base import EvalSums, StepOutput, Task
@@ -359,7 +360,7 @@ class Trainer:
         test = self.evaluate("test", output_dir=self.run_dir / "outputs")
         if self.is_main:
             self._write_outputs()
-        if self.tcfg.analysis:
+        if self.tcfg.analysis and attention_layers(self.model):  # a model without attention has nothing to analyse
             p.analysis = analyse(self.model, self.analysis_pass)
         if best is not None:
             self.model.load_state_dict(current)
