@@ -140,7 +140,7 @@ def test_hub_layout_from_local_parquet(tmp_path, cache_dir):
         datasets.Dataset.from_dict({"text": sentences(rng, n)}).to_parquet(files[split])
     cfg = validate(compose_config([
         *TINY_LM, "task=lm1b", "task.hf_path=parquet", "task.hf_revision=null", "task.hf_data_dir=null",
-        f"+task.hf_data_files={{train: {files['train']}, test: {files['test']}}}", "task.val_size=30",
+        f"task.hf_data_files={{train: {files['train']}, test: {files['test']}}}", "task.val_size=30",
     ], cache_dir=cache_dir, tiny=False))
     task = build_task(cfg)
     assert task.sizes() == {"train": 270, "val": 30, "test": 40}  # lines mode: one example per sentence

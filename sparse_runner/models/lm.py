@@ -7,6 +7,8 @@ one vocabulary matrix.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,28 +24,14 @@ class CausalLM(nn.Module):
     attends to it (it comes later), so the mask only tells the attention analysis which queries count.
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        max_length: int,
-        *,
-        attention: AttentionSpec,
-        d_model: int,
-        num_layers: int,
-        ffn_dim: int,
-        dropout: float,
-        positions: str,
-        norm_first: bool,
-        pad_id: int = 0,
-    ) -> None:
+    def __init__(self, vocab_size: int, max_length: int, *, attention: AttentionSpec, pad_id: int = 0, **encoder: Any) -> None:
+        """`encoder`: the other keyword arguments of `TransformerEncoder` (d_model, num_layers, ...)."""
         super().__init__()
         self.body = TransformerEncoder(
-            vocab_size, max_length, attention=attention.with_pattern("causal"), d_model=d_model, num_layers=num_layers,
-            ffn_dim=ffn_dim, dropout=dropout, positions=positions, norm_first=norm_first, pad_id=pad_id,
-            attention_type="decoder_self",
+            vocab_size, max_length, attention=attention.with_pattern("causal"), pad_id=pad_id, attention_type="decoder_self", **encoder
         )
         # Tied: the embedding is also the output projection, so it starts at the output layer's scale.
-        nn.init.normal_(self.body.embed.weight, std=d_model**-0.5)
+        nn.init.normal_(self.body.embed.weight, std=encoder["d_model"] ** -0.5)
         with torch.no_grad():
             self.body.embed.weight[pad_id].zero_()
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -31,17 +31,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sparse_runner.checks import ConfigError, choice, existing_dir, fail, positive
+from sparse_runner.checks import ConfigError, choice, fail, positive
 from sparse_runner.io import atomic_write_text
 from sparse_runner.models import LM_KEYS, build_lm
-from sparse_runner.tasks.base import StepOutput, Task, TaskConfig
+from sparse_runner.tasks.base import StepOutput, Task
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.hub import hub_splits, load_hub_splits
 from sparse_runner.tasks.registry import register_task
+from sparse_runner.tasks.text_source import TextTaskConfig, check_text_source
 from sparse_runner.tokenization import BOS_ID, EOS_ID, PAD_ID, train_or_load
 
 SPLITS = ("train", "val", "test")
-SOURCES = ("embedded", "files", "hf")
 EXAMPLES = ("blocks", "lines")
 # File-name stems tried for each split under task.data_dir (`{stem}.txt`).
 SPLIT_STEMS = {"train": ("train",), "val": ("valid", "val", "dev"), "test": ("test",)}
@@ -51,22 +51,12 @@ Document = list[str]  # its lines
 
 
 @dataclass
-class LanguageModelingTaskConfig(TaskConfig):
+class LanguageModelingTaskConfig(TextTaskConfig):
     name: str = "sotu_en"
     family: str = "lm"
-    source: str = "embedded"
-    data_dir: Optional[str] = None
-    hf_path: Optional[str] = None
-    hf_name: Optional[str] = None
-    hf_revision: Optional[str] = None
-    hf_data_dir: Optional[str] = None
-    hf_data_files: Optional[dict[str, Any]] = None
-    hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "val": "validation", "test": "test"})
     hf_text_field: str = "text"
     val_size: Optional[int] = None
     max_train_lines: Optional[int] = None
-    vocab_size: int = 8000
-    character_coverage: float = 1.0
     examples: str = "blocks"
     block_size: int = 256
     max_length: int = 256
@@ -83,21 +73,11 @@ class LanguageModelingTask(Task):
 
     @classmethod
     def check_config(cls, t) -> None:
-        choice("task.source", t.source, SOURCES)
+        check_text_source(t, files=TEXT_FILES, hub_example="billion-word-benchmark/lm1b")
         choice("task.examples", t.examples, EXAMPLES)
-        if t.source == "files":
-            if t.data_dir is None:
-                fail("task.data_dir", f"task {t.name} reads local files (task.source=files) and needs a folder", TEXT_FILES)
-            existing_dir("task.data_dir", t.data_dir, TEXT_FILES)
-        if t.source == "hf" and not t.hf_path:
-            fail("task.hf_path", "task.source=hf needs a dataset id", "a Hugging Face dataset id such as billion-word-benchmark/lm1b")
         positive("task.block_size", t.block_size)
         if t.max_length < t.block_size:
             fail("task.max_length", f"must be >= task.block_size={t.block_size} (the positions the model needs), got {t.max_length}")
-        if t.vocab_size < 8:
-            fail("task.vocab_size", f"must be at least 8 (4 special ids + pieces), got {t.vocab_size}")
-        if not 0.0 < t.character_coverage <= 1.0:
-            fail("task.character_coverage", f"must be in (0, 1], got {t.character_coverage}")
         for key in ("val_size", "max_train_lines"):
             positive(f"task.{key}", t[key], allow_none=True)
         positive("task.sample_tokens", t.sample_tokens, allow_zero=True)

@@ -17,15 +17,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sparse_runner.checks import ConfigError, choice, existing_dir, fail, positive
+from sparse_runner.checks import ConfigError, choice, fail, positive
 from sparse_runner.decoding import beam_search, greedy_search
 from sparse_runner.io import atomic_write_text
 from sparse_runner.metrics.translation import translation_scores
 from sparse_runner.models import SEQ2SEQ_KEYS, build_seq2seq
-from sparse_runner.tasks.base import StepOutput, Task, TaskConfig
+from sparse_runner.tasks.base import StepOutput, Task
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.registry import register_task
-from sparse_runner.tasks.translation_data import FILE_FORMATS, SOURCES, load_parallel
+from sparse_runner.tasks.text_source import TextTaskConfig, check_text_source
+from sparse_runner.tasks.translation_data import FILE_FORMATS, load_parallel
 from sparse_runner.tokenization import BOS_ID, EOS_ID, PAD_ID, train_or_load
 
 SPLITS = ("train", "val", "test")
@@ -40,21 +41,12 @@ class DecodingConfig:
 
 
 @dataclass
-class TranslationTaskConfig(TaskConfig):
+class TranslationTaskConfig(TextTaskConfig):
     name: str = "bible_es_en"
     family: str = "translation"
-    source: str = "embedded"
     src_lang: str = "es"
     tgt_lang: str = "en"
-    data_dir: Optional[str] = None
     file_format: str = "auto"
-    hf_path: Optional[str] = None
-    hf_name: Optional[str] = None
-    hf_revision: Optional[str] = None
-    hf_data_dir: Optional[str] = None
-    hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "val": "validation", "test": "test"})
-    vocab_size: int = 8000
-    character_coverage: float = 1.0
     max_length: int = 128
     max_train_pairs: Optional[int] = None
     max_eval_pairs: Optional[int] = None
@@ -73,24 +65,10 @@ class TranslationTask(Task):
 
     @classmethod
     def check_config(cls, t) -> None:
-        choice("task.source", t.source, SOURCES)
+        check_text_source(t, files=PARALLEL_FILES, hub_example="IWSLT/iwslt2017")
         choice("task.file_format", t.file_format, FILE_FORMATS)
-        if t.source == "files":
-            if t.data_dir is None:
-                fail(
-                    "task.data_dir",
-                    f"task {t.name} reads local files (task.source=files) and needs a folder (conf/task/{t.name}.yaml says where to get them)",
-                    PARALLEL_FILES,
-                )
-            existing_dir("task.data_dir", t.data_dir, PARALLEL_FILES)
-        if t.source == "hf" and not t.hf_path:
-            fail("task.hf_path", "task.source=hf needs a dataset id", "a Hugging Face dataset id such as IWSLT/iwslt2017")
         for key in ("vocab_size", "val_beam_size"):
             positive(f"task.{key}", t[key])
-        if t.vocab_size < 8:
-            fail("task.vocab_size", f"must be at least 8 (4 special ids + pieces), got {t.vocab_size}")
-        if not 0.0 < t.character_coverage <= 1.0:
-            fail("task.character_coverage", f"must be in (0, 1], got {t.character_coverage}")
         if t.max_length < 4:
             fail("task.max_length", f"must be at least 4 subword tokens, got {t.max_length}")
         positive("task.max_train_pairs", t.max_train_pairs, allow_none=True)
@@ -115,6 +93,7 @@ class TranslationTask(Task):
             hf_name=task_cfg.hf_name,
             hf_revision=task_cfg.hf_revision,
             hf_data_dir=task_cfg.hf_data_dir,
+            hf_data_files=task_cfg.hf_data_files,
             hf_splits=dict(task_cfg.hf_splits) if task_cfg.hf_splits else None,
             task_name=task_cfg.name,
         )

@@ -1,0 +1,46 @@
+"""The keys every text task has (translation, language modelling): where its text comes from and its
+subword vocabulary, with their checks. A family's schema extends `TextTaskConfig`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from sparse_runner.checks import choice, existing_dir, fail
+from sparse_runner.tasks.base import TaskConfig
+
+SOURCES: tuple[str, ...] = ("embedded", "files", "hf")
+
+
+@dataclass
+class TextTaskConfig(TaskConfig):
+    source: str = "embedded"  # embedded | files (data_dir) | hf (Hugging Face datasets)
+    data_dir: Optional[str] = None
+    hf_path: Optional[str] = None
+    hf_name: Optional[str] = None
+    hf_revision: Optional[str] = None
+    hf_data_dir: Optional[str] = None
+    hf_data_files: Optional[dict[str, Any]] = None
+    hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "val": "validation", "test": "test"})
+    vocab_size: int = 8000
+    character_coverage: float = 1.0
+
+
+def check_text_source(t: Any, *, files: str, hub_example: str) -> None:
+    """One-line ConfigErrors for the TextTaskConfig keys of a typed `task` node. `files`: what
+    task.data_dir must hold; `hub_example`: a dataset id to name when hf_path is missing."""
+    choice("task.source", t.source, SOURCES)
+    if t.source == "files":
+        if t.data_dir is None:
+            fail(
+                "task.data_dir",
+                f"task {t.name} reads local files (task.source=files) and needs a folder (conf/task/{t.name}.yaml says where to get them)",
+                files,
+            )
+        existing_dir("task.data_dir", t.data_dir, files)
+    if t.source == "hf" and not t.hf_path:
+        fail("task.hf_path", "task.source=hf needs a dataset id", f"a Hugging Face dataset id such as {hub_example}")
+    if t.vocab_size < 8:
+        fail("task.vocab_size", f"must be at least 8 (4 special ids + pieces), got {t.vocab_size}")
+    if not 0.0 < t.character_coverage <= 1.0:
+        fail("task.character_coverage", f"must be in (0, 1], got {t.character_coverage}")
