@@ -237,6 +237,7 @@ class Trainer:
                         for name, value in out.stats.items():
                             window_stats[name] = window_stats.get(name, 0.0) + torch.as_tensor(value, device=self.device).detach() / t.accumulate
                         p.window_tokens += out.tokens
+                        del out  # its logits (large for an LM) would otherwise live on through the next forward pass
                     if t.clip_grad_norm is not None:
                         self.scaler.unscale_(self.optimizer)
                         torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_grad_norm)
