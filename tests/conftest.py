@@ -66,3 +66,22 @@ def sparse_run(args: list[str], cwd: Path, cache_dir: Path, timeout: float = 300
         [sys.executable, "-c", "from sparse_runner.cli import run_main; run_main()", *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **kwargs,
     )
+
+
+def on_train_batch(patch, task_class, n: int, action) -> None:
+    """Make the n-th training batch that `task_class` makes call `action()` first (a crash or a signal).
+    `patch`: a monkeypatch (or its context)."""
+    original, calls = task_class.make_batch, {"n": 0}
+
+    def make_batch(self, split, indices, device):
+        if split == "train":
+            calls["n"] += 1
+            if calls["n"] == n:
+                action()
+        return original(self, split, indices, device)
+
+    patch.setattr(task_class, "make_batch", make_batch)
+
+
+def simulated_crash() -> None:
+    raise RuntimeError("simulated crash")

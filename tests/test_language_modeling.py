@@ -18,7 +18,7 @@ from sparse_runner.run import run
 from sparse_runner.tasks import build_task
 from sparse_runner.tasks.language_modeling import LanguageModelingTask
 from sparse_runner.tokenization import BOS_ID, EOS_ID, PAD_ID
-from tests.conftest import compose_config, sparse_run
+from tests.conftest import compose_config, on_train_batch, simulated_crash, sparse_run
 
 # A tiny grammar: predictable enough that a small model beats the unigram floor in a hundred steps.
 SUBJECTS = ["the cat", "a dog", "my friend", "the old man", "our teacher"]
@@ -110,17 +110,8 @@ def test_every_normaliser_and_head_geometry_trains_an_lm(corpus, cache_dir, tmp_
 def test_crash_then_resume_matches_uninterrupted(corpus, cache_dir, tmp_path, monkeypatch):
     cfg = lm_config(corpus, cache_dir, "task.sample_tokens=0")
     run(cfg, tmp_path / "straight")
-    original, calls = LanguageModelingTask.make_batch, {"n": 0}
-
-    def make_batch(self, split, indices, device):
-        if split == "train":
-            calls["n"] += 1
-            if calls["n"] == 14:
-                raise RuntimeError("simulated crash")
-        return original(self, split, indices, device)
-
     with monkeypatch.context() as patch:
-        patch.setattr(LanguageModelingTask, "make_batch", make_batch)
+        on_train_batch(patch, LanguageModelingTask, 14, simulated_crash)
         with pytest.raises(RuntimeError, match="simulated crash"):
             run(cfg, tmp_path / "resumed")
     run(cfg, tmp_path / "resumed")

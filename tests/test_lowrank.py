@@ -15,7 +15,7 @@ from sparse_runner.config import validate
 from sparse_runner.models.lowrank import LowRankHeads
 from sparse_runner.run import run
 from sparse_runner.tasks.lowrank import LowRankTask, draw_problem, head_groups
-from tests.conftest import compose_config
+from tests.conftest import compose_config, on_train_batch, simulated_crash
 
 N = 6
 # n = 6 keys, d = 12, d_p = 1 .. 12, and h = 1, 2, 4 heads (standard size 12, 6, 3 vs fixed size 6); a
@@ -107,17 +107,8 @@ def test_the_bottleneck_shows_in_a_shrunk_run(reference):
 
 def test_crash_then_resume_matches_uninterrupted(reference, tmp_path, monkeypatch):
     cfg = small_config()
-    original, calls = LowRankTask.make_batch, {"n": 0}
-
-    def make_batch(self, split, indices, device):
-        if split == "train":
-            calls["n"] += 1
-            if calls["n"] == 170:
-                raise RuntimeError("simulated crash")
-        return original(self, split, indices, device)
-
     with monkeypatch.context() as patch:
-        patch.setattr(LowRankTask, "make_batch", make_batch)
+        on_train_batch(patch, LowRankTask, 170, simulated_crash)
         with pytest.raises(RuntimeError, match="simulated crash"):
             run(cfg, tmp_path)
     assert read_metrics(tmp_path)["status"] == "failed"

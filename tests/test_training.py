@@ -16,6 +16,7 @@ from sparse_runner.run import run
 from sparse_runner.run_metrics import SCHEMA, SCHEMA_VERSION
 from sparse_runner.tasks.listops import ListOpsTask
 from sparse_runner.training.trainer import Preempted
+from tests.conftest import on_train_batch
 
 
 def read_metrics(run_dir: Path) -> dict:
@@ -67,17 +68,7 @@ def test_training_reduces_the_loss(tiny_config, tmp_path):
 
 def _crash_on_call(monkeypatch, n: int, action) -> None:
     """Make the n-th training batch call `action()` (a crash or a signal)."""
-    original = ListOpsTask.make_batch
-    calls = {"n": 0}
-
-    def make_batch(self, split, indices, device):
-        if split == "train":
-            calls["n"] += 1
-            if calls["n"] == n:
-                action()
-        return original(self, split, indices, device)
-
-    monkeypatch.setattr(ListOpsTask, make_batch.__name__, make_batch)
+    on_train_batch(monkeypatch, ListOpsTask, n, action)
 
 
 @pytest.mark.parametrize("crash_at", [7, 20, 26])

@@ -17,7 +17,7 @@ from sparse_runner.tasks import build_task
 from sparse_runner.tasks.batching import plan_epoch, plan_eval
 from sparse_runner.tasks.translation import TranslationTask
 from sparse_runner.training.trainer import Preempted
-from tests.conftest import compose_config, sparse_run
+from tests.conftest import compose_config, on_train_batch, sparse_run
 
 # A made-up language pair: each source word has one target word and the order is reversed, so a
 # small model can learn it, yet it is not a copy.
@@ -91,17 +91,8 @@ def test_preempted_translation_resumes_exactly(pair_dir, cache_dir, tmp_path, mo
     """SIGUSR1 after step 8, then the same command again: the uninterrupted run's metrics and output."""
     cfg = compose_mt(pair_dir, cache_dir)
     run(cfg, tmp_path / "straight")
-    original, calls = TranslationTask.make_batch, {"n": 0}
-
-    def make_batch(self, split, indices, device):
-        if split == "train":
-            calls["n"] += 1
-            if calls["n"] == 8:
-                os.kill(os.getpid(), signal.SIGUSR1)
-        return original(self, split, indices, device)
-
     with monkeypatch.context() as patch:
-        patch.setattr(TranslationTask, "make_batch", make_batch)
+        on_train_batch(patch, TranslationTask, 8, lambda: os.kill(os.getpid(), signal.SIGUSR1))
         with pytest.raises(Preempted):
             run(cfg, tmp_path / "resumed")
     assert json.loads((tmp_path / "resumed" / "metrics.json").read_text())["status"] == "preempted"
