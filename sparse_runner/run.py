@@ -160,6 +160,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
         stopped_early=p.stopped_early,
         tokens_seen=p.tokens_seen,
         train_time_s=p.train_time_s,
+        data_wait_fraction=p.data_time_s / p.train_time_s if p.train_time_s > 0 else None,
         tokens_per_second=p.tokens_seen / p.train_time_s if p.train_time_s > 0 else None,
         wall_time_s=time.perf_counter() - wall_start,
         peak_memory_mb=peak_memory_mb(device),

@@ -50,6 +50,7 @@ SCHEMA: dict[str, str] = {
     "stopped_early": "true when early stopping ended training",
     "tokens_seen": "training tokens processed",
     "train_time_s": "seconds spent training",
+    "data_wait_fraction": "share of training time spent making batches (the model waits for them)",
     "tokens_per_second": "training throughput",
     "wall_time_s": "seconds from start to end of the run",
     "peak_memory_mb": "peak device (or process) memory",

@@ -10,7 +10,7 @@ from typing import Any
 
 from sparse_runner.attention import ATTENTION_KEYS, AttentionSpec
 from sparse_runner.models.config import ModelConfig
-from sparse_runner.models.encoder import EncoderClassifier, TransformerEncoder
+from sparse_runner.models.encoder import DualEncoderClassifier, EncoderClassifier, TransformerEncoder
 from sparse_runner.models.lm import CausalLM
 from sparse_runner.models.seq2seq import TransformerSeq2Seq
 
@@ -21,9 +21,10 @@ LM_KEYS = (ATTENTION_KEYS - {"pattern", "pattern_options"}) | {"d_model", "num_l
 SEQ2SEQ_KEYS = ATTENTION_KEYS | {"d_model", "num_layers", "ffn_dim", "dropout", "norm_first", "decoder_layers", "share_embeddings"}
 
 
-def build_classifier(m: Any, *, vocab_size: int, num_classes: int, max_length: int, pad_id: int) -> EncoderClassifier:
-    """An EncoderClassifier from the `model` node `m` (reads CLASSIFIER_KEYS)."""
-    return EncoderClassifier(
+def build_classifier(m: Any, *, vocab_size: int, num_classes: int, max_length: int, pad_id: int | None, pairs: bool = False) -> EncoderClassifier:
+    """An EncoderClassifier from the `model` node `m` (reads CLASSIFIER_KEYS); with `pairs`, the
+    two-tower DualEncoderClassifier that scores document pairs."""
+    return (DualEncoderClassifier if pairs else EncoderClassifier)(
         vocab_size, num_classes, max_length, pooling=m.pooling, attention=AttentionSpec.from_config(m), d_model=m.d_model,
         num_layers=m.num_layers, ffn_dim=m.ffn_dim, dropout=m.dropout, positions=m.positions, norm_first=m.norm_first, pad_id=pad_id,
     )
@@ -51,6 +52,7 @@ __all__ = [
     "LM_KEYS",
     "CausalLM",
     "SEQ2SEQ_KEYS",
+    "DualEncoderClassifier",
     "EncoderClassifier",
     "ModelConfig",
     "TransformerEncoder",

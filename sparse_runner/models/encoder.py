@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from sparse_runner.attention import AttentionSpec, MultiHeadAttention
@@ -62,7 +63,7 @@ class TransformerEncoder(nn.Module):
         dropout: float,
         positions: str,
         norm_first: bool,
-        pad_id: int = 0,
+        pad_id: int | None = 0,
         attention_type: str = "encoder_self",
     ) -> None:
         """attention_type names the layers' self-attention in analyses ("decoder_self" in a language model)."""
@@ -96,8 +97,9 @@ class TransformerEncoder(nn.Module):
 class EncoderClassifier(nn.Module):
     """Sequence classification: encoder, pooling (learned CLS vector in front, or mean), MLP head.
 
-    forward(tokens (B, N) long, lengths (B,) long or None) -> logits (B, num_classes). Padding is id 0
-    after `lengths`; attention never looks at it and mean pooling ignores it.
+    forward(tokens (B, N) long, lengths (B,) long or None) -> logits (B, num_classes). Positions after
+    `lengths` are padding; attention never looks at them and mean pooling ignores them. pad_id=None
+    (images: every value is a pixel) gives the embedding no padding row.
     `encoder`: the keyword arguments of `TransformerEncoder` (attention, d_model, ...).
     """
 
@@ -111,8 +113,8 @@ class EncoderClassifier(nn.Module):
             self.cls = nn.Parameter(torch.randn(1, 1, d_model) * 0.02)
         self.head = nn.Sequential(nn.Linear(d_model, d_model), nn.ReLU(), nn.Linear(d_model, num_classes))
 
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """lengths=None means no padding: no mask is built."""
+    def encode(self, tokens: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, N) tokens -> (B, d_model) pooled representation; lengths=None means no padding (no mask is built)."""
         b, n = tokens.shape
         valid = None if lengths is None else torch.arange(n, device=tokens.device)[None, :] < lengths[:, None]  # (B, N)
         x = self.encoder.embed(tokens) * self.encoder.scale
@@ -122,10 +124,39 @@ class EncoderClassifier(nn.Module):
                 valid = torch.cat([valid.new_ones(b, 1), valid], dim=1)
         h = self.encoder(x, key_padding_mask=valid)
         if self.pooling == "cls":
-            pooled = h[:, 0]
-        elif valid is None:
-            pooled = h.mean(1)
+            return h[:, 0]
+        if valid is None:
+            return h.mean(1)
+        w = valid[..., None].to(h.dtype)
+        return (h * w).sum(1) / w.sum(1).clamp_min(1.0)
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        return self.head(self.encode(tokens, lengths))
+
+
+class DualEncoderClassifier(EncoderClassifier):
+    """Two-tower pair classification (LRA Retrieval): both documents go through the SAME encoder
+    separately (no attention between them), and MLP([x1, x2, x1 * x2, x1 - x2]) scores the pair.
+
+    forward(tokens1 (B, N1), lengths1 (B,) or None, tokens2 (B, N2), lengths2) -> logits (B, num_classes).
+    """
+
+    def __init__(self, vocab_size: int, num_classes: int, max_length: int, *, pooling: str, **encoder: Any) -> None:
+        super().__init__(vocab_size, num_classes, max_length, pooling=pooling, **encoder)
+        d_model = self.encoder.embed.embedding_dim
+        self.head = nn.Sequential(nn.Linear(4 * d_model, d_model), nn.ReLU(), nn.Linear(d_model, num_classes))
+
+    def forward(self, tokens1: torch.Tensor, lengths1: torch.Tensor | None, tokens2: torch.Tensor, lengths2: torch.Tensor | None) -> torch.Tensor:
+        b = tokens1.shape[0]
+        # One encoder call for both towers: the two documents of a pair are padded to one width and
+        # stacked along the batch, which is what "separately" means for attention (rows never mix).
+        width = max(tokens1.shape[1], tokens2.shape[1])
+        tokens = torch.cat([F.pad(tokens1, (0, width - tokens1.shape[1])), F.pad(tokens2, (0, width - tokens2.shape[1]))])
+        full = tokens.new_full((b,), width)
+        if lengths1 is None and lengths2 is None and tokens1.shape[1] == tokens2.shape[1]:
+            lengths = None
         else:
-            w = valid[..., None].to(h.dtype)
-            pooled = (h * w).sum(1) / w.sum(1).clamp_min(1.0)
-        return self.head(pooled)
+            lengths = torch.cat([full.new_full((b,), tokens1.shape[1]) if lengths1 is None else lengths1,
+                                 full.new_full((b,), tokens2.shape[1]) if lengths2 is None else lengths2])
+        x1, x2 = self.encode(tokens, lengths).split(b)
+        return self.head(torch.cat([x1, x2, x1 * x2, x1 - x2], dim=-1))

@@ -1,13 +1,13 @@
 """Sequence classification (LRA-style): token ids in, one label out.
 
 `SequenceClassificationTask` does the batching, model, loss and scoring; a concrete family only says
-where its data come from by returning a `ClassificationData` from `load_data()` (ListOps, and later
-LRA Text, Image and Pathfinder).
+where its data come from by returning a `ClassificationData` from `load_data()` (ListOps, LRA Text,
+Image and Pathfinder; Retrieval also overrides batching, for pairs).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,12 +36,15 @@ class ClassificationSplit(Protocol):
 @dataclass
 class ClassificationData:
     """What a sequence-classification family provides: its splits ("train", "val", "test") and
-    vocabulary; id `pad_id` pads (and is never a real token)."""
+    vocabulary; id `pad_id` pads (and is never a real token); None when every id is real and all
+    sequences have one length (image pixels). `info` describes the data for metrics.json and the
+    report: {"name", "source": release | hub | generated | substitute, "substitute_for", "description"}."""
 
     splits: dict[str, ClassificationSplit]
     vocab_size: int
     num_classes: int
-    pad_id: int = 0
+    pad_id: int | None = 0
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 class SequenceClassificationTask(Task):
@@ -65,6 +68,10 @@ class SequenceClassificationTask(Task):
     def sizes(self) -> dict[str, int]:
         return {s: len(d) for s, d in self.splits.items()}
 
+    def describe(self) -> dict[str, Any]:
+        counts = {s: np.bincount(d.labels, minlength=self.data.num_classes).tolist() for s, d in self.splits.items()}
+        return {"data": self.data.info, "examples": self.sizes(), "label_counts": counts} if self.data.info else {"examples": self.sizes()}
+
     def lengths(self, split: str) -> np.ndarray:
         return self._lengths[split]
 
@@ -75,7 +82,7 @@ class SequenceClassificationTask(Task):
     def make_batch(self, split: str, indices: np.ndarray, device: torch.device) -> dict[str, Any]:
         data = self.splits[split]
         seqs = [data.sequence(int(i))[: self.max_length] for i in indices]
-        tokens, lengths = pad_sequences(seqs, pad_id=self.data.pad_id, max_width=self.max_length)
+        tokens, lengths = pad_sequences(seqs, pad_id=self.data.pad_id or 0, max_width=self.max_length)
         labels = torch.from_numpy(data.labels[indices])
         return {
             "tokens": tokens.to(device, non_blocking=True),
@@ -86,13 +93,17 @@ class SequenceClassificationTask(Task):
             "num_tokens": int(lengths.sum()),
         }
 
+    def logits(self, model, batch) -> torch.Tensor:
+        """(B, num_classes) scores of a batch from make_batch."""
+        return model(batch["tokens"], batch["lengths"])
+
     def forward_loss(self, model, batch) -> StepOutput:
-        logits = model(batch["tokens"], batch["lengths"])
+        logits = self.logits(model, batch)
         loss = F.cross_entropy(logits.float(), batch["labels"], label_smoothing=self.label_smoothing)
         return StepOutput(loss=loss, logits=logits, tokens=batch["num_tokens"])
 
     def eval_step(self, model, batch, split):
-        logits = model(batch["tokens"], batch["lengths"])
+        logits = self.logits(model, batch)
         labels = batch["labels"]
         return {
             "loss": float(F.cross_entropy(logits.float(), labels, reduction="sum")),

@@ -1,5 +1,7 @@
-"""The keys every text task has (translation, language modelling): where its text comes from and its
-subword vocabulary, with their checks. A family's schema extends `TextTaskConfig`."""
+"""The keys of every task that reads its data from one of several sources (the package, local files or
+Hugging Face `datasets`), with their checks. `DataSourceConfig` is where the data come from;
+`TextTaskConfig` adds the subword vocabulary of the text tasks (translation, language modelling).
+A family's schema extends one of them."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ SOURCES: tuple[str, ...] = ("embedded", "files", "hf")
 
 
 @dataclass
-class TextTaskConfig(TaskConfig):
-    source: str = "embedded"  # embedded | files (data_dir) | hf (Hugging Face datasets)
+class DataSourceConfig(TaskConfig):
+    source: str = "embedded"  # embedded | files (data_dir) | hf (Hugging Face datasets); a family may name others
     data_dir: Optional[str] = None
     hf_path: Optional[str] = None
     hf_name: Optional[str] = None
@@ -22,14 +24,19 @@ class TextTaskConfig(TaskConfig):
     hf_data_dir: Optional[str] = None
     hf_data_files: Optional[dict[str, Any]] = None
     hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "val": "validation", "test": "test"})
+
+
+@dataclass
+class TextTaskConfig(DataSourceConfig):
     vocab_size: int = 8000
     character_coverage: float = 1.0
 
 
-def check_text_source(t: Any, *, files: str, hub_example: str) -> None:
-    """One-line ConfigErrors for the TextTaskConfig keys of a typed `task` node. `files`: what
-    task.data_dir must hold; `hub_example`: a dataset id to name when hf_path is missing."""
-    choice("task.source", t.source, SOURCES)
+def check_source(t: Any, *, files: str, hub_example: str, sources: tuple[str, ...] = SOURCES) -> None:
+    """One-line ConfigErrors for the DataSourceConfig keys of a typed `task` node. `files`: what
+    task.data_dir must hold; `hub_example`: a dataset id to name when hf_path is missing; `sources`:
+    the values task.source may take for this family."""
+    choice("task.source", t.source, sources)
     if t.source == "files":
         if t.data_dir is None:
             fail(
@@ -40,6 +47,11 @@ def check_text_source(t: Any, *, files: str, hub_example: str) -> None:
         existing_dir("task.data_dir", t.data_dir, files)
     if t.source == "hf" and not t.hf_path:
         fail("task.hf_path", "task.source=hf needs a dataset id", f"a Hugging Face dataset id such as {hub_example}")
+
+
+def check_text_source(t: Any, *, files: str, hub_example: str) -> None:
+    """`check_source` plus the subword vocabulary keys of a TextTaskConfig."""
+    check_source(t, files=files, hub_example=hub_example)
     if t.vocab_size < 8:
         fail("task.vocab_size", f"must be at least 8 (4 special ids + pieces), got {t.vocab_size}")
     if not 0.0 < t.character_coverage <= 1.0:

@@ -59,12 +59,14 @@ class Progress:
     bad_evals: int = 0
     tokens_seen: int = 0
     train_time_s: float = 0.0
+    data_time_s: float = 0.0  # of train_time_s, the time spent making batches (the step waits for it)
     # The log window since the last step-log line (kept here so a resumed run logs the same lines).
     window_loss: float = 0.0
     window_stats: dict[str, float] = field(default_factory=dict)  # sums of the task's / regulariser's stats
     window_steps: int = 0
     window_tokens: int = 0
     window_time_s: float = 0.0
+    window_data_s: float = 0.0
     stopped_early: bool = False
     completed: bool = False
     final_metrics: dict[str, float] = field(default_factory=dict)
@@ -228,7 +230,9 @@ class Trainer:
                         if p.batch_in_epoch >= len(plan):
                             p.epoch, p.batch_in_epoch = p.epoch + 1, 0
                             plan = self._plan(p.epoch)
+                        batch_started = time.perf_counter()
                         batch = self.task.make_batch("train", plan[p.batch_in_epoch], self.device)
+                        p.window_data_s += time.perf_counter() - batch_started
                         p.batch_in_epoch += 1
                         with self.autocast():
                             out = self.training_step(batch)
@@ -254,11 +258,14 @@ class Trainer:
                         self._fold_window(window_loss, window_stats)  # the only host sync of the step loop
                         p.tokens_seen += p.window_tokens
                         p.train_time_s += p.window_time_s
+                        p.data_time_s += p.window_data_s
                         values = {
                             "train/loss": p.window_loss / p.window_steps,
                             **{f"train/{name}": total / p.window_steps for name, total in p.window_stats.items()},
                             "train/lr": self.scheduler.get_last_lr()[0],
                             "train/tokens_per_s": p.window_tokens / max(p.window_time_s, 1e-9),
+                            # Batches are made in the training process: this is the share of step time the model waits for data.
+                            "train/data_wait_fraction": p.window_data_s / max(p.window_time_s, 1e-9),
                             "epoch": p.epoch,
                             **alpha_log_values(self.model),
                         }
@@ -266,7 +273,7 @@ class Trainer:
                             raise FloatingPointError(f"training loss is {values['train/loss']} at step {p.step}; lower trainer.lr or set trainer.clip_grad_norm")
                         run_log.write(p.step, values)
                         bar.set_postfix(loss=f"{values['train/loss']:.3f}", lr=f"{values['train/lr']:.2e}", tok_s=f"{values['train/tokens_per_s']:.0f}")
-                        p.window_loss, p.window_stats, p.window_steps, p.window_tokens, p.window_time_s = 0.0, {}, 0, 0, 0.0
+                        p.window_loss, p.window_stats, p.window_steps, p.window_tokens, p.window_time_s, p.window_data_s = 0.0, {}, 0, 0, 0.0, 0.0
 
                     evaluate = p.step % t.eval_every == 0 or p.step == t.max_steps
                     if evaluate or stop:

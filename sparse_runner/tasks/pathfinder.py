@@ -1,0 +1,74 @@
+"""LRA Pathfinder: are the two circles connected by a path of dashes? (Tay et al. 2021; PAPERS.md D.5)
+
+A 32 x 32 greyscale image is a sequence of 1024 pixel tokens, label 1 = connected. Synthetic by design:
+`pathfinder_data` generates it (two target snakes, distractor snakes, two markers; contour length 6 /
+9 / 14 for task.difficulty easy / intermediate / hard, LRA's usual split being hard), cached like
+ListOps; or reads LRA's released image folders (task.data_dir). A grid of examples with their labels
+is drawn into the run directory (outputs/pathfinder_examples.png).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from sparse_runner.checks import choice, existing_dir, positive
+from sparse_runner.tasks.base import TaskConfig
+from sparse_runner.tasks.classification import ClassificationData
+from sparse_runner.tasks.lra_image import ImageClassificationTask
+from sparse_runner.tasks.registry import register_task
+
+RELEASE_FOLDER = "LRA's pathfinder32 folder (or one difficulty folder in it) with metadata/*.npy and imgs/"
+
+
+@dataclass
+class PathfinderTaskConfig(TaskConfig):
+    name: str = "pathfinder"
+    family: str = "pathfinder"
+    data_dir: Optional[str] = None  # LRA release; null = generate
+    difficulty: str = "hard"
+    resolution: int = 32
+    num_train: int = 160000
+    num_val: int = 20000
+    num_test: int = 20000
+    seed: int = 0
+    workers: int = 1  # processes generating images (the output does not depend on it)
+    max_length: int = 1024
+
+
+@register_task("pathfinder", config=PathfinderTaskConfig)
+class PathfinderTask(ImageClassificationTask):
+    @classmethod
+    def check_config(cls, t) -> None:
+        from sparse_runner.tasks.pathfinder_data import DIFFICULTIES
+
+        choice("task.difficulty", t.difficulty, tuple(DIFFICULTIES))
+        if t.data_dir is not None:
+            existing_dir("task.data_dir", t.data_dir, RELEASE_FOLDER)
+        for key in ("resolution", "num_train", "num_val", "num_test", "workers"):
+            positive(f"task.{key}", t[key])
+        cls.check_image_length(t, t.resolution * t.resolution)
+
+    def load_data(self) -> ClassificationData:
+        from sparse_runner.tasks.pathfinder_data import DIFFICULTIES, prepare_pathfinder
+
+        t = self.cfg
+        splits = prepare_pathfinder(
+            data_dir=os.path.expanduser(t.data_dir) if t.data_dir else None, cache_dir=os.path.expanduser(self.cache_dir),
+            difficulty=t.difficulty, num_train=t.num_train, num_val=t.num_val, num_test=t.num_test, seed=t.seed,
+            resolution=t.resolution, workers=t.workers,
+        )
+        if t.data_dir:
+            info = {"name": f"pathfinder{t.resolution} (release)", "source": "release", "substitute_for": None,
+                    "description": f"LRA's released images in {t.data_dir}"}
+        else:
+            info = {"name": f"pathfinder{t.resolution}-{t.difficulty}", "source": "generated", "substitute_for": None,
+                    "description": f"our generator, contour length {DIFFICULTIES[t.difficulty]} ({t.difficulty}), seed {t.seed}"}
+        return self.image_data(splits, 2, info)
+
+    def write_outputs(self, model, output_dir: Path) -> None:
+        from sparse_runner.tasks.pathfinder_data import save_example_grid
+
+        save_example_grid(self.splits["test"], Path(output_dir) / "pathfinder_examples.png")
