@@ -1,0 +1,282 @@
+"""sparse_runner.tasks.image_data: IDX, CIFAR-10 pickles and Hugging Face images -> ImageSplit.
+
+Every input is generated here: IDX files (gzipped and raw), CIFAR-10 batches pickled as the official
+release is, and a small `datasets.Dataset` of PIL images.
+"""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sparse_runner.tasks.image_data import (
+    images_from_hf,
+    load_cifar10_batches,
+    load_idx_dataset,
+    lra_image_splits,
+    read_idx_images,
+    read_idx_labels,
+)
+from sparse_runner.tasks.sequence_splits import ImageSplit
+
+
+def idx_bytes(array: np.ndarray, magic: int | None = None) -> bytes:
+    """An IDX file of uint8 `array`: magic 0x000008<ndim>, big-endian uint32 dims, then the data."""
+    magic = 0x0800 | array.ndim if magic is None else magic
+    return struct.pack(f">I{array.ndim}I", magic, *array.shape) + np.ascontiguousarray(array, dtype=np.uint8).tobytes()
+
+
+def write_idx(path: Path, array: np.ndarray, *, compress: bool, **kwargs) -> Path:
+    data = idx_bytes(array, **kwargs)
+    if compress:
+        path = path.with_name(path.name + ".gz")
+        data = gzip.compress(data)
+    path.write_bytes(data)
+    return path
+
+
+def write_idx_dataset(folder: Path, rng, *, n_train=7, n_test=3, side=28, compress=True) -> dict:
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = {}
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        images = rng.integers(0, 256, size=(n, side, side), dtype=np.uint8)
+        labels = rng.integers(0, 10, size=n, dtype=np.uint8)
+        write_idx(folder / f"{prefix}-images-idx3-ubyte", images, compress=compress)
+        write_idx(folder / f"{prefix}-labels-idx1-ubyte", labels, compress=compress)
+        arrays[prefix] = (images, labels)
+    return arrays
+
+
+# --- IDX ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compress", [True, False], ids=["gz", "raw"])
+def test_read_idx_round_trip(tmp_path, compress):
+    images = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    labels = np.array([9, 0], dtype=np.uint8)
+    read_images = read_idx_images(write_idx(tmp_path / "i", images, compress=compress))
+    read_labels = read_idx_labels(write_idx(tmp_path / "l", labels, compress=compress))
+    assert read_images.dtype == np.uint8 and np.array_equal(read_images, images)
+    assert read_labels.dtype == np.int64 and read_labels.tolist() == [9, 0]
+
+
+def test_read_idx_errors_are_one_line(tmp_path):
+    labels_file = write_idx(tmp_path / "labels", np.zeros(4, np.uint8), compress=False)
+    with pytest.raises(ValueError, match=r"not an IDX images file \(magic 0x00000801, expected 0x00000803\)"):
+        read_idx_images(labels_file)
+
+    short = tmp_path / "short"
+    short.write_bytes(idx_bytes(np.zeros((3, 2, 2), np.uint8))[:-1])  # one pixel missing
+    with pytest.raises(ValueError, match=r"11 data bytes for shape \(3, 2, 2\) \(expected 12\)"):
+        read_idx_images(short)
+
+    broken = tmp_path / "broken.gz"
+    broken.write_bytes(gzip.compress(idx_bytes(np.zeros(4, np.uint8)))[:-6])
+    with pytest.raises(ValueError, match="cannot read") as error:
+        read_idx_labels(broken)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("compress", [True, False], ids=["gz", "raw"])
+def test_load_idx_dataset_pads_to_32(tmp_path, compress):
+    arrays = write_idx_dataset(tmp_path, np.random.default_rng(0), compress=compress)
+    splits = load_idx_dataset(tmp_path)
+    assert set(splits) == {"train", "test"}
+    for split, prefix in (("train", "train"), ("test", "t10k")):
+        images, labels = arrays[prefix]
+        got = splits[split]
+        assert isinstance(got, ImageSplit) and (got.height, got.width) == (32, 32)
+        assert got.pixels.shape == (len(images), 1024) and got.pixels.dtype == np.uint8
+        assert got.labels.dtype == np.int64 and got.labels.tolist() == labels.tolist()
+        grid = got.images()
+        assert np.array_equal(grid[:, 2:30, 2:30], images)  # centred: 2 pixels of frame each side
+        assert grid[:, :2].max() == 0 and grid[:, 30:].max() == 0 and grid[:, :, :2].max() == 0 and grid[:, :, 30:].max() == 0
+
+    assert load_idx_dataset(tmp_path, size=28)["train"].pixels.shape == (7, 784)
+
+
+def test_load_idx_dataset_errors(tmp_path, monkeypatch):
+    rng = np.random.default_rng(1)
+    write_idx_dataset(tmp_path, rng)
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").unlink()
+    expected = r"^no t10k-labels-idx1-ubyte\[\.gz\] in .* \(expected the MNIST / Fashion-MNIST IDX files\)$"
+    with pytest.raises(ValueError, match=expected):
+        load_idx_dataset(tmp_path)
+
+    write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(2, np.uint8), compress=False)  # 3 images, 2 labels
+    with pytest.raises(ValueError, match=r": 3 test images but 2 labels$"):
+        load_idx_dataset(tmp_path)
+
+    with pytest.raises(ValueError, match="cannot pad 28x28 images to 16x16"):
+        load_idx_dataset(tmp_path, size=16)
+
+
+# --- CIFAR-10 -------------------------------------------------------------------------------------
+
+
+def write_cifar(folder: Path, rng, n_per_batch: int = 4) -> dict[str, tuple[np.ndarray, list[int]]]:
+    """The official layout: each batch a pickled dict with bytes keys, as Python 2 wrote them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        data = rng.integers(0, 256, size=(n_per_batch, 3072), dtype=np.uint8)
+        labels = rng.integers(0, 10, size=n_per_batch).tolist()
+        with open(folder / name, "wb") as handle:
+            pickle.dump({b"batch_label": name.encode(), b"labels": labels, b"data": data, b"filenames": []}, handle)
+        written[name] = (data, labels)
+    return written
+
+
+def grey(r, g, b) -> int:
+    """LRA's grey level of one pixel, by hand: round(0.2989 R + 0.5870 G + 0.1140 B)."""
+    return int(np.floor(0.2989 * r + 0.5870 * g + 0.1140 * b + 0.5))
+
+
+def test_load_cifar10_batches(tmp_path):
+    written = write_cifar(tmp_path / "cifar-10-batches-py", np.random.default_rng(2))
+    # the parent folder and the folder itself both work
+    for where in (tmp_path, tmp_path / "cifar-10-batches-py"):
+        splits = load_cifar10_batches(where)
+        assert len(splits["train"]) == 20 and len(splits["test"]) == 4
+        assert splits["train"].pixels.shape == (20, 1024) and (splits["train"].height, splits["train"].width) == (32, 32)
+
+    train_labels = sum((written[f"data_batch_{i}"][1] for i in range(1, 6)), [])
+    assert splits["train"].labels.tolist() == train_labels  # batches in order 1..5
+    assert splits["test"].labels.tolist() == written["test_batch"][1]
+
+    # pixel (row 5, column 7) of the first image of batch 2: planes R, G, B of 1024 row-major values
+    data = written["data_batch_2"][0][0]
+    k = 5 * 32 + 7
+    expected = grey(int(data[k]), int(data[1024 + k]), int(data[2048 + k]))
+    assert splits["train"].images()[4, 5, 7] == expected
+    test_data = written["test_batch"][0][3]
+    assert splits["test"].pixels[3, 1023] == grey(int(test_data[1023]), int(test_data[2047]), int(test_data[3071]))
+
+
+def test_cifar_greyscale_hand_values(tmp_path):
+    """A few colours with grey levels worked out by hand."""
+    folder = tmp_path / "cifar-10-batches-py"
+    write_cifar(folder, np.random.default_rng(3), n_per_batch=1)
+    data = np.zeros((1, 3072), np.uint8)
+    colours = {0: (255, 0, 0), 1: (0, 255, 0), 2: (0, 0, 255), 3: (255, 255, 255), 4: (10, 20, 30)}
+    for k, (r, g, b) in colours.items():
+        data[0, k], data[0, 1024 + k], data[0, 2048 + k] = r, g, b
+    with open(folder / "test_batch", "wb") as handle:
+        pickle.dump({b"labels": [7], b"data": data}, handle)
+    row = load_cifar10_batches(folder)["test"].pixels[0]
+    # 0.2989*255 = 76.22; 0.5870*255 = 149.69; 0.1140*255 = 29.07; 0.9999*255 = 254.97;
+    # 2.989 + 11.74 + 3.42 = 18.149
+    assert row[:5].tolist() == [76, 150, 29, 255, 18]
+
+
+def test_load_cifar10_batches_errors(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    write_cifar(folder, np.random.default_rng(4), n_per_batch=1)
+    (folder / "data_batch_3").unlink()
+    with pytest.raises(ValueError, match=r"missing data_batch_3 \(expected the CIFAR-10 python version"):
+        load_cifar10_batches(tmp_path)
+    with pytest.raises(ValueError, match="missing data_batch_1, data_batch_2"):
+        load_cifar10_batches(tmp_path / "elsewhere")
+
+    (folder / "data_batch_3").write_bytes(b"not a pickle")
+    with pytest.raises(ValueError, match=r"data_batch_3: not a CIFAR-10 batch \(UnpicklingError"):
+        load_cifar10_batches(folder)
+
+    with open(folder / "data_batch_3", "wb") as handle:
+        pickle.dump({b"labels": [1, 2], b"data": np.zeros((2, 1024), np.uint8)}, handle)
+    with pytest.raises(ValueError, match=r"b'data' is uint8 \(2, 1024\) for 2 labels \(expected uint8 \(n, 3072\)\)"):
+        load_cifar10_batches(folder)
+
+
+# --- Hugging Face ---------------------------------------------------------------------------------
+
+
+def pil_images(arrays):
+    from PIL import Image
+
+    return [Image.fromarray(a) for a in arrays]
+
+
+def test_images_from_hf_rgb(monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    import sparse_runner.tasks.image_data as image_data
+
+    monkeypatch.setattr(image_data, "_HF_BATCH", 2)  # several batches, the last one short
+    rng = np.random.default_rng(5)
+    rgb = rng.integers(0, 256, size=(5, 3, 4, 3), dtype=np.uint8)
+    rgb[0, 0, 0] = (255, 0, 0)
+    rgb[0, 0, 1] = (10, 20, 30)
+    dataset = datasets.Dataset.from_dict({"img": pil_images(rgb), "label": [3, 1, 4, 1, 5]})
+    split = images_from_hf(dataset)
+    assert (split.height, split.width) == (3, 4) and split.pixels.shape == (5, 12) and split.pixels.dtype == np.uint8
+    assert split.labels.dtype == np.int64 and split.labels.tolist() == [3, 1, 4, 1, 5]
+    assert split.images()[0, 0, :2].tolist() == [76, 18]
+    expected = [[grey(*map(int, rgb[n, i, j])) for i in range(3) for j in range(4)] for n in range(5)]
+    assert split.pixels.tolist() == expected
+
+
+def test_images_from_hf_grey_kept():
+    datasets = pytest.importorskip("datasets")
+    grey_images = np.random.default_rng(6).integers(0, 256, size=(3, 5, 2), dtype=np.uint8)
+    dataset = datasets.Dataset.from_dict({"image": pil_images(grey_images), "label": [0, 1, 2]})
+    split = images_from_hf(dataset, image_column="image")
+    assert np.array_equal(split.images(), grey_images)
+
+
+def test_images_from_hf_errors():
+    datasets = pytest.importorskip("datasets")
+    from PIL import Image
+
+    with pytest.raises(ValueError, match=r"dataset has no column 'img' \(columns: image, label\)"):
+        images_from_hf(datasets.Dataset.from_dict({"image": pil_images([np.zeros((2, 2), np.uint8)]), "label": [0]}))
+
+    mixed = pil_images([np.zeros((2, 2), np.uint8), np.zeros((2, 3), np.uint8)])
+    with pytest.raises(ValueError, match="images of different sizes"):
+        images_from_hf(datasets.Dataset.from_dict({"img": mixed, "label": [0, 1]}))
+
+    rgba = [Image.fromarray(np.zeros((2, 2, 4), np.uint8), mode="RGBA")]
+    with pytest.raises(ValueError, match=r"neither 8-bit grey nor RGB; cast the column"):
+        images_from_hf(datasets.Dataset.from_dict({"img": rgba, "label": [0]}))
+
+
+def test_images_from_hf_sizes_across_batches(monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    import sparse_runner.tasks.image_data as image_data
+
+    monkeypatch.setattr(image_data, "_HF_BATCH", 1)
+    mixed = pil_images([np.zeros((2, 2), np.uint8), np.zeros((3, 2), np.uint8)])
+    with pytest.raises(ValueError, match=r"images of different sizes \(2, 2\) and \(3, 2\)"):
+        images_from_hf(datasets.Dataset.from_dict({"img": mixed, "label": [0, 1]}))
+
+
+# --- LRA's split ----------------------------------------------------------------------------------
+
+
+def numbered(n: int) -> ImageSplit:
+    """n 1x1 images whose pixel and label are their index (mod 256), to see the order."""
+    return ImageSplit(np.arange(n, dtype=np.int64).reshape(n, 1) % 256, np.arange(n), 1, 1)
+
+
+@pytest.mark.parametrize(
+    "n, val_fraction, n_train", [(50000, 0.1, 45000), (60000, 0.1, 54000), (10, 0.1, 9), (7, 0.1, 6), (7, 0.5, 4)]
+)
+def test_lra_image_splits_sizes_and_order(n, val_fraction, n_train):
+    train, test = numbered(n), numbered(3)
+    splits = lra_image_splits(train, test, val_fraction=val_fraction)
+    assert [len(splits[s]) for s in ("train", "val", "test")] == [n_train, n - n_train, 3]
+    # in the given order, no shuffling: train[:90%] then train[90%:]
+    assert splits["train"].labels.tolist() == list(range(n_train))
+    assert splits["val"].labels.tolist() == list(range(n_train, n))
+    assert splits["test"] is test
+    assert np.shares_memory(splits["train"].pixels, train.pixels)  # a view, not a copy
+
+
+def test_lra_image_splits_rejects_bad_fraction():
+    for bad in (0.0, 1.0, -0.1):
+        with pytest.raises(ValueError, match="val_fraction must lie strictly between 0 and 1"):
+            lra_image_splits(numbered(4), numbered(1), val_fraction=bad)
