@@ -1,17 +1,23 @@
 """Long Range Arena (Tay et al., ICLR 2021), Table 1: published test accuracy beside our runs.
 
-One table per LRA task family we have (ListOps today): the published rows, our best run of the paper
-setting in the row of the model it reproduces (an empty cell says which command fills it), and our other
-completed runs of the family underneath, labelled with their scale.
+Two tables:
+- `lra_table1`: Table 1 as the paper prints it (ListOps, Text, Retrieval, Image, Pathfinder, Avg), the 11
+  published rows, then our rows: one per (model, setting), where the setting is the paper presets
+  (`experiment=lra_<task>`), the CPU presets (`experiment=lra_<task>_cpu`) or, for any other run, its task
+  config. Each cell is the best completed run of that column in that row; an empty cell we know how to fill
+  shows the command that fills it; a cell measured on substitute data carries a dagger.
+- `lra_table1_runs`: every completed LRA run behind it, with its scale, data, majority-class floor and
+  overrides (only when there is one).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord, completed, pick_best
-from sparse_runner.reporting.values import pct, slug
+from sparse_runner.reporting.values import as_float, as_str, pct
 
 CITATION = "Tay et al., ICLR 2021, Table 1"
 
@@ -44,118 +50,379 @@ LRA_TABLE1: dict = {
 
 # What the published numbers measure, as a run's primary metric: only runs scored on it fill a cell.
 METRIC = "test/accuracy"
+# The accuracy of always predicting the most frequent test class, which the LRA tasks write beside it.
+MAJORITY_METRIC = "test/majority_accuracy"
 
-# Which column of Table 1 a run belongs to, keyed by metrics.json "task_family" (cfg.task.family). All five
-# LRA tasks are listed so their runs land in the right column as soon as the trainer supports them; only
-# families that also appear in FILL_COMMANDS get a table when no run exists.
+# Which column of Table 1 a run belongs to, keyed by metrics.json "task_family" (cfg.task.family), in the
+# paper's column order. Path-X is left out: every published model FAILed it and we have no such task.
 COLUMNS: dict[str, str] = {
     "listops": "ListOps",
-    "text": "Text",
-    "retrieval": "Retrieval",
-    "image": "Image",
+    "lra_text": "Text",
+    "lra_retrieval": "Retrieval",
+    "lra_image": "Image",
     "pathfinder": "Pathfinder",
 }
 
-# Which published row each of our models reproduces (our model=softmax at the LRA config is LRA's
-# vanilla "Transformer"). Keyed by metrics.json "model" (cfg.model.name).
+# The data behind each published column (PAPERS.md D.3), to set beside the data of our cells.
+OFFICIAL_DATA: dict[str, str] = {
+    "ListOps": "LRA's generated ListOps (96k/2k/2k, 500-2000 tokens)",
+    "Text": "IMDB reviews, byte level",
+    "Retrieval": "AAN (ACL Anthology Network) citation pairs, byte level",
+    "Image": "CIFAR-10 in 8-bit grayscale, 1024 pixels",
+    "Pathfinder": "generated 32x32 Pathfinder images",
+}
+
+# Which published row each of our models reproduces (our model=softmax at the LRA configs is LRA's vanilla
+# "Transformer"). Keyed by metrics.json "model" (cfg.model.name). Any other model is a row of our own.
 OUR_MODEL_ROWS: dict[str, str] = {
     "softmax": "Transformer",
+    "bigbird": "BigBird",
+    "local": "Local Attention",
 }
+# The model the LRA experiments use when no model= is given: its commands need no model= override.
+DEFAULT_MODEL = "softmax"
 
-# How to produce the run that fills our cell, per task family: the experiment= file whose runs count as
-# the paper setting, the model that experiment uses when none is given, and the command. A row for another
-# model adds `model=<name>` to the command (see fill_command).
-FILL_COMMANDS: dict[str, dict[str, str]] = {
-    "listops": {
-        "experiment": "lra_listops",
-        "default_model": "softmax",
-        "command": "sparse-run experiment=lra_listops",
+# Our settings, in the order their rows appear. A run is in the paper or CPU setting when its experiment is
+# that setting's experiment for the run's task family; every other run is "other" (grouped by task config).
+SETTINGS: dict[str, dict] = {
+    "paper": {
+        "label": "ours: paper presets",
+        "experiments": {"listops": "lra_listops", "lra_text": "lra_text", "lra_retrieval": "lra_retrieval",
+                        "lra_image": "lra_image", "pathfinder": "lra_pathfinder"},
+    },
+    "cpu": {
+        "label": "ours: CPU presets",
+        "experiments": {"listops": "lra_listops_cpu", "lra_text": "lra_text_cpu",
+                        "lra_retrieval": "lra_retrieval_cpu", "lra_image": "lra_image_cpu",
+                        "pathfinder": "lra_pathfinder_cpu"},
     },
 }
+OTHER = "other"
 
-# What scale a task config trains at, so extra "ours" rows say whether they are a CPU-size run or the
-# paper's size. Keyed by metrics.json "task" (cfg.task.name); unknown tasks just show their name.
+# What scale a task config trains at, for the label of an "other" row (runs without either preset, such
+# as the embedded default). Keyed by metrics.json "task" (cfg.task.name); unknown tasks show their name.
 TASK_SCALES: dict[str, str] = {
     "listops": "CPU size",
     "listops_lra": "paper size",
 }
 
+# Cell markers. SUBSTITUTE: the run's data is another real dataset standing in for the official one.
+SUBSTITUTE = "†"
+PRINTED_AVG = "‡"  # a published Avg that is not the mean of its row (see LRA_TABLE1["notes"])
 
-def fill_command(task_family: str, model: str | None = None) -> str | None:
-    """The command that fills our cell for `task_family` (and `model`), or None if there is none yet."""
-    entry = FILL_COMMANDS.get(task_family)
-    if entry is None:
+# The model configs the runner has: a command is offered only for a model it can run.
+MODEL_CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"
+
+
+def runner_has_model(model: str) -> bool:
+    return (MODEL_CONF_DIR / f"{model}.yaml").is_file()
+
+
+def fill_command(task_family: str, setting: str = "paper", model: str | None = None) -> str | None:
+    """The command that fills our cell of `task_family` in `setting` (and `model`); None for "other" rows,
+    which belong to no preset."""
+    experiment = SETTINGS.get(setting, {}).get("experiments", {}).get(task_family)
+    if experiment is None:
         return None
-    command = entry["command"]
-    if model is not None and model != entry.get("default_model"):
-        command += f" model={model}"
-    return command
+    command = f"sparse-run experiment={experiment}"
+    return command if model in (None, DEFAULT_MODEL) else f"{command} model={model}"
 
 
+def row_command(setting: str, model: str | None = None) -> str:
+    """One multirun that fills a whole row (Hydra sweeps over the experiment config group)."""
+    experiments = ",".join(SETTINGS[setting]["experiments"].values())
+    command = f"sparse-run -m experiment={experiments}"
+    return command if model in (None, DEFAULT_MODEL) else f"{command} model={model}"
+
+
+def setting_of(rec: RunRecord) -> str:
+    for name, setting in SETTINGS.items():
+        if rec.experiment is not None and rec.experiment == setting["experiments"].get(rec.task_family or ""):
+            return name
+    return OTHER
+
+
+# ------------------------------------------------------------------------------------------- data
+@dataclass(frozen=True)
+class DataInfo:
+    """metrics.json task_info.data: what a run trained and was tested on."""
+
+    source: str                  # release | hub | generated | substitute | unknown
+    name: str | None = None
+    substitute_for: str | None = None
+    description: str | None = None
+
+    @property
+    def is_substitute(self) -> bool:
+        return self.source == "substitute"
+
+    @property
+    def label(self) -> str:
+        """`bbc_news † (substitute for IMDB)`, `imdb (hub)`, `generated`."""
+        if self.is_substitute:
+            return f"{self.name or '?'} {SUBSTITUTE} (substitute for {self.substitute_for or '?'})"
+        return f"{self.name} ({self.source})" if self.name else self.source
+
+
+def data_info(rec: RunRecord) -> DataInfo:
+    """A run's data as task_info.data states it. ListOps runs from before the tasks wrote it are ours
+    generated, unless task.data_dir pointed at LRA's release files; any other run without it is unknown."""
+    info = rec.data.get("task_info")
+    data = info.get("data") if isinstance(info, dict) else None
+    if isinstance(data, dict) and as_str(data.get("source")):
+        return DataInfo(source=str(data["source"]), name=as_str(data.get("name")),
+                        substitute_for=as_str(data.get("substitute_for")), description=as_str(data.get("description")))
+    if rec.task_family == "listops":
+        return DataInfo(source="release") if rec.config.get("task.data_dir") else DataInfo(source="generated")
+    return DataInfo(source="unknown")
+
+
+# --------------------------------------------------------------------------------------- our rows
+@dataclass
+class OurRow:
+    """One row of ours: a model in one setting (and, for "other" runs, one experiment and task config)."""
+
+    model: str
+    setting: str
+    experiment: str | None = None     # "other" rows only
+    task: str | None = None           # "other" rows only
+    cells: dict[str, RunRecord] = field(default_factory=dict)   # column -> the run shown
+
+    @property
+    def model_label(self) -> str:
+        """`Transformer (softmax)` for a model that reproduces a published row, else the model name."""
+        published = OUR_MODEL_ROWS.get(self.model)
+        return f"{published} ({self.model})" if published else self.model
+
+    @property
+    def setting_label(self) -> str:
+        if self.setting in SETTINGS:
+            return SETTINGS[self.setting]["label"]
+        parts = [f"experiment={self.experiment}"] if self.experiment else []
+        parts.append(f"task={self.task or '?'}" + (f" ({TASK_SCALES[self.task]})" if self.task in TASK_SCALES else ""))
+        return "ours: " + ", ".join(parts)
+
+    def sort_key(self) -> tuple:
+        settings = [*SETTINGS, OTHER]
+        published_order = list(LRA_TABLE1["rows"])
+        published = OUR_MODEL_ROWS.get(self.model)
+        model_rank = published_order.index(published) if published else len(published_order)
+        return (settings.index(self.setting), model_rank, self.model, self.experiment or "", self.task or "")
+
+
+def lra_runs(records: list[RunRecord]) -> list[RunRecord]:
+    """Completed runs of the five Table 1 families scored on test accuracy; failed, unfinished and
+    unreadable runs never fill a cell."""
+    return [rec for family in COLUMNS for rec in completed(records, family, METRIC)]
+
+
+def _best(candidates: list[RunRecord]) -> RunRecord:
+    """The run a cell shows: a run on the official data (or our generator of it) before any on substitute
+    data, since validation accuracies on two datasets say nothing about which run is better; then the best
+    on validation (runs.pick_best)."""
+    official = [rec for rec in candidates if not data_info(rec).is_substitute]
+    return pick_best(official or candidates)
+
+
+def _row_key(rec: RunRecord) -> tuple:
+    """(model, setting, experiment, task) of the row a run belongs to. A preset names the whole row; an
+    "other" run's row is its own experiment and task config, since runs of two task configs (CPU-size and
+    paper-size ListOps, say) are not candidates for one cell."""
+    setting = setting_of(rec)
+    return (rec.model or "?", setting, *((rec.experiment, rec.task) if setting == OTHER else (None, None)))
+
+
+def our_rows(records: list[RunRecord]) -> list[OurRow]:
+    """Our rows in table order: paper presets, CPU presets, other runs; published models first within each.
+    The paper row of every published model the runner has, and the CPU row of softmax, are there even without
+    runs, so that their empty cells say what to run."""
+    groups: dict[tuple, list[RunRecord]] = {}
+    for model in OUR_MODEL_ROWS:
+        if runner_has_model(model):
+            groups.setdefault((model, "paper", None, None), [])
+    groups.setdefault((DEFAULT_MODEL, "cpu", None, None), [])
+    for rec in lra_runs(records):
+        groups.setdefault(_row_key(rec), []).append(rec)
+    rows = []
+    for (model, setting, experiment, task), runs in groups.items():
+        row = OurRow(model=model, setting=setting, experiment=experiment, task=task)
+        for family, column in COLUMNS.items():
+            candidates = [rec for rec in runs if rec.task_family == family]
+            if candidates:
+                row.cells[column] = _best(candidates)
+        rows.append(row)
+    return sorted(rows, key=OurRow.sort_key)
+
+
+# ----------------------------------------------------------------------------------------- tables
 def tables(records: list[RunRecord]) -> list[Table]:
-    """One table per task family of Table 1 that we have runs of or a command for."""
-    return [_family_table(family, records) for family in COLUMNS
-            if family in FILL_COMMANDS or any(rec.task_family == family for rec in records)]
+    """Table 1 (always: without runs its empty cells say what to run), and our runs behind it if any."""
+    rows = our_rows(records)
+    runs = runs_table(records, rows)
+    return [table1(rows)] + ([runs] if runs else [])
 
 
 def sections(records: list[RunRecord], out_dir: Path) -> tuple[list[str], list[Path]]:
     return [], []
 
 
-def _scale_label(rec: RunRecord) -> str:
-    """`ours (CPU size, task=listops, model=softmax)`: enough for the reader to see which scale a row is."""
-    if rec.experiment:
-        scale = f"experiment={rec.experiment}"
-    elif rec.task in TASK_SCALES:
-        scale = f"{TASK_SCALES[rec.task]}, task={rec.task}"
-    else:
-        scale = f"task={rec.task}"
-    return f"ours ({scale}, model={rec.model or '?'})"
+def _published_cell(value) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) else str(value or "")
 
 
-def _family_table(family: str, records: list[RunRecord]) -> Table:
-    column = COLUMNS[family]
-    fill = FILL_COMMANDS.get(family, {})
-    runs = completed(records, family, METRIC)
-    used: set[int] = set()
-    rows, missing = [], []
-    for row_name, values in LRA_TABLE1["rows"].items():
-        value = values.get(column)
-        published_cell = f"{value:.2f}" if isinstance(value, (int, float)) else str(value or "")
-        models = [m for m, row in OUR_MODEL_ROWS.items() if row == row_name]
-        ours = run = overrides = ""
-        if models:
-            candidates = [rec for rec in runs
-                          if fill and rec.experiment == fill.get("experiment") and rec.model in models]
-            if candidates:
-                best = pick_best(candidates)
-                used.add(id(best))
-                ours, run, overrides = pct(best.primary_value), best.display, " ".join(best.overrides)
-            else:
-                command = fill_command(family, models[0])
-                ours = f"run: {command}" if command else "(no experiment config yet)"
-                if command:
-                    missing.append(f"{row_name}, run `{command}`")
-        rows.append([row_name, published_cell, ours, run, overrides])
-    extra = sorted((rec for rec in runs if id(rec) not in used), key=lambda r: (r.display,))
-    rules_before = {len(rows)} if extra else set()
-    for rec in extra:
-        rows.append([_scale_label(rec), "", pct(rec.primary_value), rec.display, " ".join(rec.overrides)])
+def _our_cell(row: OurRow, family: str, column: str) -> str:
+    rec = row.cells.get(column)
+    if rec is not None:
+        return pct(rec.primary_value) + (f" {SUBSTITUTE}" if data_info(rec).is_substitute else "")
+    command = fill_command(family, row.setting, row.model)
+    return f"run: {command}" if command else ""
 
-    notes = [f"Published: {CITATION} (test accuracy %)."]
-    if fill:
-        notes.append(
-            f"Ours: the completed `experiment={fill['experiment']}` run of the matching model with the best "
-            "validation accuracy (its test accuracy is shown)."
-        )
-    if extra:
-        notes.append("Rows below the published ones are our other completed runs, labelled with their scale; "
-                     "they are not the paper's setting.")
-    if missing:
-        notes.append("Missing cells: " + "; ".join(missing) + ".")
+
+def _our_avg(row: OurRow) -> str:
+    """The mean of the five test accuracies, only when all five are there (the paper's Avg has five terms);
+    marked when any of them is measured on substitute data."""
+    runs = [row.cells.get(column) for column in COLUMNS.values()]
+    values = [rec.primary_value if rec else None for rec in runs]
+    if any(value is None for value in values):
+        return ""
+    mean = pct(sum(values) / len(values))
+    return mean + (f" {SUBSTITUTE}" if any(data_info(rec).is_substitute for rec in runs) else "")
+
+
+def table1(rows: list[OurRow]) -> Table:
+    columns = list(COLUMNS.values())
+    body = []
+    for name, values in LRA_TABLE1["rows"].items():
+        avg = _published_cell(values.get("Avg")) + (f" {PRINTED_AVG}" if name in LRA_TABLE1["notes"] else "")
+        body.append([name, "published", *(_published_cell(values.get(c)) for c in columns), avg])
+    # A rule under the published rows and between our settings (LaTeX \midrule).
+    rules, previous = set(), None
+    for row in rows:
+        if row.setting != previous:
+            rules.add(len(body))
+            previous = row.setting
+        body.append([row.model_label, row.setting_label,
+                     *(_our_cell(row, family, column) for family, column in COLUMNS.items()), _our_avg(row)])
     return Table(
-        slug=f"lra_table1_{slug(family)}",
-        title=f"LRA Table 1: {column} (published vs ours, test accuracy %)",
-        headers=["model", f"{column} published", f"{column} ours", "run", "overrides"],
-        rows=rows, numeric={1, 2}, rules_before=rules_before, notes=notes,
+        slug="lra_table1",
+        title="LRA Table 1: published vs ours (test accuracy %)",
+        headers=["model", "source", *columns, "Avg"],
+        rows=body, numeric=set(range(2, 3 + len(columns))), rules_before=rules, notes=_table1_notes(rows),
+    )
+
+
+def _table1_notes(rows: list[OurRow]) -> list[str]:
+    notes = [
+        f"Published: {CITATION} (test accuracy %; the same numbers are in the google-research/long-range-arena "
+        "README). Avg is the paper's printed mean of the five tasks. Path-X is not shown: every published model "
+        "FAILed it (chance level) and we have no Path-X task.",
+        *(f"{PRINTED_AVG} {name}: {text}." for name, text in LRA_TABLE1["notes"].items()),
+        "Ours: one row per model (softmax reproduces LRA's vanilla Transformer, bigbird BigBird, local Local "
+        "Attention; any other model is a row of our own) and setting. Each cell is the completed run of that "
+        "column with the best validation accuracy (its test accuracy is shown); runs on official data come "
+        "before runs on substitute data; failed and unfinished runs never fill a cell."
+        + (" Every completed run is listed in 'LRA Table 1: our runs'." if any(row.cells for row in rows) else ""),
+        "Settings: `paper presets` = `experiment=lra_<task>` (LRA's released configs; GPU-sized), the rows to "
+        "compare with the published ones where their data is the official one; `CPU presets` = "
+        "`experiment=lra_<task>_cpu` (small models and data that train in minutes on a CPU): they check the "
+        "pipeline and are NOT comparable with the published numbers; `task=...` rows = runs without either "
+        "preset, one row per task config, also not comparable.",
+        "Avg of ours: the mean of the five cells, shown only when all five are filled.",
+        "Official data: " + "; ".join(f"{column}: {text}" for column, text in OFFICIAL_DATA.items()) + ".",
+    ]
+    notes += _data_notes(rows)
+    commands = [f"{row.model_label}, {row.setting_label}: `{row_command(row.setting, row.model)}`" for row in rows
+                if row.setting in SETTINGS and len(row.cells) < len(COLUMNS)]
+    notes.append("An empty cell of ours shows the command that fills it" +
+                 (("; a whole row at once: " + "; ".join(commands)) if commands else "") + ".")
+    return notes
+
+
+def _data_notes(rows: list[OurRow]) -> list[str]:
+    """Where the data of our cells comes from, per column, and which cells are on substitute data."""
+    per_column: dict[str, list[str]] = {}
+    substitutes = []
+    for row in rows:
+        cells = []
+        for column, rec in row.cells.items():
+            info = data_info(rec)
+            labels = per_column.setdefault(column, [])
+            if info.label not in labels:
+                labels.append(info.label)
+            if info.is_substitute:
+                cells.append(f"{column} = {info.name or '?'} for {info.substitute_for or '?'}")
+        if cells:
+            avg = "; its Avg includes them" if _our_avg(row) else ""
+            substitutes.append(f"{row.model_label}, {row.setting_label}: {', '.join(cells)}{avg}")
+    notes = []
+    if per_column:
+        notes.append("Data of our cells: " + "; ".join(
+            f"{column}: {', '.join(per_column[column])}" for column in COLUMNS.values() if column in per_column)
+            + ". `generated` = synthetic by design, made by our generator with LRA's rules (not LRA's released "
+            "files); `release` = LRA's released files; `hub` = the official dataset from a dataset hub.")
+    if substitutes:
+        notes.append(f"{SUBSTITUTE} substitute data: real data of another dataset standing in for the official one, "
+                     "so the cell measures another task than the published number (and an Avg marked "
+                     f"{SUBSTITUTE} averages such cells with the others). Cells: " + "; ".join(substitutes) + ".")
+    return notes
+
+
+# ------------------------------------------------------------------------------------- runs table
+def _scale(rec: RunRecord) -> str:
+    """`4L d512 h8, len 2000, 5000 steps`, from the run's config and how far it trained: what a reader needs
+    to tell a CPU-size run from the paper's size."""
+    config = rec.config
+    layers, width, heads = (config.get(f"model.{key}") for key in ("num_layers", "d_model", "num_heads"))
+    model = [text for value, text in ((layers, f"{layers}L"), (width, f"d{width}"), (heads, f"h{heads}"))
+             if value is not None]
+    parts = [" ".join(model)] if model else []
+    if config.get("task.max_length") is not None:
+        parts.append(f"len {config['task.max_length']}")
+    steps = as_float(rec.data.get("step"))
+    steps = steps if steps is not None else as_float(config.get("trainer.max_steps"))
+    if steps is not None:
+        parts.append(f"{int(steps)} steps")
+    return ", ".join(parts)
+
+
+def runs_table(records: list[RunRecord], rows: list[OurRow]) -> Table | None:
+    """Every completed LRA run, by column and row; None when there is none."""
+    shown = {id(rec) for row in rows for rec in row.cells.values()}
+    runs = lra_runs(records)
+    if not runs:
+        return None
+    # Runs in Table 1's order: by column, then by the row they belong to, the run shown first.
+    rank = {(row.model, row.setting, row.experiment, row.task): i for i, row in enumerate(rows)}
+    columns = list(COLUMNS)
+
+    def key(rec: RunRecord) -> tuple:
+        return (columns.index(rec.task_family), rank[_row_key(rec)], id(rec) not in shown, rec.display)
+
+    body = []
+    descriptions: dict[str, str] = {}
+    for rec in sorted(runs, key=key):
+        info = data_info(rec)
+        if info.name and info.description:
+            descriptions.setdefault(info.name, info.description)
+        group = OurRow(*_row_key(rec))
+        body.append([
+            COLUMNS[rec.task_family], group.model_label, group.setting_label, info.label,
+            pct(rec.primary_value), pct(rec.validation_value), pct(rec.metric(MAJORITY_METRIC)),
+            _scale(rec), "yes" if id(rec) in shown else "", rec.display, " ".join(rec.overrides),
+        ])
+    notes = [
+        "Every completed LRA run; `in Table 1` marks the run shown in its cell (of its row and column: official "
+        "data first, then the best validation accuracy). Scale: layers, d_model, heads, task max length, "
+        "steps trained.",
+        "majority floor = test accuracy of always predicting the most frequent test class: a run near it has "
+        "learned nothing.",
+    ]
+    if descriptions:
+        notes.append("Data: " + "; ".join(f"{name}: {text}" for name, text in descriptions.items()) + ".")
+    return Table(
+        slug="lra_table1_runs",
+        title="LRA Table 1: our runs (test accuracy %)",
+        headers=["column", "model", "setting", "data", "test acc", "best val acc", "majority floor", "scale",
+                 "in Table 1", "run", "overrides"],
+        rows=body, numeric={4, 5, 6}, notes=notes,
     )
