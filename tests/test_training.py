@@ -24,9 +24,9 @@ def read_metrics(run_dir: Path) -> dict:
 
 
 def step_log(run_dir: Path) -> list[dict]:
-    """log.jsonl without the wall-clock fields, which legitimately differ between runs."""
+    """log.jsonl without the wall-clock fields (throughput, data wait), which legitimately differ between runs."""
     rows = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in row.items() if "per_s" not in k} for row in rows]
+    return [{k: v for k, v in row.items() if "per_s" not in k and "data_wait" not in k} for row in rows]
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from sparse_runner.data.fetch import BBC_NEWS_CLASSES, fetch_bbc_news
 from sparse_runner.checks import ConfigError, fail, in_unit_interval, positive
 from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
 from sparse_runner.tasks.hub import SPLITS, hub_splits, load_hub_splits
@@ -38,7 +39,6 @@ logger = logging.getLogger(__name__)
 PAD_ID = 0
 VOCAB_SIZE = 257  # 256 byte values, shifted by one so that 0 can pad
 SOURCES = ("hf", "files", "bbc_news")
-BBC_CLASSES = ("business", "entertainment", "politics", "sport", "tech")
 CLASS_FOLDERS = "a folder with {train,test}/<class>/*.txt (the aclImdb layout; task.classes names the class folders)"
 _FORMAT_VERSION = 1
 
@@ -123,7 +123,7 @@ class LraTextTask(SequenceClassificationTask):
             splits, num_classes = self._from_folders(root), len(t.classes)
             info = {"name": Path(t.data_dir).name, "source": "release", "substitute_for": None, "description": f"class folders under {t.data_dir}"}
         else:
-            splits, num_classes = self._bbc_news(root), len(BBC_CLASSES)
+            splits, num_classes = self._bbc_news(root), len(BBC_NEWS_CLASSES)
             info = {"name": "bbc_news", "source": "substitute", "substitute_for": "IMDB",
                     "description": "BBC News articles (Greene & Cunningham 2006), 5 topics, byte-level; real text standing in for IMDB"}
         return ClassificationData(splits, vocab_size=VOCAB_SIZE, num_classes=num_classes, pad_id=PAD_ID, info=info)
@@ -173,13 +173,11 @@ class LraTextTask(SequenceClassificationTask):
         return split_cache(root / "files", PackedSplit, identity, build)
 
     def _bbc_news(self, root: Path) -> dict[str, PackedSplit]:
-        from sparse_runner.data.fetch import fetch_bbc_news
-
         t = self.cfg
         identity = {"version": _FORMAT_VERSION, "source": "bbc_news", "split": list(t.substitute_split), "seed": t.substitute_seed, "max_length": t.max_length}
 
         def build() -> dict[str, PackedSplit]:
-            texts, labels = read_class_folders(fetch_bbc_news(self.cache_dir), list(BBC_CLASSES), f"task {t.name}")
+            texts, labels = read_class_folders(fetch_bbc_news(self.cache_dir), list(BBC_NEWS_CLASSES), f"task {t.name}")
             labels = np.asarray(labels)
             index = stratified_split(labels, tuple(t.substitute_split), t.substitute_seed)
             return {s: byte_split([texts[i] for i in idx], labels[idx], t.max_length) for s, idx in index.items()}
