@@ -197,7 +197,9 @@ def split_cache(root: str | os.PathLike, kind: type, identity: object, build) ->
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
     directory = Path(root).expanduser() / digest
     if directory.is_dir():
-        names = sorted(p.name[: -len(".npz")] for p in directory.glob("*.npz"))
+        # train, val, test first (the order logs and metrics show), then any other name
+        order = {"train": 0, "val": 1, "test": 2}
+        names = sorted((p.name[: -len(".npz")] for p in directory.glob("*.npz")), key=lambda n: (order.get(n.split("_")[0], 3), n))
         return {name: kind.load(directory / f"{name}.npz") for name in names}
     splits = build()
     with atomic_directory(directory) as tmp:
