@@ -24,35 +24,41 @@ Coordinates are (row, column) in pixels of the final image; pixel (i, j) covers 
 For each image:
 
 1. Draw the label (uniform 0/1) and which of the two target snakes carries the first marker.
-2. Target snakes: start tip A uniform inside the image, start tip B at ``seed_distance`` from A in a
-   random direction. Both grow together, paddle by paddle, ``contour_length`` paddles each. A paddle
-   is a segment of ``paddle_length``; the next one starts ``paddle_gap`` further on and turns by an
-   angle d drawn with weight cos(min(|d| * continuity, pi/2))^2 (the generator's continuity weight:
-   continuity 1 allows turns up to, not including, 90 degrees; straight on is most likely).
-3. Markers: a disc of ``marker_radius`` at the start tip of the chosen snake, and one at the far tip of
-   the same snake (label 1) or of the other snake (label 0).
+2. Target snakes: start tip A uniform in the middle of the image (like the original generator, A
+   keeps 2 * seed_distance from the border), start tip B at ``seed_distance`` from A in a random
+   direction. Both grow together, paddle by paddle, ``contour_length`` paddles each. A paddle is a
+   segment of ``paddle_length``; the next starts at most ``paddle_gap`` further on and turns by an
+   angle d drawn with weight cos(min(|d| * continuity, pi/2))^2 (the original's continuity weight:
+   with continuity 1 turns stay under 90 degrees and going straight is most likely), among
+   ``turn_candidates`` evenly spaced turns with a random offset, over those that fit.
+3. Markers: a disc of ``marker_radius`` at the start tip of the chosen snake, and one at the far tip
+   of the same snake (label 1) or of the other snake (label 0).
 4. Distractor snakes: ``num_distractor_snakes`` snakes of ``distractor_length`` paddles, each started at
-   a random free place; one that cannot be placed after ``distractor_attempts`` tries is left out (the
-   generator also leaves out distractors that do not fit).
-5. Render: every paddle is a one-sub-pixel line on a canvas ``antialias_scale`` times finer (so the
-   stroke is 1 / antialias_scale = 0.5 pixel wide, LRA's paddle_thickness), the markers are filled
-   discs, and the canvas is averaged down: grey levels k * 255 / antialias_scale^2.
+   a random free place; one that does not fit after ``distractor_attempts`` tries is left out (the
+   original also leaves out distractors that do not fit).
+5. Render: each paddle is a line one sub-pixel wide on a canvas ``antialias_scale`` times finer (so
+   0.5 pixel wide, LRA's paddle_thickness), the markers are filled discs, and the canvas is averaged
+   down to grey levels k * 255 / antialias_scale^2 (0, 64, 128, 191, 255).
 
-Occupancy: an image is kept only if every pixel lit by one snake (markers included) is at least
-``separation + 1`` pixels (Chebyshev) from every pixel lit by another snake, i.e. two snakes are
-always at least ``separation`` dark pixels apart, while consecutive paddles of one snake are at most
-one dark pixel apart. Connectivity is therefore well defined on the image itself: a flood fill that
-steps over one dark pixel joins a snake and never two (the tests check this). A snake also keeps one
-dark pixel between a new paddle and its own older paddles. A placement that fails is retried for that
-image alone: the arrays carry a mask of images still being grown, not a Python loop over images.
+Occupancy makes connectivity well defined on the image itself. Every pixel lit by one snake (its
+marker included) is kept more than ``separation`` pixels (Chebyshev) from every pixel lit by another:
+two snakes always have at least two dark pixels between them, while consecutive paddles of one snake
+have at most one (in practice the anti-aliasing fills most gaps). So a flood fill over lit pixels that
+steps over one dark pixel joins exactly one snake, which the tests check. A new paddle also keeps one
+dark pixel from its own snake's older paddles. Each image has a grid of bits (the border, the zones of
+finished snakes, the zones of the snakes being grown); all candidate paddles of all images of a chunk
+are checked against it at once. An image whose snake meets a dead end is redrawn from scratch, by
+masking: later rounds work on the failed images only. To make dead ends rarer, a candidate paddle
+after which no further paddle would fit (one paddle of lookahead) is avoided when another one fits.
 
-Differences from the original generator, on purpose: markers and snakes have the same intensity
-(the original scales paddle contrast, then normalises), there are no single-paddle distractors, the
-separation is measured on the rendered pixels (the original dilates masks by paddle_margin), and the
-turn angle is drawn from ``turn_candidates`` evenly spaced angles with a random offset, not from the
-pixels of a circle. The LRA settings (window 32, padding 1, paddle_length 2, thickness 0.5,
-marker_radius 1.5, seed_distance 7, continuity 1.0, antialias 2, distractor_length = contour_length
-// 3, num_distractor_snakes = 20 // distractor_length) are the defaults.
+Deliberate differences from the original generator (drewlinsley/pathfinder): markers and snakes have
+the same intensity (the original scales paddle contrasts, then normalises), there are no
+single-paddle distractors, the gap between paddles is one pixel (the original leaves paddle_margin on
+both sides), the spacing rule above replaces the original's dilated masks, the turn is drawn from
+candidate angles rather than from the pixels of a circle, and the lookahead is ours. The defaults are
+LRA's 32x32 settings: padding 1, paddle_length 2, thickness 0.5, marker_radius 1.5, seed_distance 7,
+continuity 1.0, antialias 2, distractor_length = contour_length // 3, num_distractor_snakes = 20 //
+distractor_length.
 
 Determinism: images are generated in chunks of ``CHUNK_SIZE``; chunk i draws from
 ``SeedSequence(seed, spawn_key=(i,))`` (the i-th child that ``SeedSequence(seed).spawn`` would give), and
@@ -105,7 +111,7 @@ class PathfinderParams:
     distractor_length: int = 4  # paddles per distractor snake
     num_distractor_snakes: int = 5
     paddle_length: float = 2.0
-    paddle_gap: float = 1.0  # between consecutive paddles of a snake (LRA's paddle_margin 1)
+    paddle_gap: float = 1.0  # at most this between consecutive paddles of a snake
     padding: int = 1  # blank border
     marker_radius: float = 1.5
     seed_distance: float = 7.0  # between the start tips of the two target snakes
@@ -180,6 +186,10 @@ class PathfinderMeta:
         return self.snake_masks[np.arange(len(self.origin)), self.origin]
 
     @staticmethod
+    def empty(resolution: int) -> "PathfinderMeta":
+        return PathfinderMeta(np.zeros((0, 2, 2)), np.zeros((0, 2, 2, 2)), np.zeros(0, np.int64), np.zeros((0, 2, resolution, resolution), bool))
+
+    @staticmethod
     def concatenate(parts: list["PathfinderMeta"]) -> "PathfinderMeta":
         fields = [f.name for f in dataclasses.fields(PathfinderMeta)]
         return PathfinderMeta(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in fields})
@@ -238,9 +248,10 @@ class _Occupancy:
     """
 
     def __init__(self, bits: np.ndarray, p: PathfinderParams) -> None:
-        # The margin holds the farthest point a paddle can reach from a pixel inside the image, plus
-        # the separation footprint around it.
-        self.margin = int(np.ceil(p.paddle_length + p.paddle_gap)) + p.separation + 2
+        # The margin holds everything read or written around a paddle that starts inside the image:
+        # a lookahead paddle (two paddles on), or a claim around a marker at the end of one paddle.
+        step = int(np.ceil(p.paddle_length + p.paddle_gap))
+        self.margin = max(2 * step, step + int(p.marker_radius) + 1 + p.separation) + 1
         self.side = p.resolution + 2 * self.margin
         self.bits = np.ascontiguousarray(bits)
         self.flat = self.bits.reshape(-1)  # a view: writes go to self.bits
@@ -484,8 +495,9 @@ def _render(points: np.ndarray, present: np.ndarray, markers: np.ndarray, p: Pat
     return np.rint(coverage * (255.0 / (s * s))).astype(np.uint8)
 
 
-def _generate_chunk(seed: int, chunk: int, p: PathfinderParams) -> tuple[np.ndarray, np.ndarray, PathfinderMeta]:
-    """CHUNK_SIZE images from SeedSequence(seed, spawn_key=(chunk,)): (n, H, W) uint8, (n,) labels, meta."""
+def _generate_chunk(seed: int, chunk: int, p: PathfinderParams, with_meta: bool):
+    """CHUNK_SIZE images from SeedSequence(seed, spawn_key=(chunk,)): (n, H, W) uint8, (n,) labels and
+    the PathfinderMeta (None unless `with_meta`: the masks are twice the size of the images)."""
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(chunk,)))
     n, S = CHUNK_SIZE, p.samples_per_paddle
     labels = rng.integers(0, 2, n)
@@ -527,6 +539,8 @@ def _generate_chunk(seed: int, chunk: int, p: PathfinderParams) -> tuple[np.ndar
         [np.ones((n, targets[0].size // 2), dtype=bool), np.repeat(present, p.distractor_length * S, axis=1)], axis=1
     )
     images = _render(every_point, every_present, markers, p)
+    if not with_meta:
+        return images, labels.astype(np.int64), None
 
     res = p.resolution
     snake_masks = np.zeros((n, 2, res * res), dtype=bool)
@@ -536,7 +550,7 @@ def _generate_chunk(seed: int, chunk: int, p: PathfinderParams) -> tuple[np.ndar
     return images, labels.astype(np.int64), meta
 
 
-def _generate_chunk_args(args: tuple) -> tuple[np.ndarray, np.ndarray, PathfinderMeta]:
+def _generate_chunk_args(args: tuple):
     return _generate_chunk(*args)
 
 
@@ -561,23 +575,22 @@ def generate_pathfinder(
     if n < 0:
         raise ValueError(f"generate_pathfinder: n must be >= 0, got {n}")
     p = PathfinderParams.lra(contour_length, resolution, **overrides)
-    chunks = [(operator.index(seed), i, p) for i in range(-(-n // CHUNK_SIZE))]
+    chunks = [(operator.index(seed), i, p, return_meta) for i in range(-(-n // CHUNK_SIZE))]
     if workers > 1 and len(chunks) > 1:
-        # "spawn": a forked child would inherit the threads of whatever the parent has loaded.
+        # "spawn", not "fork": a forked child would inherit the threads of whatever the parent has
+        # loaded (torch, in a run). Each worker pays one import of the package, about a second.
         with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=get_context("spawn")) as pool:
             parts = list(pool.map(_generate_chunk_args, chunks))  # map keeps the chunk order
     else:
         parts = [_generate_chunk(*args) for args in chunks]
-    if parts:
-        images = np.concatenate([part[0] for part in parts])[:n]
-        labels = np.concatenate([part[1] for part in parts])[:n]
-        meta = PathfinderMeta.concatenate([part[2] for part in parts]).subset(slice(0, n))
-    else:
-        images = np.zeros((0, resolution, resolution), dtype=np.uint8)
-        labels = np.zeros(0, dtype=np.int64)
-        meta = PathfinderMeta(np.zeros((0, 2, 2)), np.zeros((0, 2, 2, 2)), np.zeros(0, dtype=np.int64), np.zeros((0, 2, resolution, resolution), dtype=bool))
-    split = ImageSplit(images, labels, resolution, resolution)
-    return (split, meta) if return_meta else split
+    if not parts:
+        parts = [(np.zeros((0, resolution, resolution), np.uint8), np.zeros(0, np.int64), PathfinderMeta.empty(resolution))]
+    images = np.concatenate([part[0] for part in parts])[:n]
+    labels = np.concatenate([part[1] for part in parts])[:n]
+    split = ImageSplit(images.reshape(len(images), resolution * resolution), labels, resolution, resolution)
+    if not return_meta:
+        return split
+    return split, PathfinderMeta.concatenate([part[2] for part in parts]).subset(slice(0, n))
 
 
 # ----------------------------------------------------------------------------------------------------
