@@ -365,8 +365,9 @@ def _grow_snakes(
     half_gap = 0.5 * p.paddle_gap
     along = np.linspace(0.0, p.paddle_length, p.samples_per_paddle)[:, None]  # (S, 1)
     # One paddle ahead, its middle and end are enough for a guess (its start is next to the
-    # candidate's end), and cheaper.
-    along_ahead = np.array([0.5, 1.0])[:, None] * p.paddle_length
+    # candidate's end), and cheaper. Measured from the candidate's end, past half the gap
+    # (the other half is along the candidate's direction).
+    along_ahead = half_gap + np.array([0.5, 1.0])[:, None] * p.paddle_length
     cos_ahead, sin_ahead = np.cos(_LOOKAHEAD_TURNS)[:, None], np.sin(_LOOKAHEAD_TURNS)[:, None]  # (J, 1)
 
     ok = np.ones(m, dtype=bool)
@@ -398,8 +399,8 @@ def _grow_snakes(
                 # Directions turned by _LOOKAHEAD_TURNS, by rotating the candidate directions.
                 dy, dx = direction[:, :, None, 0:1], direction[:, :, None, 1:2]  # (m, K, 1, 1)
                 ahead_direction = np.concatenate([dy * cos_ahead + dx * sin_ahead, dx * cos_ahead - dy * sin_ahead], -1)
-                ahead_starts = candidates[:, :, None, -1, :] + half_gap * (direction[:, :, None, :] + ahead_direction)
-                ahead = ahead_starts[..., None, :] + along_ahead * ahead_direction[..., None, :]  # (m, K, J, 2, 2)
+                bend = candidates[:, :, -1, :] + half_gap * direction  # (m, K, 2) where the gap turns
+                ahead = bend[:, :, None, None, :] + along_ahead * ahead_direction[..., None, :]  # (m, K, J, 2, 2)
                 room_ahead = _or_last(~occ.blocked(occ.index(ahead), forbidden))  # (m, K)
                 promising = free & room_ahead
                 free = np.where(promising.any(-1, keepdims=True), promising, free)
