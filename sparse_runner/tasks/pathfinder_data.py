@@ -88,7 +88,8 @@ from sparse_runner.tasks.sequence_splits import ImageSplit, split_cache
 
 logger = logging.getLogger(__name__)
 
-#: Difficulty -> contour length (paddles per target snake), as in the generator's stock wrapper.
+#: Difficulty -> contour length (paddles per target snake): drewlinsley/pathfinder snakes2_wrapper.py
+#: writes curv_baseline with contour_length 6, then curv_contour_length_9 and _14.
 DIFFICULTIES: dict[str, int] = {"easy": 6, "intermediate": 9, "hard": 14}
 #: Difficulty -> folder name in LRA's release (lra_benchmarks/data/pathfinder.py, _split_generators).
 RELEASE_DIRS: dict[str, str] = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9", "hard": "curv_contour_length_14"}
@@ -609,14 +610,14 @@ def generate_pathfinder(
 # The generator (drewlinsley/pathfinder snakes2.py, accumulate_meta) writes the fields as
 # [subpath, file name, image index, label, continuity, contour_length, distractor_length,
 # paddle_length, paddle_thickness, paddle_margin, number of paddle contrasts]. Its save_metadata
-# uses np.save, so the generator's own output is a real .npy file of strings; the released files are
-# text, as both readers assume. Both forms are accepted here.
+# uses np.save, so the generator's own output is a real .npy file of strings, while both readers
+# decode the released files as text (no released file was inspected here). Both forms are accepted.
 #
 # Splits: LRA's input pipeline (lra_benchmarks/image/input_pipeline.py, get_pathfinder_base_datasets)
 # takes the TFDS split of one difficulty and slices it [:80%], [80%:90%], [90%:], after filtering out
-# empty images. The TFDS order is TFDS's own (shuffled by example key when the dataset was built), so
-# it cannot be reproduced without TFDS; S4 instead uses a seeded random split with int(0.1 n) images
-# for val and for test. `split_released` does the latter with numpy.
+# empty images. That order is the one TFDS gave the examples when it built the dataset (from hashed
+# example keys), which cannot be reproduced without TFDS; S4 instead draws a seeded random split with
+# int(0.1 n) images for val and for test. `split_released` does the latter with numpy.
 
 _NUMPY_MAGIC = b"\x93NUMPY"
 
