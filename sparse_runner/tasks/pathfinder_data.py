@@ -373,7 +373,7 @@ def _grow_snakes(
 
     ok = np.ones(m, dtype=bool)
     points = np.zeros((m, group, paddles, p.samples_per_paddle, 2))
-    ends = tips.astype(np.float64).copy()
+    ends = np.array(tips, dtype=np.float64)  # a copy: the far tips so far
     theta = np.zeros((m, group))
     heading = np.zeros((m, group, 2))  # unit vector of theta
     previous = [None] * group  # each snake's last paddle points: "own old" one step later
