@@ -40,6 +40,7 @@ from typing import Iterable, Iterator, Union
 import numpy as np
 
 from sparse_runner.io import atomic_directory, atomic_open
+from sparse_runner.tasks.sequence_splits import PackedSplit
 
 logger = logging.getLogger(__name__)
 
@@ -361,56 +362,28 @@ def read_tsv(path: str | os.PathLike) -> list[tuple[str, int]]:
 # ----------------------------------------------------------------------------------------------------
 
 
-@dataclass(eq=False)  # numpy arrays have no single truth value; compare fields with numpy instead
-class TokenizedSplit:
-    """All sequences of one split, concatenated.
+class TokenizedSplit(PackedSplit):
+    """All sequences of one ListOps split, concatenated (a `PackedSplit` whose ids and labels are checked
+    against ListOps' vocabulary and classes).
 
     tokens:  (total_tokens,) uint8  ids from ``VOCAB`` (no padding inside)
     offsets: (n + 1,) int64        sequence i is ``tokens[offsets[i]:offsets[i + 1]]``
     labels:  (n,) int64            values 0-9
     """
 
-    tokens: np.ndarray
-    offsets: np.ndarray
-    labels: np.ndarray
-
     def __post_init__(self) -> None:
         self.tokens = np.asarray(self.tokens, dtype=np.uint8)
-        self.offsets = np.asarray(self.offsets, dtype=np.int64)
-        self.labels = np.asarray(self.labels, dtype=np.int64)
-        problem = self._problem()
-        if problem:
-            raise ValueError(f"inconsistent TokenizedSplit: {problem}")
+        super().__post_init__()
 
     def _problem(self) -> str | None:
-        if self.tokens.ndim != 1 or self.offsets.ndim != 1 or self.labels.ndim != 1:
-            return "tokens, offsets and labels must be 1-D"
-        if len(self.offsets) != len(self.labels) + 1:
-            return f"{len(self.offsets)} offsets for {len(self.labels)} labels (need n + 1)"
-        if self.offsets[0] != 0 or self.offsets[-1] != len(self.tokens):
-            return f"offsets must run from 0 to {len(self.tokens)}, got {self.offsets[0]}..{self.offsets[-1]}"
-        if np.any(np.diff(self.offsets) < 0):
-            return "offsets must be non-decreasing"
-        if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= NUM_CLASSES):
+        problem = super()._problem()
+        if problem:
+            return problem
+        if len(self.labels) and self.labels.max() >= NUM_CLASSES:
             return f"labels must be in 0..{NUM_CLASSES - 1}"
         if len(self.tokens) and self.tokens.max() >= len(VOCAB):
             return f"token ids must be < {len(VOCAB)}"
         return None
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def lengths(self) -> np.ndarray:
-        """(n,) int64 number of tokens of each sequence."""
-        return np.diff(self.offsets)
-
-    def sequence(self, i: int) -> np.ndarray:
-        """(length_i,) uint8 ids of sequence ``i`` (a view, not a copy)."""
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"sequence index {i} out of range for {n} sequences")
-        i %= n
-        return self.tokens[self.offsets[i] : self.offsets[i + 1]]
 
     @classmethod
     def from_rows(cls, rows: Iterable[tuple[str, int]]) -> "TokenizedSplit":
@@ -432,22 +405,6 @@ class TokenizedSplit:
             offsets.append(len(tokens))
             labels.append(label)
         return cls(np.frombuffer(bytes(tokens), dtype=np.uint8).copy(), np.array(offsets), np.array(labels))
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write an uncompressed ``.npz`` (fast to load), atomically."""
-        with atomic_open(path, "wb") as handle:
-            np.savez(handle, tokens=self.tokens, offsets=self.offsets, labels=self.labels)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "TokenizedSplit":
-        with np.load(path, allow_pickle=False) as data:
-            missing = {"tokens", "offsets", "labels"} - set(data.files)
-            if missing:
-                raise ValueError(f"{path}: not a TokenizedSplit file (missing {', '.join(sorted(missing))})")
-            try:
-                return cls(data["tokens"], data["offsets"], data["labels"])
-            except ValueError as err:
-                raise ValueError(f"{path}: {err}") from None
 
 
 # ----------------------------------------------------------------------------------------------------
