@@ -21,7 +21,7 @@ from sparse_runner.config import validate
 from sparse_runner.models import DualEncoderClassifier
 from sparse_runner.run import run
 from sparse_runner.tasks import build_task
-from sparse_runner.tasks.lra_retrieval import LraRetrievalTask, speech_windows
+from sparse_runner.tasks.lra_retrieval import LraRetrievalTask
 from sparse_runner.tasks.lra_text import encode_bytes
 from tests.conftest import compose_config, on_train_batch, simulated_crash, sparse_run
 
@@ -116,11 +116,7 @@ def test_text_from_class_folders_trains_end_to_end(tmp_path, cache_dir):
 
 
 def test_text_bbc_substitute_is_labelled_and_split_per_class(tmp_path, cache_dir, monkeypatch):
-    root = tmp_path / "bbc"
-    for name in ("business", "entertainment", "politics", "sports", "tech"):
-        (root / name).mkdir(parents=True)
-        for i in range(20):
-            (root / name / f"{i:03d}.txt").write_text(f"{name} story {i}\n\nbody " * 5)
+    root = write_bbc_folders(tmp_path / "bbc")
     monkeypatch.setattr("sparse_runner.tasks.lra_text.fetch_bbc_news", lambda cache: root)
     task = build_task(lra_config(tmp_path / "cache", "task=lra_text_bbc"))
     assert task.sizes() == {"train": 80, "val": 10, "test": 10}
@@ -171,31 +167,38 @@ def test_aan_missing_file_is_one_line(tmp_path, cache_dir):
         lra_config(cache_dir, "task=lra_retrieval", f"task.data_dir={data}")
 
 
-def test_sotu_pairs_are_balanced_equal_length_and_deterministic():
-    texts = [("speech %d " % i) * 400 + "x" * i for i in range(6)]
-    first, second, labels = speech_windows(texts, [1900 + i for i in range(6)], count=200, window=300, seed=0)
-    assert sum(labels) == 100 and all(len(a) == len(b) == 300 for a, b in zip(first, second))
-    again = speech_windows(texts, [1900 + i for i in range(6)], count=200, window=300, seed=0)
-    assert all(np.array_equal(a, b) for a, b in zip(first, again[0])) and np.array_equal(labels, again[2])
-    decoded = lambda ids: bytes((ids - 1).astype(np.uint8)).decode()
-    for a, b, label in zip(first, second, labels):
-        speech_a, speech_b = (re.search(r"speech (\d+) ", decoded(w)).group(1) for w in (a, b))  # "speech <i> " repeats in a window
-        assert (speech_a == speech_b) == bool(label)
+def write_bbc_folders(root: Path, per_class: int = 20) -> Path:
+    """BBC News' layout: <topic>/<nnn>.txt; each article names its own id in both halves."""
+    for name in ("business", "entertainment", "politics", "sports", "tech"):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            (root / name / f"{i:03d}.txt").write_text(f"{name} story {name}{i:03d} " * 8)
+    return root
 
 
-def test_sotu_pairs_never_cross_the_speech_split(cache_dir):
-    from sparse_runner.data import load_sotu_en
-
-    task = build_task(lra_config(cache_dir, "task=lra_retrieval_sotu", "task.max_length=200", "task.num_train=64", "task.num_val=32", "task.num_test=32"))
-    test_text = " ".join(load_sotu_en()["test"]).encode()
-    window = bytes((task.splits["test"].first.sequence(0) - 1).astype(np.uint8))
-    assert window in test_text
+def test_bbc_pairs_are_halves_of_one_article_or_of_two(tmp_path, monkeypatch):
+    monkeypatch.setattr("sparse_runner.tasks.lra_retrieval.fetch_bbc_news", lambda cache: write_bbc_folders(tmp_path / "bbc"))
+    cfg = lra_config(tmp_path / "cache", "task=lra_retrieval_bbc", "task.max_length=64", "task.num_train=200", "task.num_val=40", "task.num_test=40")
+    task = build_task(cfg)
     assert task.describe()["data"]["substitute_for"] == "AAN"
+    decoded = lambda ids: bytes((ids - 1).astype(np.uint8)).decode()
+    articles: dict[str, set] = {}
+    for split in ("train", "val", "test"):
+        pairs = task.splits[split]
+        assert pairs.labels.sum() * 2 == len(pairs)  # balanced
+        for i, label in enumerate(pairs.labels):
+            a, b = (re.search(r"([a-z]+\d{3})", decoded(side.sequence(i))).group(1) for side in (pairs.first, pairs.second))
+            assert (a == b) == bool(label)
+            articles.setdefault(split, set()).update({a, b})
+        assert max(pairs.first.lengths()) <= 64
+    assert not (articles["train"] & articles["test"]) and not (articles["val"] & articles["test"])  # articles stay in their split
+    again = build_task(cfg).splits["test"]
+    assert np.array_equal(again.first.tokens, task.splits["test"].first.tokens)  # deterministic (and cached)
 
 
 def test_two_towers_encode_each_document_alone():
     torch.manual_seed(0)
-    cfg = compose_config(["task=lra_retrieval_sotu", "model.d_model=32", "model.num_heads=2", "model.ffn_dim=64", "model.dropout=0.0"], tiny=False)
+    cfg = compose_config(["task=lra_retrieval", "model.d_model=32", "model.num_heads=2", "model.ffn_dim=64", "model.dropout=0.0"], tiny=False)
     from sparse_runner.models import build_classifier
 
     model = build_classifier(cfg.model, vocab_size=257, num_classes=2, max_length=40, pad_id=0, pairs=True).eval()
@@ -213,7 +216,7 @@ def test_two_towers_encode_each_document_alone():
 
 
 def test_retrieval_resume_is_exact(tmp_path, cache_dir, monkeypatch):
-    overrides = ["task=lra_retrieval_sotu", "task.max_length=64", "task.num_train=96", "task.num_val=32", "task.num_test=32"]
+    overrides = ["task=lra_retrieval", f"task.data_dir={write_aan_files(tmp_path / 'aan', rows=48)}", "task.max_length=64"]
     run(lra_config(cache_dir, *overrides), tmp_path / "full")
     with monkeypatch.context() as patch:
         on_train_batch(patch, LraRetrievalTask, 9, simulated_crash)
@@ -271,7 +274,7 @@ def test_pathfinder_bad_difficulty_is_one_line(cache_dir):
 # ---------------------------------------------------------------------------------------------- every model
 @pytest.mark.parametrize("model", ["softmax", "entmax", "entmax15", "sparsemax", "fixed_head"])
 def test_every_model_variant_runs_on_the_pair_and_image_tasks(model, tmp_path, cache_dir):
-    for task in (["task=lra_retrieval_sotu", "task.max_length=48", "task.num_train=32", "task.num_val=16", "task.num_test=16"],
+    for task in (["task=lra_retrieval", f"task.data_dir={write_aan_files(tmp_path / 'aan')}", "task.max_length=48"],
                  ["task=pathfinder", "task.difficulty=easy", "task.num_train=64", "task.num_val=16", "task.num_test=16"]):
         cfg = lra_config(cache_dir, f"model={model}", *task, "trainer.max_steps=2", "trainer.eval_every=2", "trainer.eval_max_batches=1")
         built = build_task(cfg)

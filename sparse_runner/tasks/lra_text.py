@@ -43,9 +43,9 @@ CLASS_FOLDERS = "a folder with {train,test}/<class>/*.txt (the aclImdb layout; t
 _FORMAT_VERSION = 1
 
 
-def encode_bytes(text: str, max_length: int | None = None) -> np.ndarray:
+def encode_bytes(text: str | bytes, max_length: int | None = None) -> np.ndarray:
     """A document as byte tokens: (n,) uint16 ids = UTF-8 byte + 1, the first `max_length` bytes."""
-    data = text.encode("utf-8")[:max_length]
+    data = (text.encode("utf-8") if isinstance(text, str) else text)[:max_length]
     return np.frombuffer(data, dtype=np.uint8).astype(np.uint16) + 1
 
 
