@@ -26,7 +26,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from sparse_runner.checks import ConfigError, fail, in_unit_interval, positive
+from sparse_runner.checks import ConfigError, choice, fail, positive
 from sparse_runner.models import build_classifier
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
@@ -68,13 +68,18 @@ class PairSplit:
         return np.maximum(self.first.lengths(), self.second.lengths())
 
 
-def half_pairs(texts: list[str], topics: np.ndarray, *, count: int, max_length: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+PAIRINGS = ("halves", "topic")
+
+
+def article_pairs(texts: list[str], topics: np.ndarray, *, pairing: str, count: int, max_length: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
     """`count` pairs (first document, second document, label) over the articles `texts`, half positive.
 
     Every article is cut into its first and second half (in bytes); a document is a half's first
-    `max_length` byte tokens. Positive (label 1): both halves of one article. Negative: the first half
-    of one article and the second half of another, of the same topic for half of the negatives (when
-    the topic has another article) and of any article otherwise. Articles are drawn with replacement.
+    `max_length` byte tokens; the first document of a pair is always a first half, the second a second half.
+      halves  positive (label 1): both halves of one article; negative: halves of two articles, of the
+              same topic for half of the negatives (so the topic alone does not decide).
+      topic   positive: halves of two different articles of the same topic; negative: of two topics.
+    Articles are drawn with replacement.
     """
     if len(texts) < 2:
         raise ConfigError(f"bbc_pairs: needs at least two articles, got {len(texts)}")
@@ -84,16 +89,22 @@ def half_pairs(texts: list[str], topics: np.ndarray, *, count: int, max_length: 
         middle = len(data) // 2
         halves.append((encode_bytes(data[:middle], max_length), encode_bytes(data[middle:], max_length)))
     rng = np.random.default_rng(seed)
+    everything = np.arange(len(texts))
     labels = rng.permutation(np.arange(count) % 2)
     first, second = [], []
     for label in labels:
         a = int(rng.integers(len(texts)))
-        if label:
-            b = a
+        same_topic = np.flatnonzero(topics == topics[a])
+        if pairing == "halves":
+            pool = [a] if label else (same_topic if rng.random() < 0.5 and len(same_topic) > 1 else everything)
         else:
-            same_topic = np.flatnonzero(topics == topics[a])
-            pool = same_topic if rng.random() < 0.5 and len(same_topic) > 1 else np.arange(len(texts))
-            b = int(rng.choice(pool[pool != a]))
+            pool = same_topic if label else np.flatnonzero(topics != topics[a])
+        pool = np.asarray(pool)
+        if not label or pairing == "topic":
+            pool = pool[pool != a]
+        if len(pool) == 0:
+            raise ConfigError(f"bbc_pairs: article {a} has no partner for pairing={pairing} (too few articles per topic)")
+        b = int(rng.choice(pool))
         first.append(halves[a][0])
         second.append(halves[b][1])
     return first, second, labels
@@ -106,6 +117,7 @@ class LraRetrievalTaskConfig(TaskConfig):
     source: str = "files"
     data_dir: Optional[str] = None
     max_length: int = 4000  # bytes per document
+    pairing: str = "halves"  # bbc_pairs: halves (same article?) | topic (same topic?)
     num_train: int = 20000  # bbc_pairs: pairs per split
     num_val: int = 2000
     num_test: int = 2000
@@ -124,6 +136,7 @@ class LraRetrievalTask(SequenceClassificationTask):
                 fail("task.data_dir", f"{t.data_dir} lacks {', '.join(missing)}", RELEASE_FILES)
         for key in ("num_train", "num_val", "num_test"):
             positive(f"task.{key}", t[key])
+        choice("task.pairing", t.pairing, PAIRINGS)
 
     def load_data(self) -> ClassificationData:
         t = self.cfg
@@ -133,9 +146,10 @@ class LraRetrievalTask(SequenceClassificationTask):
             info = {"name": "aan", "source": "release", "substitute_for": None, "description": f"LRA's new_aan_pairs files in {t.data_dir}"}
         else:
             sides = self._bbc_pairs(root)
-            info = {"name": "bbc_pairs", "source": "substitute", "substitute_for": "AAN",
-                    "description": "BBC News article matching (both halves of one article vs halves of two articles, half of the negatives "
-                                   "of the same topic); real text standing in for AAN citation pairs"}
+            what = {"halves": "is the second half from the same article? (half of the negatives of the same topic)",
+                    "topic": "are the two half-articles about the same topic?"}[t.pairing]
+            info = {"name": f"bbc_pairs ({t.pairing})", "source": "substitute", "substitute_for": "AAN",
+                    "description": f"BBC News article matching, {what}; real text standing in for AAN citation pairs"}
         splits = {s: PairSplit(sides[f"{s}_first"], sides[f"{s}_second"]) for s in SPLITS}
         return ClassificationData(splits, vocab_size=VOCAB_SIZE, num_classes=2, pad_id=PAD_ID, info=info)
 
@@ -170,7 +184,7 @@ class LraRetrievalTask(SequenceClassificationTask):
 
     def _bbc_pairs(self, root: Path) -> dict[str, PackedSplit]:
         t = self.cfg
-        identity = {"version": _FORMAT_VERSION, "source": "bbc_pairs", "max_length": t.max_length, "seed": t.seed,
+        identity = {"version": _FORMAT_VERSION, "source": "bbc_pairs", "pairing": t.pairing, "max_length": t.max_length, "seed": t.seed,
                     "counts": [t.num_train, t.num_val, t.num_test]}
 
         def build() -> dict[str, PackedSplit]:
@@ -179,7 +193,7 @@ class LraRetrievalTask(SequenceClassificationTask):
             out = {}
             # The articles of each split are those of task=lra_text_bbc with the same seed.
             for offset, (split, index) in enumerate(stratified_split(topics, (0.1, 0.1), t.seed).items()):
-                first, second, labels = half_pairs([texts[i] for i in index], topics[index], count=t[f"num_{split}"],
+                first, second, labels = article_pairs([texts[i] for i in index], topics[index], pairing=t.pairing, count=t[f"num_{split}"],
                                                    max_length=t.max_length, seed=t.seed * 3 + offset)
                 out[f"{split}_first"] = PackedSplit.from_sequences(first, labels)
                 out[f"{split}_second"] = PackedSplit.from_sequences(second, labels)
