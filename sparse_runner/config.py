@@ -59,6 +59,7 @@ class TrainerConfig:
     label_smoothing: float = 0.0
     eval_every: int = 200
     eval_max_batches: Optional[int] = None
+    analysis_max_batches: Optional[int] = None
     monitor: str = "auto"
     monitor_mode: str = "auto"
     patience: Optional[int] = None
@@ -141,6 +142,7 @@ def _check_values(cfg: DictConfig, task_class: type[Task]) -> None:
     positive("trainer.warmup_steps", tr.warmup_steps, allow_zero=True)
     positive("trainer.num_threads", tr.num_threads, allow_none=True)
     positive("trainer.eval_max_batches", tr.eval_max_batches, allow_none=True)
+    positive("trainer.analysis_max_batches", tr.analysis_max_batches, allow_none=True)
     positive("trainer.patience", tr.patience, allow_none=True)
     positive("trainer.clip_grad_norm", tr.clip_grad_norm, allow_none=True)
     positive("trainer.lr", tr.lr)

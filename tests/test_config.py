@@ -23,12 +23,14 @@ def test_every_group_option_composes_and_validates(group, cache_dir):
 
 
 # Tasks that read files the user downloads: without task.data_dir they stop with one line.
-LOCAL_FILES_TASKS = ("kftt_ja_en", "translation_files", "lm_files")
+LOCAL_FILES_TASKS = ("kftt_ja_en", "translation_files", "lm_files", "lra_retrieval")
 
 
 @pytest.mark.parametrize("experiment", group_options("experiment"))
 def test_every_experiment_composes_and_validates(experiment, tmp_path):
-    extra = [f"task.data_dir={tmp_path}"] if experiment == "correia2019_kftt_ja_en" else []
+    extra = [f"task.data_dir={tmp_path}"] if experiment in ("correia2019_kftt_ja_en", "lra_retrieval") else []
+    for name in ("train", "eval", "test"):  # LRA's AAN files (experiment=lra_retrieval checks they exist)
+        (tmp_path / f"new_aan_pairs.{name}.tsv").write_text("1\ta\tb\tx\ty\n")
     cfg = validate(compose_config([f"experiment={experiment}", *extra], tiny=False))
     assert cfg.trainer.max_steps > 0
 

@@ -333,7 +333,7 @@ class Trainer:
         """One pass over `split` during which the analysis observes every attention layer."""
         was_training = self.model.training
         self.model.eval()
-        for batch in self._eval_batches(split):
+        for batch in self._eval_batches(split, self.tcfg.analysis_max_batches):
             with self.autocast():
                 self.task.analysis_step(self.model, batch)
         self.model.train(was_training)

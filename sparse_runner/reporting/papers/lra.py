@@ -50,7 +50,7 @@ LRA_TABLE1: dict = {
 
 # What the published numbers measure, as a run's primary metric: only runs scored on it fill a cell.
 METRIC = "test/accuracy"
-# The accuracy of always predicting the most frequent test class, which the LRA tasks write beside it.
+# The accuracy of always predicting the most frequent training label, which the LRA tasks write beside it.
 MAJORITY_METRIC = "test/majority_accuracy"
 
 # Which column of Table 1 a run belongs to, keyed by metrics.json "task_family" (cfg.task.family), in the
@@ -414,7 +414,7 @@ def runs_table(records: list[RunRecord], rows: list[OurRow]) -> Table | None:
         "Every completed LRA run; `in Table 1` marks the run shown in its cell (of its row and column: official "
         "data first, then the best validation accuracy). Scale: layers, d_model, heads, task max length, "
         "steps trained.",
-        "majority floor = test accuracy of always predicting the most frequent test class: a run near it has "
+        "majority floor = test accuracy of always predicting the most frequent training label: a run near it has "
         "learned nothing.",
     ]
     if descriptions:
