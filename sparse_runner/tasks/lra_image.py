@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from sparse_runner.checks import choice, fail, in_unit_interval
 from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask

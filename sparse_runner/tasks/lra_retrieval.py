@@ -27,16 +27,16 @@ import numpy as np
 import torch
 
 from sparse_runner.checks import ConfigError, choice, fail, positive
+from sparse_runner.data.fetch import BBC_NEWS_CLASSES, fetch_bbc_news
 from sparse_runner.models import build_classifier
+from sparse_runner.tasks.base import TaskConfig
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
 from sparse_runner.tasks.hub import SPLITS
-from sparse_runner.data.fetch import BBC_NEWS_CLASSES, fetch_bbc_news
 from sparse_runner.tasks.lra_text import PAD_ID, VOCAB_SIZE, encode_bytes, read_class_folders, stratified_split
 from sparse_runner.tasks.registry import register_task
 from sparse_runner.tasks.sequence_splits import PackedSplit, split_cache
 from sparse_runner.tasks.text_source import check_source
-from sparse_runner.tasks.base import TaskConfig
 
 SOURCES = ("files", "bbc_pairs")
 RELEASE_FILES = "a folder with LRA's new_aan_pairs.{train,eval,test}.tsv"

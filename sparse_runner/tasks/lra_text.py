@@ -22,12 +22,12 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
-from sparse_runner.data.fetch import BBC_NEWS_CLASSES, fetch_bbc_news
 from sparse_runner.checks import ConfigError, fail, in_unit_interval, positive
+from sparse_runner.data.fetch import BBC_NEWS_CLASSES, fetch_bbc_news
 from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
 from sparse_runner.tasks.hub import SPLITS, hub_splits, load_hub_splits
 from sparse_runner.tasks.registry import register_task
