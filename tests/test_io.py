@@ -51,3 +51,11 @@ def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path):
     keep.write_text("{}")
     remove_stale_temporaries(tmp_path)
     assert not any(p.exists() for p in stale) and keep.exists()
+
+
+def test_atomic_directory_gets_the_usual_permissions(tmp_path):
+    from sparse_runner.io import _UMASK, atomic_directory
+
+    with atomic_directory(tmp_path / "cache") as staging:
+        (staging / "a.txt").write_text("x")
+    assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o777 & ~_UMASK  # not mkdtemp's 0700
