@@ -152,11 +152,9 @@ class DualEncoderClassifier(EncoderClassifier):
         # stacked along the batch, which is what "separately" means for attention (rows never mix).
         width = max(tokens1.shape[1], tokens2.shape[1])
         tokens = torch.cat([F.pad(tokens1, (0, width - tokens1.shape[1])), F.pad(tokens2, (0, width - tokens2.shape[1]))])
-        full = tokens.new_full((b,), width)
         if lengths1 is None and lengths2 is None and tokens1.shape[1] == tokens2.shape[1]:
-            lengths = None
+            lengths = None  # nothing padded: no mask
         else:
-            lengths = torch.cat([full.new_full((b,), tokens1.shape[1]) if lengths1 is None else lengths1,
-                                 full.new_full((b,), tokens2.shape[1]) if lengths2 is None else lengths2])
+            lengths = torch.cat([t.new_full((b,), t.shape[1]) if n is None else n for t, n in ((tokens1, lengths1), (tokens2, lengths2))])
         x1, x2 = self.encode(tokens, lengths).split(b)
         return self.head(torch.cat([x1, x2, x1 * x2, x1 - x2], dim=-1))

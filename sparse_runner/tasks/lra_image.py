@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from sparse_runner.checks import choice, fail, in_unit_interval
+from sparse_runner.checks import choice, fail
+from sparse_runner.tasks import image_data
 from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
 from sparse_runner.tasks.hub import load_hub_splits
 from sparse_runner.tasks.registry import register_task
@@ -76,7 +77,6 @@ class LraImageTask(ImageClassificationTask):
     def check_config(cls, t) -> None:
         check_source(t, files=RELEASE_FILES, hub_example="uoft-cs/cifar10", sources=SOURCES)
         choice("task.file_format", t.file_format, FILE_FORMATS)
-        in_unit_interval("task.val_fraction", t.val_fraction)
         if not 0 < t.val_fraction < 1:
             fail("task.val_fraction", f"must be in (0, 1), got {t.val_fraction}")
         unknown = sorted(set(t.hf_splits) - {"train", "test"})
@@ -85,8 +85,6 @@ class LraImageTask(ImageClassificationTask):
         cls.check_image_length(t, IMAGE_SIZE * IMAGE_SIZE)
 
     def load_data(self) -> ClassificationData:
-        from sparse_runner.tasks import image_data
-
         t = self.cfg
         root = Path(os.path.expanduser(self.cache_dir)) / "lra_image"
         if t.source == "hf":
@@ -117,8 +115,6 @@ class LraImageTask(ImageClassificationTask):
         return self.image_data(splits, num_classes, info)
 
     def _from_hub(self) -> dict[str, ImageSplit]:
-        from sparse_runner.tasks import image_data
-
         t = self.cfg
         loaded = load_hub_splits(
             t.hf_path, t.hf_name, splits=dict(t.hf_splits), revision=t.hf_revision, data_dir=t.hf_data_dir, data_files=t.hf_data_files,

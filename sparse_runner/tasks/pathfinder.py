@@ -18,6 +18,7 @@ from sparse_runner.checks import choice, existing_dir, positive
 from sparse_runner.tasks.base import TaskConfig
 from sparse_runner.tasks.classification import ClassificationData
 from sparse_runner.tasks.lra_image import ImageClassificationTask
+from sparse_runner.tasks.pathfinder_data import DIFFICULTIES, prepare_pathfinder, save_example_grid
 from sparse_runner.tasks.registry import register_task
 
 RELEASE_FOLDER = "LRA's pathfinder32 folder (or one difficulty folder in it) with metadata/*.npy and imgs/"
@@ -42,8 +43,6 @@ class PathfinderTaskConfig(TaskConfig):
 class PathfinderTask(ImageClassificationTask):
     @classmethod
     def check_config(cls, t) -> None:
-        from sparse_runner.tasks.pathfinder_data import DIFFICULTIES
-
         choice("task.difficulty", t.difficulty, tuple(DIFFICULTIES))
         if t.data_dir is not None:
             existing_dir("task.data_dir", t.data_dir, RELEASE_FOLDER)
@@ -52,8 +51,6 @@ class PathfinderTask(ImageClassificationTask):
         cls.check_image_length(t, t.resolution * t.resolution)
 
     def load_data(self) -> ClassificationData:
-        from sparse_runner.tasks.pathfinder_data import DIFFICULTIES, prepare_pathfinder
-
         t = self.cfg
         splits = prepare_pathfinder(
             data_dir=os.path.expanduser(t.data_dir) if t.data_dir else None, cache_dir=os.path.expanduser(self.cache_dir),
@@ -69,6 +66,4 @@ class PathfinderTask(ImageClassificationTask):
         return self.image_data(splits, 2, info)
 
     def write_outputs(self, model, output_dir: Path) -> None:
-        from sparse_runner.tasks.pathfinder_data import save_example_grid
-
         save_example_grid(self.splits["test"], Path(output_dir) / "pathfinder_examples.png")

@@ -12,13 +12,19 @@ Numpy only: data preparation must not depend on torch.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
-from sparse_runner.io import atomic_open
+from sparse_runner.io import atomic_directory, atomic_open, atomic_write_json
+
+logger = logging.getLogger(__name__)
 
 
 def _load_npz(path: str | os.PathLike, names: tuple[str, ...], what: str) -> dict[str, np.ndarray]:
@@ -187,13 +193,6 @@ def split_cache(root: str | os.PathLike, kind: type, identity: object, build) ->
     is renamed into place only when complete, so a killed build leaves nothing to mistake for a cache.
     `identity`: anything JSON-serialisable that determines the content (parameters, file stats, a
     format version)."""
-    import hashlib
-    import json
-    import logging
-    from pathlib import Path
-
-    from sparse_runner.io import atomic_directory, atomic_write_json
-
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
     directory = Path(root).expanduser() / digest
     if directory.is_dir():
@@ -206,5 +205,5 @@ def split_cache(root: str | os.PathLike, kind: type, identity: object, build) ->
         for name, split in splits.items():
             split.save(tmp / f"{name}.npz")
         atomic_write_json(tmp / "identity.json", identity)
-    logging.getLogger(__name__).info("cached %s in %s", "/".join(f"{k}={len(v)}" for k, v in splits.items()), directory)
+    logger.info("cached %s in %s", "/".join(f"{k}={len(v)}" for k, v in splits.items()), directory)
     return splits
