@@ -73,28 +73,50 @@ class AttentionStats:
         return list(self._layers)
 
     @torch.no_grad()
-    def update(self, key: tuple[str, int], weights: torch.Tensor, valid_pairs: torch.Tensor | None) -> None:
+    def update(self, key: tuple[str, int], weights: torch.Tensor | list, valid_pairs: torch.Tensor | None) -> None:
         """Add one batch of attention probabilities of one attention module.
 
         key: (attention_type, layer_index), e.g. ("encoder_self", 0).
         weights: (B, H, Nq, Nk) probabilities, rows summing to 1 over the allowed keys, exact zeros
-            where sparse.
+            where sparse. A block-sparse pattern gives instead a list of (weights (B, H, Q, S),
+            valid (B, 1, Q, S)) row groups, each row over its own candidate keys (valid_pairs is then
+            None); the groups together are the batch (one per-sentence density per sentence and head).
         valid_pairs: (B, 1 or H, Nq, Nk) bool, True where the (query, key) pair is possible (padding and
             causal masks combined), or None when every pair is possible. Query rows without any valid key
             (padded queries) are ignored, whatever their weights hold (NaN included).
         """
         attn_type, layer = str(key[0]), int(key[1])
-        if weights.dim() != 4:
-            raise ValueError(f"weights must be (B, H, Nq, Nk), got shape {tuple(weights.shape)}")
-        b, h, n_q, n_k = weights.shape
+        groups = weights if isinstance(weights, list) else [(weights, valid_pairs)]
+        b, h = groups[0][0].shape[:2]
+        for w, _ in groups:
+            if w.dim() != 4 or tuple(w.shape[:2]) != (b, h):
+                raise ValueError(f"weights must be (B, H, Nq, Nk) with one B and H, got shape {tuple(w.shape)}")
         acc = self._layers.get((attn_type, layer))
         if acc is None:
-            acc = self._layers[(attn_type, layer)] = _LayerAccumulator(h, weights.device)
+            acc = self._layers[(attn_type, layer)] = _LayerAccumulator(h, groups[0][0].device)
         elif acc.num_heads != h:
             raise ValueError(f"{attn_type}/{layer}: {h} heads, earlier batches had {acc.num_heads}")
-        if b == 0 or n_q == 0 or n_k == 0:
+        if b == 0:
             return
+        counts = [self._add_rows(acc, w, valid) for w, valid in groups if w.shape[2] and w.shape[3]]
+        if not counts:
+            return
+        nonzero_bh, possible_bh = (sum(c[i] for c in counts) for i in (0, 1))
 
+        # Density: numerator and denominator summed separately.
+        acc.nonzero += nonzero_bh.sum(dim=0)
+        acc.possible += possible_bh.sum(dim=0)
+
+        # Per-sentence head densities -> histogram (np.histogram binning), sentences without pairs skipped.
+        has_pairs = possible_bh > 0
+        density_bh = torch.where(has_pairs, nonzero_bh / possible_bh.clamp_min(1.0), 0.0)
+        bins = (torch.bucketize(density_bh, acc.edges, right=True) - 1).clamp_(0, DENSITY_BINS - 1)
+        acc.hist.scatter_add_(0, bins.reshape(-1), has_pairs.reshape(-1).to(torch.int64))
+
+    @staticmethod
+    def _add_rows(acc: _LayerAccumulator, weights: torch.Tensor, valid_pairs: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Head diversity of these query rows into `acc`; returns their (nonzero, possible) per (B, H)."""
+        b, h, n_q, n_k = weights.shape
         positive = weights > 0
         if valid_pairs is None:
             nonzero_bh = positive.sum(dim=(2, 3), dtype=torch.float64)               # (B, H)
@@ -115,16 +137,6 @@ class AttentionStats:
             # A query counts when every head has at least one valid key for it.
             query_valid = valid_pairs.any(dim=-1).all(dim=1)                          # (B, Nq)
 
-        # Density: numerator and denominator summed separately.
-        acc.nonzero += nonzero_bh.sum(dim=0)
-        acc.possible += possible_bh.sum(dim=0)
-
-        # Per-sentence head densities -> histogram (np.histogram binning), sentences without pairs skipped.
-        has_pairs = possible_bh > 0
-        density_bh = torch.where(has_pairs, nonzero_bh / possible_bh.clamp_min(1.0), 0.0)
-        bins = (torch.bucketize(density_bh, acc.edges, right=True) - 1).clamp_(0, DENSITY_BINS - 1)
-        acc.hist.scatter_add_(0, bins.reshape(-1), has_pairs.reshape(-1).to(torch.int64))
-
         # Head diversity: generalised JS over heads, per query, normalised by log H.
         if query_valid is None:
             acc.queries += float(b * n_q)
@@ -139,6 +151,7 @@ class AttentionStats:
             if query_valid is not None:
                 js = torch.where(query_valid, js, js.new_zeros(()))
             acc.js_sum += js.sum(dtype=torch.float64)
+        return nonzero_bh, possible_bh
 
     def summary(self) -> dict:
         """JSON-serialisable statistics, per attention type (display order) and layer (ascending).

@@ -16,8 +16,10 @@ from sparse_runner.attention.normalisers import Normaliser, Softmax, build_norma
 from sparse_runner.attention.patterns import Pattern, build_pattern
 from sparse_runner.attention.spec import AttentionSpec
 
-# Receives (key, weights (B, H, Nq, Nk), valid pairs (B, 1, Nq, Nk) bool or None) during analysis.
-WeightsObserver = Callable[[tuple[str, int], torch.Tensor, "torch.Tensor | None"], None]
+# Receives (key, weights (B, H, Nq, Nk), valid pairs (B, 1, Nq, Nk) bool or None) during analysis; for a
+# block-sparse pattern, (key, [(weights (B, H, Q, S), valid (B, 1, Q, S)), ...], None): groups of query
+# rows, each over its own candidate keys (see block_sparse.RowGroup).
+WeightsObserver = Callable[[tuple[str, int], "torch.Tensor | list", "torch.Tensor | None"], None]
 
 
 def attend(
@@ -46,7 +48,10 @@ class MultiHeadAttention(nn.Module):
     set `observer` to receive its attention weights (evaluation only).
     """
 
-    def __init__(self, d_model: int, spec: AttentionSpec, *, key: tuple[str, int] = ("self", 0), bias: bool = True) -> None:
+    def __init__(
+        self, d_model: int, spec: AttentionSpec, *, key: tuple[str, int] = ("self", 0), bias: bool = True, global_tokens: int = 0
+    ) -> None:
+        """global_tokens: leading positions that a block-sparse pattern treats as global (a CLS vector)."""
         super().__init__()
         num_heads, head_size = spec.num_heads, spec.head_size
         if head_size is None:
@@ -57,7 +62,7 @@ class MultiHeadAttention(nn.Module):
         # Before the projections: a learned alpha draws from the RNG, and a seed's initial weights
         # depend on that order.
         self.normaliser = build_normaliser(spec.normaliser, num_heads, alpha=spec.alpha, alpha_init=spec.alpha_init)
-        self.pattern = build_pattern(spec.pattern, spec.pattern_options)
+        self.pattern = build_pattern(spec.pattern, spec.pattern_options, global_tokens=global_tokens, layer=key[1])
         self.dropout = spec.dropout
         self.key = key
         self.observer: WeightsObserver | None = None
@@ -115,6 +120,12 @@ class MultiHeadAttention(nn.Module):
         if observe:
             if query_mask is None and context is None and cache is None:
                 query_mask = key_padding_mask
+            if isinstance(weights, list):  # block-sparse: row groups, each with its own valid mask
+                groups = [
+                    (g.weights.detach(), g.valid if query_mask is None else g.valid & query_mask[:, None, g.rows, None]) for g in weights
+                ]
+                self.observer(self.key, groups, None)
+                return self.out_proj(y.transpose(1, 2).reshape(b, n, self.num_heads * self.head_size))
             if valid is not None:  # broadcastable, e.g. (Nq, Nk) -> (B, 1, Nq, Nk), a view
                 valid = valid.expand(b, 1, n, m)
             if query_mask is not None:  # padded queries have no possible pairs (PAPERS.md A.5)

@@ -15,8 +15,8 @@ option schema lives beside the code that reads it):
 checks the options against the dataclass (field types, `Literal` choices, the `valid` predicate).
 
 Every pattern produces a dense boolean mask (True = may attend). `Pattern.attend` computes attention
-densely under that mask; a block-sparse pattern (local, BigBird, HST) overrides `attend` with its fast
-path and stays testable against masked dense attention through `dense_mask`.
+densely under that mask; the block-sparse patterns (local, BigBird, HST in `block_patterns.py`) override
+`attend` with their fast path and stay testable against masked dense attention through `dense_mask`.
 """
 
 from __future__ import annotations
@@ -56,12 +56,16 @@ def register_pattern(name: str, options: type = NoOptions) -> Callable[[type[Pat
     return register
 
 
-def build_pattern(name: str, options: dict[str, Any] | None = None) -> Pattern:
-    """The pattern registered as `name`, with `options` (a dict of its option fields; missing = default)."""
+def build_pattern(name: str, options: dict[str, Any] | None = None, *, global_tokens: int = 0, layer: int = 0) -> Pattern:
+    """The pattern registered as `name`, with `options` (a dict of its option fields; missing = default).
+
+    global_tokens: how many leading positions are global (a classifier's CLS vector); layer: the
+    layer's index (seeds BigBird's random blocks).
+    """
     if name not in PATTERNS:
         raise ValueError(f"unknown pattern {name!r}; valid: {', '.join(sorted(PATTERNS))}")
     cls = PATTERNS[name]
-    return cls(cls.Options(**(options or {})))
+    return cls(cls.Options(**(options or {})), global_tokens=global_tokens, layer=layer)
 
 
 class Pattern:
@@ -73,8 +77,14 @@ class Pattern:
     name = "pattern"
     Options: type = NoOptions
 
-    def __init__(self, options: Any = None) -> None:
+    def __init__(self, options: Any = None, *, global_tokens: int = 0, layer: int = 0) -> None:
         self.options = options if options is not None else self.Options()
+        self.global_tokens, self.layer = global_tokens, layer
+
+    def sequence_layout(self, d_model: int) -> Any:
+        """The `layout.SequenceLayout` an encoder applies around its layers (block boundaries, HST's
+        representative tokens), or None when the pattern needs none."""
+        return None
 
     def dense_mask(self, n_queries: int, n_keys: int, device: torch.device | str = "cpu") -> torch.Tensor | None:
         """Boolean (n_queries, n_keys) mask, True where attention is allowed; None = all allowed."""
@@ -96,7 +106,8 @@ class Pattern:
         Shapes: q (B, H, Nq, D), k and v (B, H, Nk, D); key_padding_mask (B, Nk) bool, True = real token.
         Returns (output (B, H, Nq, D), weights (B, H, Nq, Nk) or None, valid pairs as a bool mask that
         broadcasts to (B, 1, Nq, Nk): (Nq, Nk) from the pattern alone, (B, 1, Nq, Nk) with padding, or
-        None when every pair is valid). Softmax goes through PyTorch's fused SDPA unless the weights are
+        None when every pair is valid). A block-sparse pattern returns its weights as a list of
+        `block_sparse.RowGroup`s (rows x candidate keys, each with its own valid mask) and valid None. Softmax goes through PyTorch's fused SDPA unless the weights are
         asked for; the other normalisers materialise the scores and apply `normaliser`.
         """
         mask = self.dense_mask(q.shape[-2], k.shape[-2], q.device)

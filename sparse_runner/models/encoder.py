@@ -29,9 +29,11 @@ def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
 class EncoderLayer(nn.Module):
     """Self-attention + feed-forward, each with a residual; pre- or post-LayerNorm."""
 
-    def __init__(self, d_model: int, ffn_dim: int, dropout: float, norm_first: bool, attention: AttentionSpec, key: tuple[str, int]) -> None:
+    def __init__(
+        self, d_model: int, ffn_dim: int, dropout: float, norm_first: bool, attention: AttentionSpec, key: tuple[str, int], global_tokens: int = 0
+    ) -> None:
         super().__init__()
-        self.attn = MultiHeadAttention(d_model, attention, key=key)
+        self.attn = MultiHeadAttention(d_model, attention, key=key, global_tokens=global_tokens)
         self.ffn = nn.Sequential(nn.Linear(d_model, ffn_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.drop = nn.Dropout(dropout)
@@ -49,6 +51,9 @@ class TransformerEncoder(nn.Module):
     """Token embeddings + positions + a stack of EncoderLayers, every one's self-attention built from `attention`.
 
     forward(tokens (B, N) long, key_padding_mask (B, N) bool True = real) -> (B, N, d_model).
+    A block-sparse pattern brings a `layout` (attention/layout.py) applied around the layers: it may
+    add positions (HST's representative tokens, SAR's shifted block boundaries) that `forward` removes
+    again before returning.
     """
 
     def __init__(
@@ -65,8 +70,10 @@ class TransformerEncoder(nn.Module):
         norm_first: bool,
         pad_id: int | None = 0,
         attention_type: str = "encoder_self",
+        global_tokens: int = 0,
     ) -> None:
-        """attention_type names the layers' self-attention in analyses ("decoder_self" in a language model)."""
+        """attention_type names the layers' self-attention in analyses ("decoder_self" in a language model);
+        global_tokens: leading positions (a CLS vector) that block-sparse patterns treat as global."""
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         self.max_length = max_length
@@ -76,8 +83,10 @@ class TransformerEncoder(nn.Module):
             self.register_buffer("positions", sinusoidal_positions(max_length, d_model), persistent=False)
         self.drop = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, ffn_dim, dropout, norm_first, attention, key=(attention_type, i)) for i in range(num_layers)
+            EncoderLayer(d_model, ffn_dim, dropout, norm_first, attention, key=(attention_type, i), global_tokens=global_tokens)
+            for i in range(num_layers)
         )
+        self.layout = self.layers[0].attn.pattern.sequence_layout(d_model) if num_layers else None
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.scale = math.sqrt(d_model)
 
@@ -89,9 +98,12 @@ class TransformerEncoder(nn.Module):
         if n > self.max_length:
             raise ValueError(f"sequence of {n} positions exceeds the model's max_length={self.max_length}")
         x = self.drop(x + self.positions[:n])
+        if self.layout is not None:
+            x, key_padding_mask, n = self.layout.enter(x, key_padding_mask)
         for layer in self.layers:
             x = layer(x, key_padding_mask)
-        return self.final_norm(x)
+        x = self.final_norm(x)
+        return x if self.layout is None else self.layout.leave(x, n)
 
 
 class EncoderClassifier(nn.Module):
@@ -107,7 +119,7 @@ class EncoderClassifier(nn.Module):
         super().__init__()
         self.pooling = pooling
         extra = 1 if pooling == "cls" else 0
-        self.encoder = TransformerEncoder(vocab_size, max_length + extra, **encoder)
+        self.encoder = TransformerEncoder(vocab_size, max_length + extra, global_tokens=extra, **encoder)
         d_model = self.encoder.embed.embedding_dim
         if pooling == "cls":
             self.cls = nn.Parameter(torch.randn(1, 1, d_model) * 0.02)

@@ -1,0 +1,168 @@
+"""Block-sparse attention: every tile of queries attends to its own gathered keys; n x n never exists.
+
+A block pattern (local, BigBird, HST) cuts the sequence into tiles and says, for every tile of queries,
+where its keys come from: its own tile, neighbouring or randomly chosen tiles gathered by index, and
+keys shared by every tile (global tokens, HST's representatives). `attend_tiles` computes attention of
+the query tiles over the concatenation of those key sources: the scores of each source (a source shared
+by every tile is one plain matmul, never copied per tile), one normalisation across all of them, one
+weighted sum per source. Any normaliser works unchanged because it only ever sees rows of scores;
+softmax without weights goes through SDPA on the tiles.
+
+Why by hand: FlexAttention has no backward on CPU (torch 2.13), and Hugging Face's BigBird kernel only
+does softmax and BigBird's own topology (PERF_BASELINE.md 4.1-4.2).
+
+For the analysis, the weights come back as `RowGroup`s: rows of queries, each row holding only its
+candidate keys (`valid` says which are real), so their size is that of the sparse pattern too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+
+from sparse_runner.attention.normalisers import Normaliser
+
+
+@dataclass
+class KeySource:
+    """Keys and values that a set of query tiles attends to.
+
+    k, v: (B, H, R, S, D), one block of S keys per query tile, or (B, H, 1, S, D), shared by every tile.
+    valid: bool, broadcastable to (B, 1, R, T, S) (T = queries per tile); None = every key is valid.
+    """
+
+    k: torch.Tensor
+    v: torch.Tensor
+    valid: torch.Tensor | None = None
+
+
+@dataclass
+class RowGroup:
+    """Attention weights of some query rows over their candidate keys (for the analysis).
+
+    rows: positions of these queries in the layer's sequence (a LongTensor of length Q).
+    weights: (B, H, Q, S); valid: (B or 1, 1, Q, S) bool, True where the key is one the query may see.
+    """
+
+    rows: torch.Tensor
+    weights: torch.Tensor
+    valid: torch.Tensor
+
+
+# Materialised (logical) scores, counted while `count_scores()` is active: the tests check that a block
+# pattern's cost grows linearly with the length by counting, not timing.
+_score_counter: list[int] | None = None
+
+
+@contextlib.contextmanager
+def count_scores() -> Iterator[list[int]]:
+    """Inside the block, every attention call adds the number of (query, key) scores it computes
+    (batch x heads x queries x candidate keys) to the one-element list this yields."""
+    global _score_counter
+    outer, _score_counter = _score_counter, [0]
+    try:
+        yield _score_counter
+    finally:
+        _score_counter = outer
+
+
+def record_scores(n: int) -> None:
+    if _score_counter is not None:
+        _score_counter[0] += int(n)
+
+
+def attend_tiles(
+    q: torch.Tensor,
+    sources: list[KeySource],
+    *,
+    normaliser: Normaliser,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Attention of R tiles of T queries, each over the concatenation of `sources`.
+
+    q: (B, H, R, T, D). Returns (out (B, H, R, T, D), weights (B, H, R, T, S) or None, valid
+    (B or 1, 1, R, T, S) bool), S = the sources' key counts summed. A query without any valid key gets
+    a zero output (and zero weights), whatever the normaliser.
+    """
+    b, h, r, t, d = q.shape
+    sizes = [s.k.shape[-2] for s in sources]
+    valid = torch.cat([_valid(s, b, r, t) for s in sources], dim=-1)
+    record_scores(b * h * r * t * sum(sizes))
+
+    if normaliser.fused_sdpa and not need_weights and t > 1:
+        # SDPA needs one key tensor per tile: shared sources are expanded (copied) here, which is cheap
+        # next to the tiles themselves (they are the few global tokens).
+        k = torch.cat([s.k.expand(b, h, r, -1, d) for s in sources], dim=-2)
+        v = torch.cat([s.v.expand(b, h, r, -1, d) for s in sources], dim=-2)
+        has_key = valid.any(-1, keepdim=True)
+        # A row without keys is given all its slots (finite garbage) and zeroed below: fused kernels
+        # differ in what they return for a fully masked row (NaN on some).
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=valid | ~has_key, dropout_p=dropout_p)
+        return out * has_key, None, valid
+
+    scores = torch.cat([_scores(q, s) for s in sources], dim=-1) / math.sqrt(d)
+    scores = scores.masked_fill(~valid, float("-inf"))
+    # Normalisers take (B, H, rows, keys): one alpha per head broadcasts as (1, H, 1, 1).
+    weights = normaliser(scores.reshape(b, h, r * t, -1)).view(b, h, r, t, -1)  # all--inf rows -> zeros
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+    out = sum(_weighted(part, s) for part, s in zip(dropped.split(sizes, dim=-1), sources))
+    return out, (weights if need_weights else None), valid
+
+
+def _valid(s: KeySource, b: int, r: int, t: int) -> torch.Tensor:
+    n = s.k.shape[-2]
+    if s.valid is None:
+        return torch.ones(1, 1, r, t, n, dtype=torch.bool, device=s.k.device)
+    return s.valid.expand(s.valid.shape[0], 1, r, t, n)
+
+
+def _scores(q: torch.Tensor, s: KeySource) -> torch.Tensor:
+    b, h, r, t, d = q.shape
+    if s.k.shape[2] == 1 and r > 1:
+        # Shared keys: one (R*T, D) x (D, S) matmul; a broadcast batched matmul would copy the keys R times.
+        return (q.reshape(b, h, r * t, d) @ s.k[:, :, 0].transpose(-2, -1)).view(b, h, r, t, -1)
+    return q @ s.k.transpose(-2, -1)
+
+
+def _weighted(w: torch.Tensor, s: KeySource) -> torch.Tensor:
+    b, h, r, t, n = w.shape
+    if s.v.shape[2] == 1 and r > 1:
+        return (w.reshape(b, h, r * t, n) @ s.v[:, :, 0]).view(b, h, r, t, -1)
+    return w @ s.v
+
+
+# ----------------------------------------------------------------------------- tiling helpers
+def to_tiles(x: torch.Tensor, start: int, tiles: int, size: int) -> torch.Tensor:
+    """(B, H, N, D) -> (B, H, tiles, size, D): positions start.. cut into tiles, zero-padded at the end."""
+    body = x[:, :, start:]
+    missing = tiles * size - body.shape[2]
+    if missing:
+        body = F.pad(body, (0, 0, 0, missing))
+    return body.reshape(x.shape[0], x.shape[1], tiles, size, x.shape[-1])
+
+
+def mask_tiles(valid: torch.Tensor, start: int, tiles: int, size: int) -> torch.Tensor:
+    """(B, N) bool -> (B, tiles, size) bool, padding past the end is False."""
+    body = valid[:, start:]
+    missing = tiles * size - body.shape[1]
+    if missing:
+        body = F.pad(body, (0, missing), value=False)
+    return body.reshape(valid.shape[0], tiles, size)
+
+
+def gather_tiles(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """(B, H, R, T, D) tiles, index (R, K) -> (B, H, R, K * T, D): for every tile, the K tiles it lists."""
+    b, h, r, t, d = x.shape
+    return x[:, :, index].reshape(b, h, index.shape[0], index.shape[1] * t, d)
+
+
+def from_tiles(tiles: torch.Tensor, length: int) -> torch.Tensor:
+    """(B, H, R, T, D) -> (B, H, length, D): the tiles back in sequence order, end padding cut."""
+    b, h, r, t, d = tiles.shape
+    return tiles.reshape(b, h, r * t, d)[:, :, :length]
