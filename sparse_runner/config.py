@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sparse_runner.checks import ConfigError, choice, fail, in_unit_interval, positive
-from sparse_runner.models.config import ModelConfig, check_model_config, check_model_keys
+from sparse_runner.models.config import ModelConfig, block_pattern_names, check_model_config, check_model_keys
 from sparse_runner.run_metrics import NON_RESULT_KEYS, flatten
 from sparse_runner.tasks import Task, task_families
 from sparse_runner.training.regularisers import REGULARISERS
@@ -69,6 +69,7 @@ class TrainerConfig:
     resume: bool = True
     regulariser: str = "none"
     regulariser_weight: float = 1.0
+    test_topology_shift: int = 0  # > 0: also test with every block boundary moved this far (test_shifted/*)
 
 
 @dataclass
@@ -157,6 +158,9 @@ def _check_values(cfg: DictConfig, task_class: type[Task]) -> None:
     choice("trainer.monitor", tr.monitor, ("auto",) + monitor_choices(task_class))
     choice("trainer.regulariser", tr.regulariser, sorted(REGULARISERS))
     positive("trainer.regulariser_weight", tr.regulariser_weight, allow_zero=True)
+    positive("trainer.test_topology_shift", tr.test_topology_shift, allow_zero=True)
+    if tr.test_topology_shift and m.pattern not in block_pattern_names():
+        fail("trainer.test_topology_shift", f"pattern {m.pattern!r} has no block boundaries to shift", f"0, or a block pattern ({', '.join(block_pattern_names())})")
     choice("trainer.monitor_mode", tr.monitor_mode, MONITOR_MODES)
     choice("trainer.progress", str(tr.progress).lower(), PROGRESS)
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", tr.device):

@@ -93,8 +93,11 @@ def check_against_reference(pattern: Pattern, name: str, case: str, need_weights
 
     out, weights, valid = pattern.attend(q, k, v, normaliser=normaliser, key_padding_mask=pad, need_weights=need_weights)
     expected, expected_weights, expected_valid = reference(q, k, v, normaliser, pattern, pad)
-    # Softmax's explicit path computes in float32, the fused SDPA path in float64: compare at float32 precision.
-    tol = dict(atol=1e-5, rtol=1e-5) if weights is None else {}
+    if isinstance(weights, list):  # a block-sparse pattern's row groups (test_block_patterns.py checks them)
+        weights, valid = scatter_row_groups(weights, 2, H, n_q)
+    # Softmax's explicit path computes in float32 (so the order of the float64 score sums may round it
+    # differently), the fused SDPA path in float64: compare softmax at float32 precision.
+    tol = dict(atol=1e-5, rtol=1e-5) if weights is None or name == "softmax" else {}
     torch.testing.assert_close(out, expected, **tol)
     grads = torch.autograd.grad((out * upstream).sum(), leaves)
     expected_grads = torch.autograd.grad((expected * upstream).sum(), leaves)
@@ -108,12 +111,25 @@ def check_against_reference(pattern: Pattern, name: str, case: str, need_weights
         assert torch.equal(full, expected_valid)
 
 
+def scatter_row_groups(groups, b, h, n):
+    weights = torch.zeros(b, h, n, n, dtype=torch.float64)
+    valid = torch.zeros(b, 1, n, n, dtype=torch.bool)
+    for group in groups:
+        w, slots = group.to_dense(n)
+        weights[:, :, group.rows] += w
+        valid[:, :, group.rows] |= slots > 0
+    return weights, valid
+
+
 @pytest.mark.parametrize("need_weights", [False, True], ids=["fast", "weights"])
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("name", NORMALISERS)
 @pytest.mark.parametrize("pattern", sorted(PATTERNS))
 def test_every_pattern_equals_masked_dense_attention(pattern, name, case, need_weights):
-    check_against_reference(build_pattern(pattern), name, case, need_weights)
+    built = build_pattern(pattern)
+    if built.self_attention_only and CASES[case][0] != CASES[case][1]:
+        pytest.skip("a self-attention pattern")
+    check_against_reference(built, name, case, need_weights)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -163,7 +179,7 @@ def test_seq2seq_encoder_takes_the_configured_pattern_decoder_causal_context_den
 def test_registering_a_taken_name_or_building_an_unknown_one_fails():
     with pytest.raises(ValueError, match="already registered"):
         register_pattern("dense")(BandPattern)
-    with pytest.raises(ValueError, match="valid: causal, dense"):
+    with pytest.raises(ValueError, match="valid: bigbird, causal, dense, hst, local"):
         build_pattern("diagonal")
     assert AttentionSpec(2, pattern="x", pattern_options={"a": 1}).with_pattern("causal").pattern_options == {}
 
@@ -233,8 +249,8 @@ class Reads:
 def test_builders_read_exactly_their_declared_keys():
     m = Reads(ModelConfig(d_model=16, num_layers=1, num_heads=2, ffn_dim=32))
     build_classifier(m, vocab_size=10, num_classes=3, max_length=8, pad_id=0)
-    assert m.keys == CLASSIFIER_KEYS
+    assert m.keys == CLASSIFIER_KEYS - {"sar"}  # SAR is the trainer's to read; these models honour it
     m = Reads(ModelConfig(d_model=16, num_layers=1, num_heads=2, ffn_dim=32))
     build_seq2seq(m, vocab_size=10, max_positions=16, pad_id=0)
-    assert m.keys == SEQ2SEQ_KEYS
+    assert m.keys == SEQ2SEQ_KEYS - {"sar"}
     assert CLASSIFIER_KEYS | SEQ2SEQ_KEYS == set(MODEL_KEYS) - {"name"}  # every key is read by some model

@@ -78,6 +78,7 @@ class BlockPattern(Pattern):
     """Shared by the block patterns: self-attention only, a sequence layout, the tile bookkeeping."""
 
     representatives: str | None = None  # HST: how the encoder makes each block's representative token
+    self_attention_only = True
 
     def sequence_layout(self, d_model: int) -> SequenceLayout:
         return SequenceLayout(self.options.block_size, self.global_tokens, d_model, self.representatives)
@@ -140,7 +141,8 @@ class KeyBlockPattern(BlockPattern):
         qt, kt, vt = (to_tiles(x, g, blocks, bs) for x in (q, k, v))
 
         index, ok = (torch.as_tensor(a, device=q.device) for a in self.key_blocks(blocks))
-        if index.shape[1] == 1 and bool(ok.all()) and torch.equal(index[:, 0], torch.arange(blocks, device=q.device)):
+        own_only = index.shape[1] == 1 and bool(ok.all()) and torch.equal(index[:, 0], torch.arange(blocks, device=q.device))
+        if own_only:
             sources = [KeySource(kt, vt, tiles_ok[:, None, :, None, :])]  # own block only: no gather
         else:
             valid = (tiles_ok[:, index] & ok[None, :, :, None]).flatten(2)  # (B or 1, blocks, K * bs)
@@ -163,13 +165,17 @@ class KeyBlockPattern(BlockPattern):
             out_d, w_d, valid_d = attend_tiles(q[:, :, None, dense_rows], [everything], normaliser=normaliser, dropout_p=dropout_p, need_weights=need_weights)
             out = out.index_copy(2, dense_rows, out_d[:, :, 0])
             if need_weights:
-                groups.append(RowGroup(dense_rows, w_d[:, :, 0], valid_d[:, :, 0]))
+                groups.append(RowGroup(dense_rows, torch.arange(n, device=q.device)[None], w_d[:, :, 0], valid_d[:, :, 0]))
         if not need_weights:
             return out, None, None
         body_rows = torch.arange(g, n, device=q.device)
         tiled_rows = body_rows[~torch.isin(body_rows, dense_rows)]
         pick = tiled_rows - g
-        groups.append(RowGroup(tiled_rows, w_t.flatten(2, 3)[:, :, pick], valid_t.expand(-1, -1, -1, bs, -1).flatten(2, 3)[:, :, pick]))
+        keys = _tile_keys(g, index, bs)  # (blocks, K * bs)
+        if g:
+            keys = torch.cat([keys, torch.arange(g, device=q.device).expand(blocks, g)], dim=1)
+        valid_rows = valid_t.expand(-1, -1, -1, bs, -1).flatten(2, 3)[:, :, pick]
+        groups.append(RowGroup(tiled_rows, keys[pick // bs], w_t.flatten(2, 3)[:, :, pick], valid_rows))
         return out, groups, None
 
 
@@ -205,6 +211,12 @@ class BigBirdPattern(KeyBlockPattern):
     def key_blocks(self, blocks: int) -> tuple[np.ndarray, np.ndarray]:
         o = self.options
         return _bigbird_table(blocks, o.window // 2, tuple(self.dense_blocks(blocks)), o.random_blocks, o.seed, self.layer)
+
+
+def _tile_keys(start: int, index: torch.Tensor, tile: int) -> torch.Tensor:
+    """(blocks, K) tile index table -> (blocks, K * tile): the sequence position of every gathered key."""
+    within = torch.arange(tile, device=index.device)
+    return (start + index[:, :, None] * tile + within).flatten(1)
 
 
 def _window_table(blocks: int, side: int) -> tuple[np.ndarray, np.ndarray]:
@@ -280,10 +292,10 @@ class HSTPattern(BlockPattern):
         globals_ = [KeySource(k[:, :, None, :g], v[:, :, None, :g], keys_ok[:, None, None, None, :g])] if g else []
 
         # Local stage: the block's tokens over their block (+ neighbours' tokens) and its representative.
+        index, ok = (torch.as_tensor(a, device=q.device) for a in _window_table(blocks, side))
         if side == 0:
             local = KeySource(kt, vt, tiles_ok[:, None, :, None, :])
         else:
-            index, ok = (torch.as_tensor(a, device=q.device) for a in _window_table(blocks, side))
             own = index == torch.arange(blocks, device=q.device)[:, None]
             valid = tiles_ok[:, index] & ok[None, :, :, None] & (own[:, :, None] | (torch.arange(tile, device=q.device) > 0))[None]
             local = KeySource(gather_tiles(kt, index), gather_tiles(vt, index), valid.flatten(2)[:, None, :, None, :])
@@ -297,13 +309,22 @@ class HSTPattern(BlockPattern):
             out_g, w_g, valid_g = attend_tiles(q[:, :, None, :g], [reps, *globals_], **run)
             out = torch.cat([out_g[:, :, 0], out], dim=2)
             if need_weights:
-                groups.append(RowGroup(torch.arange(g, device=q.device), w_g[:, :, 0], valid_g[:, :, 0]))
+                rep_keys = g + torch.arange(blocks, device=q.device) * tile
+                keys = torch.cat([rep_keys, torch.arange(g, device=q.device)])[None]
+                groups.append(RowGroup(torch.arange(g, device=q.device), keys, w_g[:, :, 0], valid_g[:, :, 0]))
         if not need_weights:
             return out, None, None
         starts = g + torch.arange(blocks, device=q.device) * tile
         rep_rows, tok_rows = starts, (starts[:, None] + torch.arange(1, tile, device=q.device)).flatten()
         keep_rep, keep_tok = rep_rows < n, tok_rows < n
-        groups.append(RowGroup(rep_rows[keep_rep], w_rep.flatten(2, 3)[:, :, keep_rep], valid_rep.flatten(2, 3)[:, :, keep_rep]))
+        rep_keys = torch.cat([
+            starts[:, None] + torch.arange(1, tile, device=q.device),   # own block's tokens
+            starts.expand(blocks, blocks),                              # every representative
+            torch.arange(g, device=q.device).expand(blocks, g),         # the global tokens
+        ], dim=1)
+        groups.append(RowGroup(rep_rows[keep_rep], rep_keys[keep_rep], w_rep.flatten(2, 3)[:, :, keep_rep], valid_rep.flatten(2, 3)[:, :, keep_rep]))
+        tok_keys = _tile_keys(g, index, tile)
+        tok_block = torch.arange(blocks, device=q.device).repeat_interleave(tile - 1)[keep_tok]
         valid_tok = valid_tok.expand(-1, -1, -1, tile - 1, -1).flatten(2, 3)
-        groups.append(RowGroup(tok_rows[keep_tok], w_tok.flatten(2, 3)[:, :, keep_tok], valid_tok[:, :, keep_tok]))
+        groups.append(RowGroup(tok_rows[keep_tok], tok_keys[tok_block], w_tok.flatten(2, 3)[:, :, keep_tok], valid_tok[:, :, keep_tok]))
         return out, groups, None

@@ -46,12 +46,25 @@ class RowGroup:
     """Attention weights of some query rows over their candidate keys (for the analysis).
 
     rows: positions of these queries in the layer's sequence (a LongTensor of length Q).
+    keys: (Q or 1, S) LongTensor, the position of the key in each slot (anything where not valid).
     weights: (B, H, Q, S); valid: (B or 1, 1, Q, S) bool, True where the key is one the query may see.
     """
 
     rows: torch.Tensor
+    keys: torch.Tensor
     weights: torch.Tensor
     valid: torch.Tensor
+
+    def to_dense(self, n_keys: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weights (B, H, Q, n_keys), slots (B, 1, Q, n_keys) int): the slots scattered to their keys, and
+        how many valid slots hold each key (0 or 1 in a correct pattern; for tests)."""
+        b, h, q, s = self.weights.shape
+        keys = self.keys.expand(q, s).clamp(0, n_keys - 1)
+        valid = self.valid.expand(b, 1, q, s)
+        weights = self.weights.new_zeros(b, h, q, n_keys).scatter_add(3, keys.expand(b, h, q, s), self.weights * valid)
+        dense_valid = torch.zeros(b, 1, q, n_keys, dtype=torch.int64, device=valid.device)
+        dense_valid = dense_valid.scatter_add(3, keys.expand(b, 1, q, s), valid.long())
+        return weights, dense_valid
 
 
 # Materialised (logical) scores, counted while `count_scores()` is active: the tests check that a block

@@ -13,7 +13,9 @@ representative tokens.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -63,3 +65,23 @@ class SequenceLayout(nn.Module):
             b, _, d = h.shape
             tokens = tokens.reshape(b, -1, self.block_size + 1, d)[:, :, 1:].reshape(b, -1, d)
         return torch.cat([h[:, :g], tokens[:, s : s + n - g]], dim=1)
+
+
+def layouts(model: nn.Module) -> list[SequenceLayout]:
+    """The sequence layouts of a model (one per encoder with a block pattern)."""
+    return [m for m in model.modules() if isinstance(m, SequenceLayout)]
+
+
+@contextlib.contextmanager
+def shifted_blocks(model: nn.Module, shift: int) -> Iterator[None]:
+    """Inside the block, every block boundary of `model`'s block-sparse encoders is `shift` tokens
+    further right (SAR's perturbed topology; the robustness test)."""
+    found = layouts(model)
+    before = [layout.shift for layout in found]
+    for layout in found:
+        layout.shift = shift
+    try:
+        yield
+    finally:
+        for layout, old in zip(found, before):
+            layout.shift = old

@@ -28,6 +28,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from sparse_runner.attention.block_sparse import record_scores
 from sparse_runner.attention.normalisers import Normaliser
 
 # name -> Pattern subclass, filled by @register_pattern.
@@ -76,6 +77,7 @@ class Pattern:
 
     name = "pattern"
     Options: type = NoOptions
+    self_attention_only = False  # True: queries and keys are the same sequence (block patterns)
 
     def __init__(self, options: Any = None, *, global_tokens: int = 0, layer: int = 0) -> None:
         self.options = options if options is not None else self.Options()
@@ -111,6 +113,7 @@ class Pattern:
         asked for; the other normalisers materialise the scores and apply `normaliser`.
         """
         mask = self.dense_mask(q.shape[-2], k.shape[-2], q.device)
+        record_scores(q.shape[0] * q.shape[1] * q.shape[-2] * k.shape[-2])  # n x n, whatever the mask
         if key_padding_mask is not None:
             pad = key_padding_mask[:, None, None, :]  # (B, 1, 1, Nk)
             mask = pad if mask is None else (mask & pad)

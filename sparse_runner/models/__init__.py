@@ -14,11 +14,12 @@ from sparse_runner.models.encoder import DualEncoderClassifier, EncoderClassifie
 from sparse_runner.models.lm import CausalLM
 from sparse_runner.models.seq2seq import TransformerSeq2Seq
 
-# The model keys each builder reads (every other key must stay at its default; `name` is free).
-CLASSIFIER_KEYS = ATTENTION_KEYS | {"d_model", "num_layers", "ffn_dim", "dropout", "positions", "norm_first", "pooling"}
+# The model keys each builder reads (every other key must stay at its default; `name` is free). `sar` is
+# read by the trainer (training/regularisers.sar) and honoured by the models whose encoders have blocks.
+CLASSIFIER_KEYS = ATTENTION_KEYS | {"d_model", "num_layers", "ffn_dim", "dropout", "positions", "norm_first", "pooling", "sar"}
 # A language model is causal whatever model.pattern says, so it does not read the pattern keys.
 LM_KEYS = (ATTENTION_KEYS - {"pattern", "pattern_options"}) | {"d_model", "num_layers", "ffn_dim", "dropout", "positions", "norm_first"}
-SEQ2SEQ_KEYS = ATTENTION_KEYS | {"d_model", "num_layers", "ffn_dim", "dropout", "norm_first", "decoder_layers", "share_embeddings"}
+SEQ2SEQ_KEYS = ATTENTION_KEYS | {"d_model", "num_layers", "ffn_dim", "dropout", "norm_first", "decoder_layers", "share_embeddings", "sar"}
 
 
 def build_classifier(m: Any, *, vocab_size: int, num_classes: int, max_length: int, pad_id: int | None, pairs: bool = False) -> EncoderClassifier:

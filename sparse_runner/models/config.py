@@ -7,13 +7,22 @@ override on top of any preset (`model=entmax model.pattern=causal`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Optional
 
 from sparse_runner.checks import choice, fail, in_unit_interval, positive
 
 POOLINGS = ("cls", "mean")
 POSITIONS = ("sinusoidal", "learned")
+
+
+@dataclass
+class SARConfig:
+    """ERNIE-Sparse's self-attention regularisation (training/regularisers.py `sar`); needs a block pattern."""
+
+    weight: float = 0.0         # lambda in loss = task loss + lambda * symmetric KL; 0 = off
+    shift: int = 1              # tokens the second pass's block boundaries move right (0 <= shift < block_size)
+    random_shift: bool = False  # draw the shift from 1 .. block_size - 1 at every step instead
 
 
 @dataclass
@@ -36,6 +45,7 @@ class ModelConfig:
     norm_first: bool = True
     decoder_layers: Optional[int] = None  # encoder-decoder models; None = num_layers
     share_embeddings: bool = True  # encoder-decoder models: one matrix for source, target and output
+    sar: SARConfig = field(default_factory=SARConfig)
 
 
 MODEL_KEYS = tuple(f.name for f in fields(ModelConfig))
@@ -60,6 +70,29 @@ def check_model_config(m: Any) -> None:
     choice("model.pooling", m.pooling, POOLINGS)
     choice("model.positions", m.positions, POSITIONS)
     positive("model.decoder_layers", m.decoder_layers, allow_none=True)
+    check_sar_config(m)
+
+
+def block_pattern_names() -> list[str]:
+    """The registered patterns with block boundaries (what SAR and the shifted test move)."""
+    from sparse_runner.attention import PATTERNS
+    from sparse_runner.attention.block_patterns import BlockPattern
+
+    return sorted(name for name, cls in PATTERNS.items() if issubclass(cls, BlockPattern))
+
+
+def check_sar_config(m: Any) -> None:
+    from sparse_runner.attention import PATTERNS
+
+    positive("model.sar.weight", m.sar.weight, allow_zero=True)
+    if m.sar.weight == 0:
+        return
+    blocks = block_pattern_names()
+    if m.pattern not in blocks:
+        fail("model.sar.weight", f"SAR shifts block boundaries, and pattern {m.pattern!r} has none", f"a block pattern ({', '.join(blocks)}), or 0")
+    block_size = PATTERNS[m.pattern].Options(**(m.pattern_options or {})).block_size
+    if not 0 <= m.sar.shift < block_size:
+        fail("model.sar.shift", f"must be in 0 .. block_size - 1 = {block_size - 1}, got {m.sar.shift}", f"an int in [0, {block_size})")
 
 
 def check_model_keys(m: Any, honoured: frozenset[str] | set[str], who: str) -> None:
@@ -69,11 +102,13 @@ def check_model_keys(m: Any, honoured: frozenset[str] | set[str], who: str) -> N
     for key in MODEL_KEYS:
         if key in honoured or key == "name":
             continue
-        value = m[key]
+        value, default = m[key], getattr(defaults, key)
         plain = dict(value) if hasattr(value, "items") else value
-        if plain != getattr(defaults, key):
+        if is_dataclass(default):
+            default = asdict(default)
+        if plain != default:
             fail(
                 f"model.{key}",
-                f"{who} does not use this key (it is {plain!r}; leave it at {getattr(defaults, key)!r})",
+                f"{who} does not use this key (it is {plain!r}; leave it at {default!r})",
                 ", ".join(sorted(honoured - {"name"})),
             )

@@ -4,7 +4,8 @@ A regulariser sees the task, the model, the batch and the first pass's `StepOutp
 further forward passes (R-Drop: the same batch again under other dropout; ERNIE-Sparse's SAR: again
 under another attention topology) and compare their output distributions. It returns its loss and
 named stats; the trainer adds `weight * loss` and logs every stat as `train/<name>`.
-`trainer.regulariser` picks one by name, `trainer.regulariser_weight` sets the weight.
+`trainer.regulariser` picks one by name, `trainer.regulariser_weight` sets the weight; SAR is a part of
+the model (`model.sar`, ERNIE-Sparse), built by `sar(...)`, and adds to whichever of these is set.
 """
 
 from __future__ import annotations
@@ -39,6 +40,28 @@ def r_drop(task: Task, model: nn.Module, batch: dict[str, Any], first: StepOutpu
     second = task.forward_loss(model, batch)
     kl = symmetric_kl(first.logits, second.logits, first.mask)
     return kl, {"rdrop_kl": kl.detach()}
+
+
+def sar(shift: int, random_shift: bool = False) -> Regulariser:
+    """ERNIE-Sparse's self-attention regularisation (Liu et al. 2022; design of PAPERS.md C.3): the same
+    batch through the model again with every block boundary moved `shift` tokens right (another sparse
+    topology over the same tokens); the symmetric KL between the two passes' output distributions.
+    `random_shift`: draw the shift from 1 .. block_size - 1 at every step instead (from torch's global
+    generator, which checkpoints save, so a resumed run draws the same shifts).
+    Dropout stays on in both passes, as in training: with shift 0 SAR is R-Drop."""
+    from sparse_runner.attention.layout import layouts, shifted_blocks
+
+    def regulariser(task: Task, model: nn.Module, batch: dict[str, Any], first: StepOutput) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        offset = shift
+        if random_shift:
+            block = min(layout.block_size for layout in layouts(model))
+            offset = int(torch.randint(1, max(block, 2), ()))
+        with shifted_blocks(model, offset):
+            second = task.forward_loss(model, batch)
+        kl = symmetric_kl(first.logits, second.logits, first.mask)
+        return kl, {"sar_kl": kl.detach()}
+
+    return regulariser
 
 
 # name -> regulariser (None: no auxiliary loss); a new regulariser registers here.

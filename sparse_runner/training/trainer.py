@@ -25,12 +25,13 @@ from tqdm.auto import tqdm
 
 from sparse_runner.analysis.collect import alpha_log_values, analyse
 from sparse_runner.attention import attention_layers
+from sparse_runner.attention.layout import shifted_blocks
 from sparse_runner.checks import ConfigError
 from sparse_runner.config import schema_defaults
 from sparse_runner.tasks.base import EvalSums, StepOutput, Task
 from sparse_runner.training import checkpoint as ckpt
 from sparse_runner.training import distributed
-from sparse_runner.training.regularisers import REGULARISERS
+from sparse_runner.training.regularisers import REGULARISERS, sar
 from sparse_runner.training.run_log import NullLog, RunLog
 from sparse_runner.training.schedules import build_scheduler
 
@@ -117,7 +118,10 @@ class Trainer:
             log.warning("trainer.precision=%s applies on GPU only; training in fp32 on %s", t.precision, device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.autocast_dtype == torch.float16)
         self.checkpoints = ckpt.CheckpointDir(self.run_dir / "checkpoints")
-        self.regulariser = REGULARISERS[t.regulariser]
+        # (weight, regulariser) pairs: trainer.regulariser (R-Drop ...) and the model's SAR may both be on.
+        self.regularisers = [(t.regulariser_weight, REGULARISERS[t.regulariser])] if REGULARISERS[t.regulariser] else []
+        if cfg.model.sar.weight > 0:
+            self.regularisers.append((cfg.model.sar.weight, sar(cfg.model.sar.shift, cfg.model.sar.random_shift)))
         self.progress = Progress()
         self.is_main = distributed.is_main()
         self._stop_signal: int | None = None
@@ -196,12 +200,12 @@ class Trainer:
         return distributed.shard(plan)
 
     def training_step(self, batch: dict[str, Any]) -> StepOutput:
-        """The task's forward pass and loss, plus the regulariser's term (weighted) if one is set."""
+        """The task's forward pass and loss, plus the regularisers' terms (weighted)."""
         out = self.task.forward_loss(self.step_model, batch)
-        if self.regulariser is not None:
-            extra, stats = self.regulariser(self.task, self.step_model, batch, out)
+        for weight, regulariser in self.regularisers:
+            extra, stats = regulariser(self.task, self.step_model, batch, out)
             out.stats = {**out.stats, **stats}
-            out.loss = out.loss + self.tcfg.regulariser_weight * extra
+            out.loss = out.loss + weight * extra
         return out
 
     def fit(self) -> dict[str, float]:
@@ -366,6 +370,10 @@ class Trainer:
             current = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             self.model.load_state_dict(best["model"])
         test = self.evaluate("test", output_dir=self.run_dir / "outputs")
+        if self.tcfg.test_topology_shift:  # robustness: the same test with every block boundary moved
+            with shifted_blocks(self.model, self.tcfg.test_topology_shift):
+                shifted = self.evaluate("test")
+            test.update({name.replace("test/", "test_shifted/", 1): value for name, value in shifted.items()})
         if self.is_main:
             self._write_outputs()
         if self.tcfg.analysis and attention_layers(self.model):  # a model without attention has nothing to analyse

@@ -1,0 +1,189 @@
+"""Block-sparse patterns (local, BigBird, HST): every fast path equals masked dense attention under the
+pattern's own dense mask, for every normaliser, with global tokens, padding and lengths that are not a
+multiple of the block size; their topology is what the docs say; their cost grows linearly."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from sparse_runner.analysis.attention_stats import AttentionStats
+from sparse_runner.attention import build_normaliser, build_pattern
+from sparse_runner.attention.block_patterns import BigBirdPattern
+from sparse_runner.attention.block_sparse import count_scores
+
+NORMALISERS = ["softmax", "sparsemax", "entmax15", "alpha_entmax"]
+H = 2
+
+# (pattern, options): small blocks so that short sequences have many of them.
+VARIANTS = [
+    ("local", {"block_size": 4}),
+    ("local", {"block_size": 3, "neighbours": 1}),
+    ("bigbird", {"block_size": 3, "random_blocks": 2}),
+    ("bigbird", {"block_size": 2, "window": 1, "global_blocks": 1, "random_blocks": 1, "seed": 5}),
+    ("hst", {"block_size": 3}),
+    ("hst", {"block_size": 2, "neighbours": 1}),
+]
+VARIANT_IDS = [f"{name}-{'-'.join(f'{k}{v}' for k, v in opts.items())}" for name, opts in VARIANTS]
+
+
+def reference(q, k, v, normaliser, mask, pad):
+    allowed = mask[None, None] if pad is None else mask[None, None] & pad[:, None, None, :]
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    weights = normaliser(scores.masked_fill(~allowed, float("-inf")))
+    return weights @ v, weights, allowed.expand(q.shape[0], 1, -1, -1)
+
+
+def dense_weights(groups, b, h, n):
+    """Row groups scattered back to (B, H, N, N), and how many slots hold each (query, key) pair."""
+    weights = torch.zeros(b, h, n, n, dtype=torch.float64)
+    slots = torch.zeros(b, 1, n, n, dtype=torch.int64)
+    for group in groups:
+        w, count = group.to_dense(n)
+        weights[:, :, group.rows] += w
+        slots[:, :, group.rows] += count
+    return weights, slots
+
+
+@pytest.mark.parametrize("name", NORMALISERS)
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("global_tokens", [0, 1])
+@pytest.mark.parametrize("n", [13, 16])  # 13: no block size above divides it
+def test_fast_path_equals_masked_dense_attention(variant, name, global_tokens, n):
+    pattern = build_pattern(variant[0], variant[1], global_tokens=global_tokens, layer=1)
+    torch.manual_seed(0)
+    normaliser = build_normaliser(name, H).double()
+    g = torch.Generator().manual_seed(1)
+    q = (3 * torch.randn(2, H, n, 4, generator=g, dtype=torch.float64)).requires_grad_()
+    k, v = (torch.randn(2, H, n, 4, generator=g, dtype=torch.float64).requires_grad_() for _ in range(2))
+    pad = torch.arange(n)[None, :] < torch.tensor([n, n - 6])[:, None]  # the second has whole padded blocks
+    upstream = torch.randn(2, H, n, 4, generator=g, dtype=torch.float64)
+    leaves = [q, k, v, *normaliser.parameters()]
+    mask = pattern.dense_mask(n, n)
+    expected, expected_weights, allowed = reference(q, k, v, normaliser, mask, pad)
+    expected_grads = torch.autograd.grad((expected * upstream).sum(), leaves)
+
+    for need_weights in (False, True):
+        out, groups, valid = pattern.attend(q, k, v, normaliser=normaliser, key_padding_mask=pad, need_weights=need_weights)
+        # Softmax's explicit path runs in float32, SDPA in float64: compare at float32 precision there.
+        tol = dict(atol=1e-5, rtol=1e-5) if name == "softmax" else {}
+        torch.testing.assert_close(out, expected, **tol)
+        grads = torch.autograd.grad((out * upstream).sum(), leaves)
+        for got, want in zip(grads, expected_grads):
+            torch.testing.assert_close(got, want, **tol)
+        if need_weights:
+            weights, slots = dense_weights(groups, 2, H, n)
+            assert slots.max() <= 1, "a key sits in two slots of one query: it would count twice"
+            assert torch.equal(slots > 0, allowed)
+            torch.testing.assert_close(weights, expected_weights, **tol)
+            assert valid is None
+            covered = torch.cat([group.rows for group in groups]).sort().values
+            assert torch.equal(covered, torch.arange(n)), "every query row is in exactly one group"
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_batch_without_padding_and_a_sequence_of_globals_only(variant):
+    normaliser = build_normaliser("entmax15", H)
+    for n, global_tokens in ((9, 0), (9, 1), (1, 1)):
+        pattern = build_pattern(*variant, global_tokens=global_tokens)
+        q, k, v = (torch.randn(1, H, n, 4) for _ in range(3))
+        out, _, _ = pattern.attend(q, k, v, normaliser=normaliser)
+        expected, _, _ = reference(q, k, v, normaliser, pattern.dense_mask(n, n), None)
+        torch.testing.assert_close(out, expected)
+
+
+def test_block_patterns_are_for_self_attention_only():
+    q, k = torch.randn(1, 1, 3, 4), torch.randn(1, 1, 5, 4)
+    for name in ("local", "bigbird", "hst"):
+        with pytest.raises(ValueError, match="self-attention"):
+            build_pattern(name).attend(q, k, k, normaliser=build_normaliser("softmax", 1))
+
+
+# ----------------------------------------------------------------------------- the topologies
+def test_local_mask_is_blocks_plus_neighbours_plus_globals():
+    mask = build_pattern("local", {"block_size": 2, "neighbours": 1}, global_tokens=1).dense_mask(8, 8).numpy()
+    assert mask[0].all() and mask[:, 0].all()             # the global token sees and is seen by all
+    # positions 1..7 are blocks {1,2} {3,4} {5,6} {7}: position 1 sees blocks 0 and 1, not block 2
+    assert mask[1, 1:5].all() and not mask[1, 5:].any()
+    assert mask[7, 5:].all() and not mask[7, 1:5].any()
+
+
+def test_bigbird_random_blocks_avoid_window_and_globals_and_depend_on_layer():
+    blocks = 12
+    p0 = build_pattern("bigbird", {"block_size": 4, "random_blocks": 3}, layer=0)
+    p1 = build_pattern("bigbird", {"block_size": 4, "random_blocks": 3}, layer=1)
+    index, ok = p0.key_blocks(blocks)
+    assert p0.dense_blocks(blocks) == [0, blocks - 1]
+    for i in range(blocks):
+        row = index[i][ok[i]].tolist()
+        assert len(row) == len(set(row)), "no key block twice"
+        window = {j for j in (i - 1, i, i + 1) if 0 <= j < blocks}
+        assert window | {0, blocks - 1} <= set(row)
+        assert len(set(row) - window - {0, blocks - 1}) == 3
+    assert np.array_equal(index, p0.key_blocks(blocks)[0]), "fixed for a given layer"
+    assert not np.array_equal(index, p1.key_blocks(blocks)[0]), "another layer draws other random blocks"
+    # a global block's queries see every key
+    mask = p0.dense_mask(48, 48).numpy()
+    assert mask[:4].all() and mask[-4:].all() and mask[:, :4].all()
+
+
+def test_hst_mask_follows_the_two_stages():
+    # global token 0, then tiles [rep, t, t] at 1..3, 4..6, 7..9
+    mask = build_pattern("hst", {"block_size": 2}, global_tokens=1).dense_mask(10, 10).numpy()
+    reps, tokens = [1, 4, 7], [2, 3, 5, 6, 8, 9]
+    assert mask[0].nonzero()[0].tolist() == [0, *reps]                  # global: reps and globals
+    assert mask[4].nonzero()[0].tolist() == [0, 1, 4, 5, 6, 7]          # rep: globals, all reps, own block
+    assert mask[5].nonzero()[0].tolist() == [4, 5, 6]                   # token: own rep and block only
+    assert not mask[np.ix_(tokens, [0])].any()                          # tokens never see the global token
+    with_neighbours = build_pattern("hst", {"block_size": 2, "neighbours": 1}).dense_mask(9, 9).numpy()
+    assert with_neighbours[3].nonzero()[0].tolist() == [0, 3, 4, 5, 6]  # rep 3: its block and all reps
+    assert with_neighbours[1].nonzero()[0].tolist() == [0, 1, 2, 4, 5]  # token: its rep, blocks 0-1, not rep 3
+
+
+# ----------------------------------------------------------------------------- cost
+def scores_at(pattern, n, normaliser="softmax"):
+    q = torch.randn(1, 1, n, 4)
+    with count_scores() as counted, torch.no_grad():
+        pattern.attend(q, q, q, normaliser=build_normaliser(normaliser, 1))
+    return counted[0]
+
+
+@pytest.mark.parametrize("name", ["local", "bigbird", "hst"])
+def test_cost_grows_linearly_while_dense_grows_quadratically(name):
+    pattern = build_pattern(name, {"block_size": 32}, global_tokens=1)
+    lengths = [1024, 2048, 4096]
+    # HST's sequence holds one representative per block as well.
+    extra = (lambda n: n // 32) if name == "hst" else (lambda n: 0)
+    counts = [scores_at(pattern, n + 1 + extra(n)) for n in lengths]
+    ratios = [b / a for a, b in zip(counts, counts[1:])]
+    assert all(r < 2.3 for r in ratios), ratios   # linear: x2 per doubling (+ HST's (n/b)^2 term)
+    assert counts[-1] < 0.1 * 4097 ** 2  # BigBird: 8 of 128 blocks, plus two global blocks' rows
+    dense = [scores_at(build_pattern("dense"), n) for n in (256, 512)]
+    assert dense[1] / dense[0] == 4
+    assert scores_at(pattern, 4097 + extra(4096), "alpha_entmax") == counts[-1]  # same topology, any normaliser
+
+
+# ----------------------------------------------------------------------------- analysis
+def test_row_groups_give_the_same_statistics_as_dense_weights():
+    pattern = build_pattern("hst", {"block_size": 3}, global_tokens=1)
+    n = 14
+    q, k, v = (torch.randn(2, 3, n, 4) for _ in range(3))
+    pad = torch.arange(n)[None, :] < torch.tensor([n, 9])[:, None]
+    normaliser = build_normaliser("entmax15", 3)
+    _, groups, _ = pattern.attend(q, k, v, normaliser=normaliser, key_padding_mask=pad, need_weights=True)
+    weights, slots = dense_weights(groups, 2, 3, n)
+    from_groups, from_dense = AttentionStats(), AttentionStats()
+    from_groups.update(("encoder_self", 0), [(g.weights, g.valid) for g in groups], None)
+    from_dense.update(("encoder_self", 0), weights.float(), slots > 0)
+    a, b = from_groups.summary()["encoder_self"]["layers"][0], from_dense.summary()["encoder_self"]["layers"][0]
+    for key in ("head_density", "js", "num_queries", "possible_pairs"):
+        assert a[key] == pytest.approx(b[key]), key
+    assert a["sentence_density_hist"] == b["sentence_density_hist"]
+
+
+def test_bigbird_pattern_is_registered_with_its_options():
+    pattern = build_pattern("bigbird", {"window": 5})
+    assert isinstance(pattern, BigBirdPattern) and pattern.options.window == 5 and pattern.options.block_size == 64
