@@ -1,24 +1,483 @@
 """Liu et al., "ERNIE-SPARSE: Learning Hierarchical Efficient Transformer Through Regularized
-Self-Attention", arXiv 2022: registered, no tables yet.
+Self-Attention", arXiv 2022: what is known of its LRA results beside our re-implementation's runs.
 
-Its place in the report: the LRA average (57.78 against BigBird's 55.01) and the HST/SAR ablations beside
-our runs (PAPERS.md C; its per-task numbers are unconfirmed). Its LRA rows will share the task families of
-`lra`. The published numbers and fill commands will live here.
+Only abstract-level numbers of the paper are confirmed (PAPERS.md C.1): the LRA average 57.78 against
+BigBird's 55.01, plus the review's ablation facts (C.3). Its per-task numbers are unpublished (C.2). Three
+tables, shown once the report holds a run of the study (a model of its own, SAR or a regulariser on an LRA
+task), so that a report without one stays short:
+
+- `ernie_sparse_lra`: ListOps .. Pathfinder and Avg. Published: ERNIE-Sparse (Avg only) and the LRA Table 1
+  rows of its baselines (taken from `lra.LRA_TABLE1`). Ours: one row per variant = (model, SAR on, trainer
+  regulariser) and setting (LRA Table 1's paper / CPU presets, or a task config); a cell is the mean ± std
+  over runs that differ only in their seed. The core rows are there even without runs, their empty cells
+  showing the command that fills them.
+- `ernie_sparse_ablation`: ERNIE-Sparse (HST + SAR) minus "w/o HST" (BigBird + SAR) and minus "w/o SAR"
+  (HST) on ListOps and Avg, ours beside the published differences.
+- `ernie_sparse_robustness`: Pathfinder test accuracy with every block boundary shifted
+  (`trainer.test_topology_shift`, metric `test_shifted/accuracy`), with and without SAR.
+
+The LRA machinery (columns, settings, data, commands) is `lra`'s; this module only groups differently.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparse_runner.reporting.papers import lra
+from sparse_runner.reporting.papers.lra import COLUMNS, LRA_TABLE1, METRIC, OTHER, SETTINGS, SUBSTITUTE, data_info
 from sparse_runner.reporting.render import Table
-from sparse_runner.reporting.runs import RunRecord
+from sparse_runner.reporting.runs import RunRecord, completed, pick_best
+from sparse_runner.reporting.runs_table import _is_noise
+from sparse_runner.reporting.values import as_float, as_str, fmt_value, pct
 
 CITATION = "Liu et al., arXiv 2203.12276, 2022"
+PUBLISHED = "published: Liu et al. 2022"
+PUBLISHED_LRA = "published: LRA Table 1"
+NOT_PUBLISHED = "n/p"   # not published / unconfirmed (PAPERS.md C.2)
+
+# What is known of ERNIE-Sparse's LRA results (PAPERS.md C.1 abstract; C.3 the review's numbers, taken as the
+# paper's own). Differences are ERNIE-Sparse minus the ablated model, in accuracy points.
+ERNIE_SPARSE: dict = {
+    "citation": CITATION,
+    "lra_avg": 57.78,
+    "baseline": "BigBird",   # its 55.01 is BigBird's Avg in LRA Table 1 (so its baselines are LRA's rows)
+    "ablation": {"w/o HST": {"ListOps": 1.78, "Avg": 1.00}, "w/o SAR": {}},
+    "pathfinder_perturbed": {"with SAR": 78.77, "w/o SAR": 75.25},
+}
+# The LRA Table 1 rows shown beside it, in that table's order (numbers from lra.LRA_TABLE1).
+LRA_ROWS = ("Transformer", "Local Attention", "BigBird")
+
+# The models of the study: what each one is, named like the paper. softmax, local and bigbird reproduce
+# LRA's rows (lra.OUR_MODEL_ROWS); hst, ernie_sparse and bigbird_sar are the study's own.
+ARCHITECTURES: dict[str, str] = {**lra.OUR_MODEL_ROWS, "hst": "HST", "ernie_sparse": "HST", "bigbird_sar": "BigBird"}
+STUDY_MODELS = {"hst", "ernie_sparse", "bigbird_sar"}
+SAR_MODELS = {"ernie_sparse", "bigbird_sar"}   # presets with model.sar.weight > 0
+REGULARISERS = {"rdrop": "R-Drop"}
+NO_REGULARISER = "none"
+
+SHIFTED_METRIC = "test_shifted/accuracy"   # the trainer's test_shifted/* twin of METRIC
+ROBUSTNESS_SHIFT = 1                        # the shift the robustness commands ask for (SAR's default)
+# Keys that may differ between runs of one cell: the seed, and whether the shifted test was also measured.
+SEED_KEYS = {"seed", "trainer.test_topology_shift"}
+SEEDS = "0,1,2"
 
 
+@dataclass(frozen=True)
+class Variant:
+    """What a row of ours is: the model, whether SAR is on (model.sar.weight > 0), the trainer regulariser."""
+
+    model: str
+    sar: bool
+    regulariser: str = NO_REGULARISER
+
+    @property
+    def label(self) -> str:
+        """`ERNIE-Sparse: HST + SAR (ernie_sparse)`, `HST + R-Drop (hst)`, `Transformer (softmax)`."""
+        text = ARCHITECTURES.get(self.model, self.model) + (" + SAR" if self.sar else "")
+        if self.regulariser != NO_REGULARISER:
+            text += f" + {REGULARISERS.get(self.regulariser, self.regulariser)}"
+        alias = ALIASES.get(self)
+        return f"{alias}: {text} ({self.model})" if alias else f"{text} ({self.model})"
+
+    def overrides(self) -> list[str] | None:
+        """What a command adds to `model=...` to run this variant; None when we cannot say (SAR switched on
+        for a model whose preset has it off: its weight is the user's choice)."""
+        extra = []
+        if self.sar != (self.model in SAR_MODELS):
+            if self.sar:
+                return None
+            extra.append("model.sar.weight=0")
+        if self.regulariser != NO_REGULARISER:
+            extra.append(f"trainer.regulariser={self.regulariser}")
+        return extra
+
+    def rank(self) -> tuple:
+        core = CORE.index(self) if self in CORE else len(CORE)
+        arch = list(ARCHITECTURES).index(self.model) if self.model in ARCHITECTURES else len(ARCHITECTURES)
+        return (core, arch, self.sar, self.regulariser, self.model)
+
+
+FULL = Variant("ernie_sparse", True)        # ERNIE-Sparse = HST + SAR
+WITHOUT_HST = Variant("bigbird_sar", True)  # "w/o HST": SAR on BigBird's topology
+WITHOUT_SAR = Variant("hst", False)         # "w/o SAR"
+CORE = [Variant("softmax", False), Variant("local", False), Variant("bigbird", False), WITHOUT_SAR, FULL, WITHOUT_HST]
+ALIASES = {FULL: "ERNIE-Sparse", WITHOUT_SAR: "w/o SAR", WITHOUT_HST: "w/o HST"}
+
+
+def variant_of(rec: RunRecord) -> Variant:
+    weight = as_float(rec.config.get("model.sar.weight"))
+    return Variant(rec.model or "?", weight is not None and weight > 0,
+                   as_str(rec.config.get("trainer.regulariser")) or NO_REGULARISER)
+
+
+def in_study(rec: RunRecord) -> bool:
+    """A run of an LRA task whose model is one of the study's."""
+    return rec.task_family in COLUMNS and rec.model in ARCHITECTURES
+
+
+def study_started(records: list[RunRecord]) -> bool:
+    """Whether any run (whatever its status) is the study's own, not a plain LRA Table 1 run."""
+    for rec in records:
+        if in_study(rec):
+            variant = variant_of(rec)
+            if rec.model in STUDY_MODELS or variant.sar or variant.regulariser != NO_REGULARISER:
+                return True
+    return False
+
+
+# ------------------------------------------------------------------------------------------ cells
+@dataclass
+class Cell:
+    """Runs that differ only in their seed (one per seed), summarised as mean ± sample std."""
+
+    runs: list[RunRecord]
+    metric: str = METRIC
+
+    def values(self, metric: str | None = None) -> list[float]:
+        values = [rec.metric(metric or self.metric) for rec in self.runs]
+        return [value for value in values if value is not None]
+
+    @property
+    def mean(self) -> float | None:
+        values = self.values()
+        return statistics.fmean(values) if values else None
+
+    @property
+    def substitute(self) -> bool:
+        return any(data_info(rec).is_substitute for rec in self.runs)
+
+    def text(self, metric: str | None = None) -> str:
+        return summary(self.values(metric)) + (f" {SUBSTITUTE}" if self.substitute else "")
+
+    def validation(self) -> float:
+        values = [rec.validation_value for rec in self.runs if rec.validation_value is not None]
+        return statistics.fmean(values) if values else -math.inf
+
+
+def summary(values: list[float]) -> str:
+    """`36.50` for one value, `36.50 ± 0.42 (n=3)` for several (accuracies in [0, 1] shown as %)."""
+    if not values:
+        return ""
+    if len(values) == 1:
+        return pct(values[0])
+    return f"{pct(statistics.fmean(values))} ± {pct(statistics.stdev(values))} (n={len(values)})"
+
+
+def signed(points: float) -> str:
+    return f"{points:+.2f}"
+
+
+def _signature(rec: RunRecord) -> tuple:
+    """What runs of one cell must share: every result-changing config value but the seed, and the data."""
+    config = sorted((key, fmt_value(value)) for key, value in rec.config.items()
+                    if key not in SEED_KEYS and not _is_noise(key))
+    info = data_info(rec)
+    return (tuple(config), rec.experiment, info.source, info.name)
+
+
+def seed_groups(runs: list[RunRecord], metric: str = METRIC) -> list[Cell]:
+    """`runs` split into groups that differ only in their seed; a seed run twice counts once (its best run
+    on validation, as `runs.pick_best` chooses)."""
+    groups: dict[tuple, dict[str, list[RunRecord]]] = {}
+    for rec in sorted(runs, key=lambda r: r.display):
+        groups.setdefault(_signature(rec), {}).setdefault(fmt_value(rec.config.get("seed")), []).append(rec)
+    return [Cell([pick_best(same) for same in by_seed.values()], metric) for by_seed in groups.values()]
+
+
+def best_group(groups: list[Cell]) -> Cell:
+    """The group a cell shows: official data before substitutes (lra's rule), then the best mean validation
+    accuracy, then the most seeds."""
+    official = [cell for cell in groups if not cell.substitute] or groups
+    return max(official, key=lambda cell: (cell.validation(), len(cell.runs)))
+
+
+# --------------------------------------------------------------------------------------- our rows
+@dataclass
+class VariantRow:
+    """One row of ours: a variant in one setting (and, for "other" runs, one experiment and task config)."""
+
+    variant: Variant
+    setting: str
+    experiment: str | None = None
+    task: str | None = None
+    shift: int | None = None                                   # robustness rows only
+    cells: dict[str, Cell] = field(default_factory=dict)       # column -> the group shown
+    configurations: dict[str, int] = field(default_factory=dict)  # column -> groups it was chosen from
+
+    @property
+    def where(self) -> tuple:
+        return (self.setting, self.experiment, self.task)
+
+    @property
+    def setting_label(self) -> str:
+        return lra.OurRow(self.variant.model, self.setting, self.experiment, self.task).setting_label
+
+    def sort_key(self) -> tuple:
+        settings = [*SETTINGS, OTHER]
+        return (settings.index(self.setting), self.experiment or "", self.task or "", self.variant.rank(),
+                self.shift or 0)
+
+    def command(self, family: str, *extra: str) -> str | None:
+        overrides = self.variant.overrides()
+        base = lra.fill_command(family, self.setting, self.variant.model)
+        return None if base is None or overrides is None else " ".join([base, *overrides, *extra])
+
+    def row_command(self) -> str | None:
+        overrides = self.variant.overrides()
+        if self.setting not in SETTINGS or overrides is None:
+            return None
+        return " ".join([lra.row_command(self.setting, self.variant.model), *overrides, f"seed={SEEDS}"])
+
+    def avg_value(self) -> float | None:
+        """The mean of the five cell means, when all five are there (the published Avg has five terms)."""
+        if len(self.cells) < len(COLUMNS):
+            return None
+        means = [cell.mean for cell in self.cells.values()]
+        return None if None in means else statistics.fmean(means)
+
+
+def _where(rec: RunRecord) -> tuple:
+    setting = lra.setting_of(rec)
+    return (setting, *((rec.experiment, rec.task) if setting == OTHER else (None, None)))
+
+
+def _fill(row: VariantRow, column: str, runs: list[RunRecord], metric: str = METRIC) -> None:
+    groups = seed_groups(runs, metric)
+    if groups:
+        row.cells[column] = best_group(groups)
+        row.configurations[column] = len(groups)
+
+
+def our_rows(records: list[RunRecord]) -> list[VariantRow]:
+    """The core rows in both preset settings (for the models the runner has), then a row for every other
+    variant and setting that has a completed run."""
+    groups: dict[tuple, list[RunRecord]] = {}
+    for setting in SETTINGS:
+        for variant in CORE:
+            if lra.runner_has_model(variant.model):
+                groups.setdefault((variant, setting, None, None), [])
+    for rec in lra.lra_runs(records):
+        if rec.model in ARCHITECTURES:
+            groups.setdefault((variant_of(rec), *_where(rec)), []).append(rec)
+    rows = []
+    for (variant, setting, experiment, task), runs in groups.items():
+        row = VariantRow(variant, setting, experiment, task)
+        for family, column in COLUMNS.items():
+            _fill(row, column, [rec for rec in runs if rec.task_family == family])
+        rows.append(row)
+    return sorted(rows, key=VariantRow.sort_key)
+
+
+# ----------------------------------------------------------------------------------------- tables
 def tables(records: list[RunRecord]) -> list[Table]:
-    return []
+    if not study_started(records):
+        return []
+    rows = our_rows(records)
+    return [lra_table(rows), ablation_table(rows), robustness_table(records)]
 
 
 def sections(records: list[RunRecord], out_dir: Path) -> tuple[list[str], list[Path]]:
     return [], []
+
+
+def _our_cell(row: VariantRow, family: str, column: str) -> str:
+    cell = row.cells.get(column)
+    if cell is not None:
+        return cell.text()
+    command = row.command(family)
+    return f"run: {command}" if command else ""
+
+
+def _our_avg(row: VariantRow) -> str:
+    value = row.avg_value()
+    if value is None:
+        return ""
+    return pct(value) + (f" {SUBSTITUTE}" if any(cell.substitute for cell in row.cells.values()) else "")
+
+
+def lra_table(rows: list[VariantRow]) -> Table:
+    columns = list(COLUMNS.values())
+    body = [[name, PUBLISHED_LRA, *(f"{LRA_TABLE1['rows'][name][c]:.2f}" for c in [*columns, "Avg"])]
+            for name in LRA_ROWS]
+    body.append(["ERNIE-Sparse", PUBLISHED, *([NOT_PUBLISHED] * len(columns)), f"{ERNIE_SPARSE['lra_avg']:.2f}"])
+    rules, previous = set(), None
+    for row in rows:
+        if row.where != previous:
+            rules.add(len(body))
+            previous = row.where
+        body.append([row.variant.label, row.setting_label,
+                     *(_our_cell(row, family, column) for family, column in COLUMNS.items()), _our_avg(row)])
+    return Table(
+        slug="ernie_sparse_lra",
+        title="ERNIE-Sparse (Liu et al. 2022) on LRA: published vs ours (test accuracy %)",
+        headers=["model", "source", *columns, "Avg"], rows=body, numeric=set(range(2, 3 + len(columns))),
+        rules_before=rules, notes=_lra_notes(rows),
+    )
+
+
+def _assumptions() -> str:
+    return ("Ours are re-implementations (the paper has no public code), with the assumptions of PAPERS.md C.3: "
+            "HST = blocks of `block_size` tokens, one representative token per block; a local stage (tokens "
+            "attend inside their block and to its representative), then a global stage (representatives attend "
+            "to each other); SAR = a second forward pass with every block boundary shifted by `model.sar.shift` "
+            "tokens (`model.sar.random_shift`: a random shift each step), loss = task loss + `model.sar.weight` "
+            "x symmetric KL between the two output distributions (the values: conf/model/hst.yaml, ernie_sparse.yaml). "
+            "Their numbers are not the paper's.")
+
+
+def _lra_notes(rows: list[VariantRow]) -> list[str]:
+    notes = [
+        f"Published: ERNIE-Sparse from {CITATION} (abstract): LRA average {ERNIE_SPARSE['lra_avg']:.2f} against "
+        f"{ERNIE_SPARSE['baseline']}'s {LRA_TABLE1['rows'][ERNIE_SPARSE['baseline']]['Avg']:.2f}. "
+        f"{NOT_PUBLISHED} = not published: its per-task LRA numbers are in no public source we found "
+        "(UNCONFIRMED, PAPERS.md C.2). The baseline rows are LRA Table 1's (" + lra.CITATION + "), which the "
+        "paper's 55.01 suggests it reused.",
+        _assumptions(),
+        "Rows of ours: one per variant = (model, SAR on = `model.sar.weight` > 0, `trainer.regulariser`) and "
+        "setting. ERNIE-Sparse = HST + SAR (`model=ernie_sparse`); w/o SAR = HST alone (`model=hst`); w/o HST = "
+        "SAR on BigBird's topology (`model=bigbird_sar`); R-Drop rows (`trainer.regulariser=rdrop`) appear once "
+        "such runs exist. Settings as in LRA Table 1: paper presets (`experiment=lra_<task>`) compare with the "
+        "published rows; CPU presets (`experiment=lra_<task>_cpu`) and task=... rows are NOT comparable.",
+        "A cell of ours: mean ± sample std of the test accuracy over completed runs that differ only in their "
+        "seed (n = how many; one run: its value alone; a seed run twice counts once, its best on validation). "
+        "Runs that differ in anything else are other configurations: the cell shows the one on official data "
+        "with the best mean validation accuracy. Failed and unfinished runs never fill a cell.",
+        f"Avg of ours: the mean of the five cell means, only when all five are filled. {SUBSTITUTE}: measured on "
+        "substitute data (see LRA Table 1's notes for which data), not comparable with the published task.",
+    ]
+    several = [f"{column} of {row.variant.label}, {row.setting_label}: {count}"
+               for row in rows for column, count in row.configurations.items() if count > 1]
+    if several:
+        notes.append("Cells chosen among several configurations (every run is in 'LRA Table 1: our runs'): "
+                     + "; ".join(several) + ".")
+    commands = [f"{row.variant.label}, {row.setting_label}: `{row.row_command()}`" for row in rows
+                if len(row.cells) < len(COLUMNS) and row.row_command()]
+    notes.append("An empty cell of ours shows the command that fills it (one seed)"
+                 + ("; a whole row with three seeds, one command per row below." if commands else "."))
+    return notes + commands
+
+
+# --------------------------------------------------------------------------------------- ablation
+def _difference(full: VariantRow | None, ablated: VariantRow | None, column: str) -> str:
+    """`+1.20 (37.00 vs 35.80)`: ERNIE-Sparse minus the ablated model, in points; "" without both."""
+    if full is None or ablated is None:
+        return ""
+    if column == "Avg":
+        ours, theirs = full.avg_value(), ablated.avg_value()
+    else:
+        ours = full.cells[column].mean if column in full.cells else None
+        theirs = ablated.cells[column].mean if column in ablated.cells else None
+    if ours is None or theirs is None:
+        return ""
+    return f"{signed(100 * (ours - theirs))} ({pct(ours)} vs {pct(theirs)})"
+
+
+ABLATION_COLUMNS = ("ListOps", "Avg")
+
+
+def ablation_table(rows: list[VariantRow]) -> Table:
+    ablations = {"w/o HST": WITHOUT_HST, "w/o SAR": WITHOUT_SAR}
+    body = []
+    for name in ablations:
+        published = ERNIE_SPARSE["ablation"][name]
+        body.append([f"ERNIE-Sparse minus {name}", PUBLISHED,
+                     *(signed(published[c]) if c in published else NOT_PUBLISHED for c in ABLATION_COLUMNS)])
+    rules = set()
+    by_where: dict[tuple, dict[Variant, VariantRow]] = {}
+    for row in rows:
+        by_where.setdefault(row.where, {})[row.variant] = row
+    for where, variants in by_where.items():
+        ours = []
+        for name, variant in ablations.items():
+            cells = [_difference(variants.get(FULL), variants.get(variant), c) for c in ABLATION_COLUMNS]
+            if any(cells):
+                ours.append([f"ERNIE-Sparse minus {name} ({FULL.model} - {variant.model})",
+                             next(iter(variants.values())).setting_label, *cells])
+        if ours:
+            rules.add(len(body))
+            body += ours
+    return Table(
+        slug="ernie_sparse_ablation",
+        title="ERNIE-Sparse ablations: HST + SAR minus w/o HST and minus w/o SAR (test accuracy points)",
+        headers=["difference", "source", *ABLATION_COLUMNS], rows=body, numeric={2, 3}, rules_before=rules,
+        notes=[
+            "Published (the review of the paper, PAPERS.md C.3): removing HST costs 1.00 point of LRA average and "
+            f"1.78 on ListOps; the w/o SAR numbers are not known ({NOT_PUBLISHED}).",
+            "Ours: the difference of two cells of the table above (means over seeds), with the two means in "
+            "brackets; a row appears for a setting once one of its differences has both cells (Avg: both rows "
+            "complete). Fill the missing cells with the commands of the table above.",
+        ],
+    )
+
+
+# ------------------------------------------------------------------------------------- robustness
+def _shift(rec: RunRecord) -> int | None:
+    value = as_float(rec.config.get("trainer.test_topology_shift"))
+    return None if value is None else int(value)
+
+
+def robustness_rows(records: list[RunRecord]) -> list[VariantRow]:
+    """ERNIE-Sparse and HST at shift 1 in both preset settings (for the models the runner has), then every
+    variant, setting and shift with completed Pathfinder runs that measured the shifted test."""
+    groups: dict[tuple, list[RunRecord]] = {}
+    for setting in SETTINGS:
+        for variant in (FULL, WITHOUT_SAR):
+            if lra.runner_has_model(variant.model):
+                groups.setdefault((variant, setting, None, None, ROBUSTNESS_SHIFT), [])
+    for rec in completed(records, "pathfinder", METRIC):
+        if rec.model in ARCHITECTURES and rec.metric(SHIFTED_METRIC) is not None:
+            groups.setdefault((variant_of(rec), *_where(rec), _shift(rec)), []).append(rec)
+    rows = []
+    for (variant, setting, experiment, task, shift), runs in groups.items():
+        row = VariantRow(variant, setting, experiment, task, shift=shift)
+        _fill(row, "Pathfinder", runs, SHIFTED_METRIC)
+        rows.append(row)
+    return sorted(rows, key=VariantRow.sort_key)
+
+
+def _change(cell: Cell) -> str:
+    """Shifted minus plain test accuracy of the same runs, in points (mean ± std when several)."""
+    changes = [100 * (s - t) for rec in cell.runs
+               if (s := rec.metric(SHIFTED_METRIC)) is not None and (t := rec.metric(METRIC)) is not None]
+    if not changes:
+        return ""
+    if len(changes) == 1:
+        return signed(changes[0])
+    return f"{signed(statistics.fmean(changes))} ± {statistics.stdev(changes):.2f}"
+
+
+def robustness_table(records: list[RunRecord]) -> Table:
+    published = ERNIE_SPARSE["pathfinder_perturbed"]
+    body = [[label, PUBLISHED, NOT_PUBLISHED, NOT_PUBLISHED, f"{published[name]:.2f}", NOT_PUBLISHED]
+            for label, name in (("ERNIE-Sparse (with SAR)", "with SAR"), ("w/o SAR (HST)", "w/o SAR"))]
+    rules, previous = set(), None
+    for row in robustness_rows(records):
+        if row.where != previous:
+            rules.add(len(body))
+            previous = row.where
+        cell = row.cells.get("Pathfinder")
+        shift = "?" if row.shift is None else str(row.shift)
+        if cell is None:
+            command = row.command("pathfinder", f"trainer.test_topology_shift={row.shift}")
+            body.append([row.variant.label, row.setting_label, shift, "", f"run: {command}" if command else "", ""])
+        else:
+            body.append([row.variant.label, row.setting_label, shift, cell.text(METRIC), cell.text(), _change(cell)])
+    return Table(
+        slug="ernie_sparse_robustness",
+        title="ERNIE-Sparse robustness: Pathfinder test accuracy % under a shifted attention topology",
+        headers=["model", "source", "shift", "test acc", "shifted test acc", "change (points)"],
+        rows=body, numeric={2, 3, 4, 5}, rules_before=rules,
+        notes=[
+            f"Published (the review of the paper, PAPERS.md C.3): under a perturbed attention topology Pathfinder "
+            f"accuracy is {published['with SAR']:.2f} with SAR and {published['w/o SAR']:.2f} without "
+            f"({published['with SAR'] - published['w/o SAR']:.2f} points less degradation). The perturbation, "
+            f"and the accuracies before it, are not known ({NOT_PUBLISHED}; PAPERS.md C.2).",
+            "Ours: the test set measured again with every block boundary moved right by `shift` tokens "
+            f"(`trainer.test_topology_shift`, metric `{SHIFTED_METRIC}`) on the same runs; change = shifted minus "
+            "plain test accuracy. Cells: mean ± sample std over runs that differ only in their seed, as in the "
+            "LRA table. " + _assumptions(),
+        ],
+    )
