@@ -54,7 +54,7 @@ def test_head_size_null_means_d_model_over_heads(tiny_config):
 
 
 BAD_OVERRIDES = {
-    "model=nope": ("model=nope", "valid: entmax, entmax15, fixed_head, softmax, sparsemax, standard_heads"),
+    "model=nope": ("model=nope", "valid: bigbird, bigbird_sar, entmax, entmax15, ernie_sparse, fixed_head, hst, local, softmax, sparsemax, standard_heads"),
     "task=nope": ("task=nope", "valid: bible_es_en, iwslt", "listops, listops_lra"),
     "experiment=nope": ("experiment=nope", "valid: bhojanapalli2020_lm1b", "correia2019_iwslt17_de_en", "lra_listops", "mt_cpu"),
     "model.foo=1": ("model.foo", "valid keys:"),
@@ -66,7 +66,7 @@ BAD_OVERRIDES = {
     "model.normaliser=sparsemaxx": ("model.normaliser", "valid: alpha_entmax, entmax15, softmax, sparsemax"),
     "model.alpha=2.5": ("model.alpha", "[1, 2]"),
     "model.alpha_init=big": ("model.alpha_init", "random"),
-    "model.pattern=diagonal": ("model.pattern", "valid: causal, dense"),
+    "model.pattern=diagonal": ("model.pattern", "valid: bigbird, causal, dense, hst, local"),
     "trainer.schedule=exp": ("trainer.schedule", "valid: constant, linear, inverse_sqrt, cosine"),
     "trainer.precision=fp8": ("trainer.precision", "valid: fp32, bf16, fp16"),
     "trainer.device=tpu": ("trainer.device", "valid: auto, cpu, cuda"),
