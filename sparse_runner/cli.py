@@ -82,10 +82,7 @@ def describe_composition_error(exc: BaseException) -> str:
     return " ".join(lines[:2]) if lines else type(exc).__name__
 
 
-def job_override_lists(overrides: list[str], multirun: bool) -> list[list[str]]:
-    """The override list of every job the command would launch (sweeps expanded, as Hydra's basic
-    sweeper does: the cartesian product of the swept values, a later override of a key replacing an
-    earlier one)."""
+def _parse_overrides(overrides: list[str]) -> list[Any]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
@@ -95,6 +92,14 @@ def job_override_lists(overrides: list[str], multirun: bool) -> list[list[str]]:
             parsed.extend(parser.parse_overrides([text]))
         except Exception as exc:
             raise ConfigError(f"cannot parse override {text!r}: {one_line(exc)} (see Hydra's override grammar)") from None
+    return parsed
+
+
+def job_override_lists(overrides: list[str], multirun: bool) -> list[list[str]]:
+    """The override list of every job the command would launch (sweeps expanded, as Hydra's basic
+    sweeper does: the cartesian product of the swept values, a later override of a key replacing an
+    earlier one)."""
+    parsed = _parse_overrides(overrides)
     sweeps = [o for o in parsed if o.is_sweep_override()]
     if sweeps and not multirun:
         raise ConfigError(f"{sweeps[0].input_line!r} is a sweep; add -m (--multirun) to run one job per value")
@@ -129,6 +134,19 @@ def preflight(overrides: list[str], multirun: bool) -> None:
                 except Exception as exc:
                     raise ConfigError(describe_composition_error(exc)) from None
                 validate(cfg)
+            if multirun:
+                # Hydra first composes a multirun's base config from the defaults and the fixed overrides
+                # alone (a swept group at its default); an override that only exists under some swept
+                # choice fails there, after every job above composed fine.
+                fixed = [o.input_line for o in _parse_overrides(overrides) if not o.is_sweep_override()]
+                try:
+                    compose(config_name="config", overrides=fixed)
+                except Exception as exc:
+                    key = describe_composition_error(exc).split(":")[0]
+                    raise ConfigError(
+                        f"{key}: a multirun first composes its config without the swept values, where this key does not "
+                        f"exist; write it as ++{key}=VALUE (adds the key or overrides it)"
+                    ) from None
     finally:
         GlobalHydra.instance().clear()
 

@@ -183,8 +183,9 @@ def describe_omegaconf_error(exc: OmegaConfBaseException, family: str | None = N
     msg = str(exc).split("\n")[0].strip()
     missing = re.match(r"Key '([^']+)' (?:not in|is not in struct)", msg)
     if missing and full_key.startswith("model.pattern_options."):
-        # pattern_options starts empty: a new option is a new key, which Hydra only adds with '+'.
-        return f"{full_key}: a pattern option is a new key; add it with '+{full_key}=VALUE' (the pattern checks it)"
+        # A preset sets only some options: another one is a new key, which Hydra only adds with '+'
+        # ('++' adds or overrides, so it also works across a sweep of presets).
+        return f"{full_key}: a pattern option the preset does not set is a new key; add it with '++{full_key}=VALUE' (the pattern checks it)"
     if missing:
         return f"{full_key or missing.group(1)}: unknown key; valid keys: {', '.join(valid_keys(full_key, family))}"
     conversion = re.match(r"Value '(.*?)' (?:of type '(\w+)' )?could not be converted to (\w+)", msg)

@@ -83,6 +83,14 @@ BAD_OVERRIDES = {
 }
 
 
+def test_a_sweep_over_presets_needs_plus_plus_for_a_key_only_some_presets_have():
+    # Hydra composes a multirun's base config with the swept group at its default (model=softmax, no
+    # block_size): the plain override would pass every job's check and then fail inside Hydra.
+    with pytest.raises(ConfigError, match=r"model.pattern_options.block_size: a multirun first composes .* write it as \+\+model"):
+        preflight(TINY + ["model=local,hst", "model.pattern_options.block_size=8"], multirun=True)
+    preflight(TINY + ["model=local,hst", "++model.pattern_options.block_size=8"], multirun=True)
+
+
 @pytest.mark.parametrize("override", list(BAD_OVERRIDES))
 def test_bad_override_is_one_clear_line(override):
     with pytest.raises(ConfigError) as info:
