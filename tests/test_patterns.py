@@ -26,6 +26,7 @@ from sparse_runner.models import CLASSIFIER_KEYS, SEQ2SEQ_KEYS, build_classifier
 from sparse_runner.models.config import MODEL_KEYS, ModelConfig
 from sparse_runner.models.encoder import EncoderClassifier, TransformerEncoder
 from sparse_runner.models.seq2seq import TransformerSeq2Seq
+from tests.test_block_patterns import dense_weights
 
 NORMALISERS = ["softmax", "sparsemax", "entmax15", "alpha_entmax"]
 H = 3
@@ -94,7 +95,8 @@ def check_against_reference(pattern: Pattern, name: str, case: str, need_weights
     out, weights, valid = pattern.attend(q, k, v, normaliser=normaliser, key_padding_mask=pad, need_weights=need_weights)
     expected, expected_weights, expected_valid = reference(q, k, v, normaliser, pattern, pad)
     if isinstance(weights, list):  # a block-sparse pattern's row groups (test_block_patterns.py checks them)
-        weights, valid = scatter_row_groups(weights, 2, H, n_q)
+        weights, slots = dense_weights(weights, 2, H, n_q)
+        valid = slots > 0
     # Softmax's explicit path computes in float32 (so the order of the float64 score sums may round it
     # differently), the fused SDPA path in float64: compare softmax at float32 precision.
     tol = dict(atol=1e-5, rtol=1e-5) if weights is None or name == "softmax" else {}
@@ -109,16 +111,6 @@ def check_against_reference(pattern: Pattern, name: str, case: str, need_weights
         torch.testing.assert_close(weights, expected_weights)
         full = torch.ones_like(expected_valid) if valid is None else valid.expand_as(expected_valid)
         assert torch.equal(full, expected_valid)
-
-
-def scatter_row_groups(groups, b, h, n):
-    weights = torch.zeros(b, h, n, n, dtype=torch.float64)
-    valid = torch.zeros(b, 1, n, n, dtype=torch.bool)
-    for group in groups:
-        w, slots = group.to_dense(n)
-        weights[:, :, group.rows] += w
-        valid[:, :, group.rows] |= slots > 0
-    return weights, valid
 
 
 @pytest.mark.parametrize("need_weights", [False, True], ids=["fast", "weights"])
