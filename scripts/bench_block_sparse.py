@@ -1,0 +1,526 @@
+#!/usr/bin/env python
+"""Block-sparse attention layers on CPU: dense SDPA vs Hugging Face BigBird vs our local / BigBird / HST.
+
+Issue 11's targets, measured side by side in one run (2-core CPU):
+  - HST layer (8 heads x 64, forward+backward) at 4096 tokens >= 6x faster than dense SDPA softmax and
+    faster than HF's BigBirdBlockSparseAttention (block 64, 3 random blocks);
+  - HST time growing ~linearly from 1k to 8k tokens (16k reported too), with the peak memory at each length;
+  - alpha-entmax x HST at 4096 tokens <= 2x softmax x HST.
+
+    python scripts/bench_block_sparse.py                       # full run (~7.5 min on a quiet 2-core machine)
+    python scripts/bench_block_sparse.py --quick               # lengths 128,256, one round (smoke run)
+    python scripts/bench_block_sparse.py --profile hst_alpha_entmax:4096   # torch.profiler table, no benchmark
+
+Writes <out-dir>/block_sparse.json and .md (default out-dir: outputs/bench/block_sparse).
+
+Method (PERF_BASELINE.md sections 1, 4.2, 6; the harness of scripts/bench_attention.py and bench_normalisers.py):
+* Every row is one whole attention layer on x (1, N, 512) float32: Q/K/V projections, attention, output
+  projection (ours: `MultiHeadAttention(512, AttentionSpec(8 heads x 64, normaliser, pattern, block_size 64))`).
+  HF BigBird is `BigBirdBlockSparseAttention` (hidden 512, 8 heads, block_size 64, num_random_blocks 3,
+  dropout 0, train mode: its random blocks are redrawn with numpy on every call, as in training; masks from
+  `BigBirdModel.create_masks_for_block_sparse_attn`) followed by an nn.Linear(512, 512) output projection, so
+  both sides compute the same projections (PERF_BASELINE 4.2 timed HF without the output projection).
+* The "projections" row times those projections alone (no attention), so that each row splits into
+  projections + attention; the targets table adds the dense/HST ratio with the projections subtracted.
+* HST: the encoder inserts one representative token in front of every block (`SequenceLayout.enter`), so the
+  HST layer runs on N + N/64 positions (with their all-True key padding mask); `enter` itself is not timed.
+* One step = forward, then backward of <out, g> (g ~ N(0, 1) fixed), into x and every parameter (grads set
+  to None before each step, no accumulation). Steps cycle through --inputs different (x, g) draws.
+* Timer: torch.utils.benchmark.Timer with num_threads set explicitly, blocked_autorange(min_run_time).
+  Per length, every case is built and warmed up once, then all cases are measured in --rounds round-robin
+  rounds; a number is the median of the per-round medians; ratios are to dense SDPA in the same rounds.
+* Allocator: the timing process re-executes itself with glibc's MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_
+  fixed (freed blocks are reused instead of page-faulted again; see PERF_BASELINE 1), and records them.
+* Peak memory: see `memory_child` (one fresh subprocess per row and length, after all the timings).
+* Load average (1 min) is recorded before and after each length: another process on the 2 cores halves
+  every number.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**31)}
+# The memory children want the opposite: every allocation >= 64 KiB its own mmap, unmapped on free, so that
+# the resident set follows the live tensors (see memory_child).
+MEMORY_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(2**16), "MALLOC_TRIM_THRESHOLD_": str(2**17)}
+_CHILD_FLAG = "--memory-child"
+
+if (
+    __name__ == "__main__"
+    and _CHILD_FLAG not in sys.argv
+    and "--default-allocator" not in sys.argv
+    and any(os.environ.get(k) != v for k, v in ALLOCATOR.items())
+):
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **ALLOCATOR, "SPARSE_RUNNER_BENCH_REEXEC": "1"})
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import itertools  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import resource  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.benchmark import Timer  # noqa: E402
+
+from sparse_runner.attention import AttentionSpec, MultiHeadAttention  # noqa: E402
+from sparse_runner.attention import entmax  # noqa: E402
+from sparse_runner.attention.layout import SequenceLayout  # noqa: E402
+from sparse_runner.benchmarking import write_benchmark  # noqa: E402
+
+D_MODEL, HEADS, HEAD_SIZE, BLOCK, HF_RANDOM_BLOCKS = 512, 8, 64, 64, 3
+
+# name -> (label, pattern or "hf", normaliser)
+ROWS = {
+    "dense_sdpa": ("dense SDPA softmax", "dense", "softmax"),
+    "hf_bigbird": ("HF BigBird block-sparse (train mode)", "hf", "softmax"),
+    "bigbird_softmax": ("ours bigbird softmax", "bigbird", "softmax"),
+    "local_softmax": ("ours local softmax (own block)", "local", "softmax"),
+    "hst_softmax": ("ours hst softmax", "hst", "softmax"),
+    "hst_alpha_entmax": ("ours hst alpha_entmax (learned alpha/head)", "hst", "alpha_entmax"),
+    "hst_entmax15": ("ours hst entmax15", "hst", "entmax15"),
+    "hst_sparsemax": ("ours hst sparsemax", "hst", "sparsemax"),
+    # Not attention: the layer's Q/K/V and output projections alone, to split every row's time into
+    # projections + attention (the projections are the same matmuls in every row).
+    "projections": ("projections only (Q/K/V + output, no attention)", "proj", None),
+}
+DEFAULT_LENGTHS = "1024,2048,4096,8192,16384"
+QUICK_LENGTHS = "128,256"
+
+
+# ----------------------------------------------------------------------------- cases
+def hf_unavailable() -> str | None:
+    try:
+        import transformers  # noqa: F401
+        from transformers.models.big_bird.modeling_big_bird import BigBirdBlockSparseAttention  # noqa: F401
+    except ImportError as e:
+        return f"transformers not installed (pip install -e '.[bench]'): {e}"
+    return None
+
+
+def skip_reason(row: str, n: int, max_dense: int) -> str | None:
+    """Why (row, n) is not measured, or None."""
+    pattern = ROWS[row][1]
+    if pattern == "dense" and n > max_dense:
+        return f"N > --max-dense-length {max_dense} (dense SDPA grows ~n^2: ~0.8 s per step at 4096 here, ~13 s at 16384)"
+    if pattern == "hf":
+        missing = hf_unavailable()
+        if missing:
+            return missing
+        # BigBirdModel itself switches to full attention at or below this length; the layer then fails.
+        smallest = (5 + 2 * HF_RANDOM_BLOCKS) * BLOCK
+        if n <= smallest:
+            return f"HF block-sparse needs N > (5 + 2 x {HF_RANDOM_BLOCKS} random) x {BLOCK} = {smallest} tokens"
+        if n % BLOCK:
+            return f"HF block-sparse needs N a multiple of {BLOCK}"
+    return None
+
+
+def build_case(row: str, n: int, inputs: int, seed: int = 0):
+    """(module, forward fn, xs, gs, positions): the layer of `row` for N tokens, ready for `step`."""
+    _, pattern, normaliser = ROWS[row]
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    raw = [torch.randn(1, n, D_MODEL, generator=gen) for _ in range(inputs)]
+    if pattern == "hf":
+        from transformers import BigBirdConfig
+        from transformers.models.big_bird.modeling_big_bird import BigBirdBlockSparseAttention, BigBirdModel
+
+        config = BigBirdConfig(
+            hidden_size=D_MODEL, num_attention_heads=HEADS, attention_type="block_sparse", block_size=BLOCK,
+            num_random_blocks=HF_RANDOM_BLOCKS, attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0,
+            max_position_embeddings=max(4096, n),  # HF draws the random plan for 1024/3072/4096 at this length
+        )
+        module = nn.ModuleDict({"attn": BigBirdBlockSparseAttention(config), "out_proj": nn.Linear(D_MODEL, D_MODEL)})
+        blocked, band, from_mask, to_mask = BigBirdModel.create_masks_for_block_sparse_attn(torch.ones(1, n), BLOCK)
+
+        def forward(x):
+            ctx, _ = module["attn"](x, band_mask=band, from_mask=from_mask, to_mask=to_mask,
+                                    from_blocked_mask=blocked, to_blocked_mask=blocked)
+            return module["out_proj"](ctx)
+
+        xs = raw
+    elif pattern == "proj":
+        module = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE))
+        inner = HEADS * HEAD_SIZE
+
+        def forward(x):  # the layer's three matmuls; the two adds stand in for attention (~1% of the time)
+            kv = module.kv_proj(x)
+            return module.out_proj(module.q_proj(x) + kv[..., :inner] + kv[..., inner:])
+
+        xs = raw
+    else:
+        options = {} if pattern == "dense" else {"block_size": BLOCK}
+        module = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE, normaliser=normaliser,
+                                                           pattern=pattern, pattern_options=options))
+        mask = None
+        xs = raw
+        if pattern == "hst":
+            layout = SequenceLayout(BLOCK, 0, D_MODEL, "learned")
+            with torch.no_grad():
+                entered = [layout.enter(x, None) for x in raw]
+            xs, mask = [e[0] for e in entered], entered[0][1]
+
+        def forward(x):
+            return module(x, key_padding_mask=mask)
+
+    module.train()
+    xs = [x.detach().clone().requires_grad_() for x in xs]
+    gs = [torch.randn(x.shape, generator=gen) for x in xs]
+    return module, forward, xs, gs, xs[0].shape[1]
+
+
+def make_step(module, forward, xs, gs):
+    turn = itertools.count()
+    params = list(module.parameters())
+
+    def step():
+        i = next(turn) % len(xs)
+        for p in params:
+            p.grad = None
+        xs[i].grad = None
+        forward(xs[i]).backward(gs[i])
+
+    return step
+
+
+# ----------------------------------------------------------------------------- peak memory
+def _status_kib(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def memory_child(row: str, n: int, inputs: int) -> dict:
+    """Peak extra resident memory of one forward+backward step, in this (fresh) process.
+
+    Method: the process runs with MEMORY_ALLOCATOR, i.e. every block >= 64 KiB is its own mmap that is
+    unmapped when freed (torch's CPU allocator does not cache), so the resident set tracks the live tensors.
+    The layer and its inputs are built and one warm-up step runs (one-time costs: kernel loads, HF's numpy
+    plan, lazy inits); then the kernel's high-water mark is reset to the current RSS (`echo 5 >
+    /proc/self/clear_refs`, Linux >= 4.0) and one more step runs. Peak = VmHWM after it - VmRSS before
+    it: the activations kept for backward, the transient buffers and the gradients, not the weights and
+    inputs. Without clear_refs: no warm-up, peak = ru_maxrss after the first step - RSS before it (includes
+    the one-time costs; recorded as the method).
+    """
+    module, forward, xs, gs, positions = build_case(row, n, 1)
+    step = make_step(module, forward, xs, gs)
+    method = "VmHWM - VmRSS around the 2nd step (clear_refs reset)"
+    try:
+        step()
+        gc.collect()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _status_kib("VmRSS")
+        step()
+        peak = _status_kib("VmHWM")
+        if before is None or peak is None:
+            raise OSError("no /proc/self/status")
+    except OSError:
+        method = "ru_maxrss after the 1st step - VmRSS before it (no clear_refs: includes one-time costs)"
+        module, forward, xs, gs, positions = build_case(row, n, 1)
+        step = make_step(module, forward, xs, gs)
+        gc.collect()
+        before = _status_kib("VmRSS") or 0
+        step()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {"peak_mib": (peak - before) / 1024, "positions": positions, "method": method}
+
+
+def measure_memory(row: str, n: int, threads: int, timeout: float) -> dict:
+    env = {**os.environ, **MEMORY_ALLOCATOR}
+    env.pop("SPARSE_RUNNER_BENCH_REEXEC", None)
+    cmd = [sys.executable, os.path.abspath(__file__), _CHILD_FLAG, row, str(n), "--threads", str(threads)]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------- timing
+def loadavg() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def time_length(n: int, rows: list[str], args, threads: int) -> dict[str, dict]:
+    """Round-robin timings of every measurable row at length n."""
+    steps, out = {}, {}
+    for row in rows:
+        reason = skip_reason(row, n, args.max_dense_length)
+        if reason:
+            out[row] = {"skipped": reason}
+            continue
+        module, forward, xs, gs, positions = build_case(row, n, args.inputs)
+        steps[row] = make_step(module, forward, xs, gs)
+        t0 = time.perf_counter()
+        steps[row]()  # warm-up: first-call allocations, kernel loads
+        out[row] = {"positions": positions, "warmup_s": round(time.perf_counter() - t0, 3), "round_medians_ms": []}
+        print(f"  n={n} {row}: warm-up {out[row]['warmup_s']:.2f} s", file=sys.stderr, flush=True)
+    for r in range(args.rounds):
+        for row, step in steps.items():
+            t = Timer("step()", globals={"step": step}, num_threads=threads).blocked_autorange(min_run_time=args.min_run_time)
+            out[row]["round_medians_ms"].append(1e3 * t.median)
+            print(f"  n={n} round {r} {row}: {1e3 * t.median:.1f} ms", file=sys.stderr, flush=True)
+    for row in steps:
+        out[row]["fwd_bwd_ms"] = statistics.median(out[row]["round_medians_ms"])
+    base = out.get("dense_sdpa", {}).get("round_medians_ms")
+    for row in steps:
+        if base:  # ratio of medians, both from the same rounds
+            out[row]["x_dense_sdpa"] = out[row]["fwd_bwd_ms"] / statistics.median(base)
+    return out
+
+
+def ratio(results, num_row, den_row, n_num, n_den=None):
+    n_den = n_num if n_den is None else n_den
+    a = results.get(str(n_num), {}).get(num_row, {}).get("fwd_bwd_ms")
+    b = results.get(str(n_den), {}).get(den_row, {}).get("fwd_bwd_ms")
+    return a / b if a is not None and b else None
+
+
+def targets(results: dict) -> list[dict]:
+    t = [
+        {"name": "dense SDPA / HST softmax at 4096 (target >= 6)", "value": ratio(results, "dense_sdpa", "hst_softmax", 4096), "ok": lambda v: v >= 6},
+        {"name": "HF BigBird / HST softmax at 4096 (target > 1)", "value": ratio(results, "hf_bigbird", "hst_softmax", 4096), "ok": lambda v: v > 1},
+        {"name": "HST alpha_entmax / HST softmax at 4096 (target <= 2)", "value": ratio(results, "hst_alpha_entmax", "hst_softmax", 4096), "ok": lambda v: v <= 2},
+        # "~linear": the 8x more tokens cost at most 25% more than 8x (criterion of this script, not of the issue).
+        {"name": "HST softmax time(8192) / time(1024) (linear = 8; criterion <= 10)", "value": ratio(results, "hst_softmax", "hst_softmax", 8192, 1024), "ok": lambda v: v <= 10},
+        {"name": "HST alpha_entmax time(8192) / time(1024) (linear = 8; criterion <= 10)", "value": ratio(results, "hst_alpha_entmax", "hst_alpha_entmax", 8192, 1024), "ok": lambda v: v <= 10},
+    ]
+    # Derived, not an issue target: the same ratio with the projections' time taken out of both rows
+    # (HST's projections run on N + N/64 positions: the N-token projections time scaled by 1 + 1/64).
+    proj = results.get("4096", {}).get("projections", {}).get("fwd_bwd_ms")
+    dense = results.get("4096", {}).get("dense_sdpa", {}).get("fwd_bwd_ms")
+    hst = results.get("4096", {}).get("hst_softmax", {}).get("fwd_bwd_ms")
+    value = None
+    if proj and dense and hst and hst > proj * (1 + 1 / BLOCK):
+        value = (dense - proj) / (hst - proj * (1 + 1 / BLOCK))
+    t.append({"name": "attention only (projections subtracted): dense SDPA / HST softmax at 4096 (derived; >= 6)", "value": value, "ok": lambda v: v >= 6})
+    for entry in t:
+        v = entry.pop("ok")
+        entry["met"] = None if entry["value"] is None else bool(v(entry["value"]))
+    return t
+
+
+# ----------------------------------------------------------------------------- report
+def markdown(meta: dict, results: dict, memory: dict, rows: list[str], lengths: list[int], target_rows: list[dict]) -> list[str]:
+    notes: list[str] = []
+
+    def note(text: str) -> str:
+        if text not in notes:
+            notes.append(text)
+        return f"({notes.index(text) + 1})"
+
+    head = "| row |" + "".join(f" {n} ms | x dense | MiB |" for n in lengths)
+    rule = "|---|" + "---:|---:|---:|" * len(lengths)
+    lines = [
+        "# Block-sparse attention layers on CPU (forward+backward)",
+        "",
+        f"{meta['cpu']}; {meta['threads']} threads; torch {meta['torch']}; transformers {meta['transformers']}; "
+        f"entmax backend {meta['entmax_backend']}; allocator {meta['allocator']}.",
+        f"One attention layer: d_model {D_MODEL}, {HEADS} heads x {HEAD_SIZE}, block size {BLOCK}, batch 1, float32, "
+        "timings include the Q/K/V and output projections (HF BigBird: its Q/K/V + an nn.Linear output projection). "
+        "fwd+bwd = forward, then backward into the input and all parameters. "
+        f"Medians of {meta['rounds']} round-robin rounds (blocked_autorange, min_run_time {meta['min_run_time']} s); "
+        "x dense = ratio to dense SDPA softmax in the same rounds; MiB = peak extra resident memory of one step, "
+        "measured in a fresh process per cell (VmHWM - VmRSS, see memory_child in the script).",
+        f"HST runs on N + N/{BLOCK} positions (one representative token per block). local = own block only "
+        "(neighbours 0); ours bigbird = window 3, 2 global blocks, 3 random blocks (fixed per layer), "
+        "HF = the same topology with random blocks redrawn every call.",
+        f"Load average (1 min) before/after each length: {meta['loadavg']}; run time {meta['seconds']} s.",
+        f"Code: HEAD {meta['git']['head'][:12] or '?'}; attention files differing from it: "
+        f"{', '.join(meta['git']['attention_files_modified']) or 'none'}.",
+        "",
+        "## Time, ratio to dense SDPA, peak memory",
+        "",
+        head,
+        rule,
+    ]
+    for row in rows:
+        cells = []
+        for n in lengths:
+            r = results.get(str(n), {}).get(row, {})
+            m = memory.get(str(n), {}).get(row, {})
+            if "skipped" in r:
+                cells.append(f" skipped {note(r['skipped'])} | | |")
+                continue
+            ms = f"{r['fwd_bwd_ms']:.1f}" if "fwd_bwd_ms" in r else "-"
+            x = f"{r['x_dense_sdpa']:.3g}" if "x_dense_sdpa" in r else "-"
+            if "peak_mib" in m:
+                mib = f"{m['peak_mib']:.0f}"
+            elif "error" in m:
+                mib = f"err {note('memory child: ' + m['error'])}"
+            else:
+                mib = "-"
+            cells.append(f" {ms} | {x} | {mib} |")
+        lines.append(f"| {ROWS[row][0]} |" + "".join(cells))
+    lines.append("")
+    lines += [f"{note_id}. {text}" for note_id, text in enumerate(notes, 1)] + [""] if notes else []
+    lines += ["## Targets (issue 11)", "", "| ratio | value | met |", "|---|---:|---|"]
+    for t in target_rows:
+        v = "n/a" if t["value"] is None else f"{t['value']:.2f}"
+        met = "n/a" if t["met"] is None else ("yes" if t["met"] else "**NO**")
+        lines.append(f"| {t['name']} | {v} | {met} |")
+    lines.append("")
+    scaling = []
+    for row in ("hst_softmax", "hst_alpha_entmax", "local_softmax", "bigbird_softmax", "hf_bigbird", "dense_sdpa"):
+        if row not in rows:
+            continue
+        steps = [f"{a}->{b}: {ratio(results, row, row, b, a):.2f}" for a, b in zip(lengths, lengths[1:]) if ratio(results, row, row, b, a)]
+        if steps:
+            scaling.append(f"- {ROWS[row][0]}: " + ", ".join(steps))
+    if scaling:
+        lines += ["## Time ratio per doubling of N (linear = 2.0, quadratic = 4.0)", "", *scaling, ""]
+    return lines
+
+
+def git_state() -> dict:
+    """HEAD and the attention files that differ from it: the code that was measured."""
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*cmd):
+        try:
+            return subprocess.run(["git", *cmd], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {"head": git("rev-parse", "HEAD"), "attention_files_modified": git("status", "--porcelain", "--", "sparse_runner/attention").splitlines()}
+
+
+# ----------------------------------------------------------------------------- profile
+def profile(spec: str, threads: int) -> None:
+    row, n = spec.split(":")
+    module, forward, xs, gs, positions = build_case(row, int(n), 1)
+    step = make_step(module, forward, xs, gs)
+    step()
+    step()
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(3):
+            step()
+    print(f"# {row} at N={n} ({positions} positions), {threads} threads, 3 steps")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
+    print(prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=25))
+
+
+# ----------------------------------------------------------------------------- main
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    p.add_argument("--lengths", default=None, help=f"comma-separated N (default {DEFAULT_LENGTHS}; --quick: {QUICK_LENGTHS})")
+    p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated rows from: {', '.join(ROWS)}")
+    p.add_argument("--out-dir", type=Path, default=Path("outputs/bench/block_sparse"))
+    p.add_argument("--quick", action="store_true", help="lengths 128,256, one round, short timings, one input (smoke run)")
+    p.add_argument("--max-dense-length", type=int, default=8192, help="dense SDPA is skipped above this N (n^2)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--min-run-time", type=float, default=0.5, help="seconds per blocked_autorange")
+    p.add_argument("--inputs", type=int, default=2, help="different (x, g) draws cycled through by the steps")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    p.add_argument("--memory-timeout", type=float, default=600.0, help="seconds per memory subprocess")
+    p.add_argument("--profile", default=None, metavar="ROW:N", help="print a torch.profiler table of ROW at N and exit")
+    p.add_argument("--default-allocator", action="store_true", help="do not re-execute with the tuned glibc settings")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.min_run_time, args.inputs = 1, min(args.min_run_time, 0.1), 1
+    args.lengths = [int(v) for v in (args.lengths or (QUICK_LENGTHS if args.quick else DEFAULT_LENGTHS)).split(",")]
+    args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = [r for r in args.rows if r not in ROWS]
+    if unknown:
+        p.error(f"unknown rows {unknown}; valid: {', '.join(ROWS)}")
+    return args
+
+
+def main(argv=None) -> dict:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == _CHILD_FLAG:  # memory subprocess: <flag> ROW N [--threads T]
+        row, n = argv[1], int(argv[2])
+        if "--threads" in argv:
+            torch.set_num_threads(int(argv[argv.index("--threads") + 1]))
+        print(json.dumps(memory_child(row, n, 1)))
+        return {}
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    if args.profile:
+        profile(args.profile, threads)
+        return {}
+    try:
+        import transformers
+
+        tf_version = transformers.__version__
+    except ImportError:
+        tf_version = None
+    if "hf_bigbird" in args.rows and hf_unavailable():
+        print(f"HF BigBird row skipped: {hf_unavailable()}", file=sys.stderr)
+    tuned = all(os.environ.get(k) == v for k, v in ALLOCATOR.items())
+    allocator = ("glibc with " + ", ".join(f"{k}={v}" for k, v in ALLOCATOR.items())) if tuned else "glibc default"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    backend = entmax.active_backend(torch.device("cpu"))  # loads / builds the C++ kernels before any timing
+
+    start = time.time()
+    results, memory, loads = {}, {}, {}
+    for n in args.lengths:
+        before = loadavg()
+        print(f"N={n} ...", file=sys.stderr, flush=True)
+        results[str(n)] = time_length(n, args.rows, args, threads)
+        loads[str(n)] = [before, loadavg()]
+        gc.collect()
+    if not args.no_memory:  # after every timing: never two processes on the 2 cores at once
+        for n in args.lengths:
+            memory[str(n)] = {}
+            for row in args.rows:
+                if "skipped" in results[str(n)].get(row, {}):
+                    continue
+                memory[str(n)][row] = measure_memory(row, n, threads, args.memory_timeout)
+                print(f"  memory n={n} {row}: {memory[str(n)][row]}", file=sys.stderr, flush=True)
+    meta = {
+        "cpu": cpu,
+        "threads": threads,
+        "torch": torch.__version__,
+        "transformers": tf_version,
+        "entmax_backend": backend,
+        "allocator": allocator,
+        "memory_allocator": MEMORY_ALLOCATOR,
+        "rounds": args.rounds,
+        "min_run_time": args.min_run_time,
+        "inputs_cycled": args.inputs,
+        "lengths": args.lengths,
+        "rows": {r: ROWS[r][0] for r in args.rows},
+        "max_dense_length": args.max_dense_length,
+        "loadavg": loads,
+        "seconds": round(time.time() - start, 1),
+        "command": " ".join(["python", "scripts/bench_block_sparse.py", *argv]),
+        "git": git_state(),
+    }
+    target_rows = targets(results)
+    result = {"benchmark": "block_sparse", "meta": meta, "timings": results, "memory": memory, "targets": target_rows}
+    write_benchmark(args.out_dir, "block_sparse", result, markdown(meta, results, memory, args.rows, args.lengths, target_rows))
+    return result
+
+
+if __name__ == "__main__":
+    main()
