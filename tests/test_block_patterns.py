@@ -87,7 +87,7 @@ def test_fast_path_equals_masked_dense_attention(variant, name, global_tokens, n
 @pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
 def test_batch_without_padding_and_a_sequence_of_globals_only(variant):
     normaliser = build_normaliser("entmax15", H)
-    for n, global_tokens in ((9, 0), (9, 1), (1, 1)):
+    for n, global_tokens in ((9, 0), (9, 1), (1, 1), (12, 0), (13, 1)):  # 12 and 13: whole blocks, no mask at all
         pattern = build_pattern(*variant, global_tokens=global_tokens)
         q, k, v = (torch.randn(1, H, n, 4) for _ in range(3))
         out, _, _ = pattern.attend(q, k, v, normaliser=normaliser)

@@ -71,6 +71,12 @@ def test_shifting_the_blocks_changes_a_block_pattern_and_nothing_else():
         torch.testing.assert_close(dense(tokens, lengths), tiny_classifier("dense").eval()(tokens, lengths))
 
 
+def test_whole_blocks_without_padding_need_no_mask():
+    model = tiny_classifier("hst", block_size=4).eval()
+    tokens = torch.randint(1, 20, (2, 16))   # the CLS token is global; 16 tokens = 4 whole blocks
+    torch.testing.assert_close(model(tokens, None), model(tokens, torch.tensor([16, 16])))
+
+
 def test_padding_does_not_change_a_sequence_s_output():
     """Extra padding adds blocks of nothing: the real sequence's result must not move."""
     model = tiny_classifier("hst", block_size=4, representatives="pooled").eval()

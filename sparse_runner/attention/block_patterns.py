@@ -142,8 +142,10 @@ class KeyBlockPattern(BlockPattern):
 
         index, ok = (torch.as_tensor(a, device=q.device) for a in self.key_blocks(blocks))
         own_only = index.shape[1] == 1 and bool(ok.all()) and torch.equal(index[:, 0], torch.arange(blocks, device=q.device))
+        # Nothing padded (no padding mask, whole blocks): the keys need no mask, and SDPA runs unmasked.
+        pad_free = key_padding_mask is None and (n - g) % bs == 0
         if own_only:
-            sources = [KeySource(kt, vt, tiles_ok[:, None, :, None, :])]  # own block only: no gather
+            sources = [KeySource(kt, vt, None if pad_free else tiles_ok[:, None, :, None, :])]  # own block only: no gather
         else:
             valid = (tiles_ok[:, index] & ok[None, :, :, None]).flatten(2)  # (B or 1, blocks, K * bs)
             sources = [KeySource(gather_tiles(kt, index), gather_tiles(vt, index), valid[:, None, :, None, :])]
@@ -293,17 +295,21 @@ class HSTPattern(BlockPattern):
 
         # Local stage: the block's tokens over their block (+ neighbours' tokens) and its representative.
         index, ok = (torch.as_tensor(a, device=q.device) for a in _window_table(blocks, side))
+        pad_free = key_padding_mask is None and (n - g) % tile == 0  # no mask needed (SDPA runs unmasked)
         if side == 0:
-            local = KeySource(kt, vt, tiles_ok[:, None, :, None, :])
+            local = KeySource(kt, vt, None if pad_free else tiles_ok[:, None, :, None, :])
         else:
             own = index == torch.arange(blocks, device=q.device)[:, None]
             valid = tiles_ok[:, index] & ok[None, :, :, None] & (own[:, :, None] | (torch.arange(tile, device=q.device) > 0))[None]
             local = KeySource(gather_tiles(kt, index), gather_tiles(vt, index), valid.flatten(2)[:, None, :, None, :])
-        out_tok, w_tok, valid_tok = attend_tiles(qt[:, :, :, 1:], [local], **run)
+        # Every slot of a tile is a query here, the representative's too (its row is replaced below):
+        # whole tiles in and out, no slices, so the backward needs no zero-filled gradient buffers.
+        out_tok, w_tok, valid_tok = attend_tiles(qt, [local], **run)
         # Global stage: representatives over their block's tokens, all representatives and the globals.
-        own_tokens = KeySource(kt[:, :, :, 1:], vt[:, :, :, 1:], tiles_ok[:, None, :, None, 1:])
+        is_rep = torch.arange(tile, device=q.device) == 0
+        own_tokens = KeySource(kt, vt, tiles_ok[:, None, :, None, :] & ~is_rep)  # the tile, less its representative
         out_rep, w_rep, valid_rep = attend_tiles(qt[:, :, :, :1], [own_tokens, reps, *globals_], **run)
-        out = from_tiles(torch.cat([out_rep, out_tok], dim=3), n - g)
+        out = from_tiles(torch.where(is_rep[:, None], out_rep, out_tok), n - g)
         groups = []
         if g:
             out_g, w_g, valid_g = attend_tiles(q[:, :, None, :g], [reps, *globals_], **run)
@@ -318,13 +324,14 @@ class HSTPattern(BlockPattern):
         rep_rows, tok_rows = starts, (starts[:, None] + torch.arange(1, tile, device=q.device)).flatten()
         keep_rep, keep_tok = rep_rows < n, tok_rows < n
         rep_keys = torch.cat([
-            starts[:, None] + torch.arange(1, tile, device=q.device),   # own block's tokens
+            starts[:, None] + torch.arange(tile, device=q.device),      # own tile (its representative masked)
             starts.expand(blocks, blocks),                              # every representative
             torch.arange(g, device=q.device).expand(blocks, g),         # the global tokens
         ], dim=1)
         groups.append(RowGroup(rep_rows[keep_rep], rep_keys[keep_rep], w_rep.flatten(2, 3)[:, :, keep_rep], valid_rep.flatten(2, 3)[:, :, keep_rep]))
         tok_keys = _tile_keys(g, index, tile)
         tok_block = torch.arange(blocks, device=q.device).repeat_interleave(tile - 1)[keep_tok]
-        valid_tok = valid_tok.expand(-1, -1, -1, tile - 1, -1).flatten(2, 3)
-        groups.append(RowGroup(tok_rows[keep_tok], tok_keys[tok_block], w_tok.flatten(2, 3)[:, :, keep_tok], valid_tok[:, :, keep_tok]))
+        valid_tok = valid_tok[:, :, :, 1:].expand(-1, -1, -1, tile - 1, -1).flatten(2, 3)
+        w_tok = w_tok[:, :, :, 1:].flatten(2, 3)
+        groups.append(RowGroup(tok_rows[keep_tok], tok_keys[tok_block], w_tok[:, :, keep_tok], valid_tok[:, :, keep_tok]))
         return out, groups, None

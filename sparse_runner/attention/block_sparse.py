@@ -109,14 +109,21 @@ def attend_tiles(
     record_scores(b * h * r * t * sum(sizes))
 
     if normaliser.fused_sdpa and not need_weights and t > 1:
-        # SDPA needs one key tensor per tile: shared sources are expanded (copied) here, which is cheap
-        # next to the tiles themselves (they are the few global tokens).
-        k = torch.cat([s.k.expand(b, h, r, -1, d) for s in sources], dim=-2)
-        v = torch.cat([s.v.expand(b, h, r, -1, d) for s in sources], dim=-2)
+        if len(sources) == 1 and sources[0].k.shape[2] == r:
+            k, v = sources[0].k, sources[0].v
+        else:  # one key tensor per tile: shared sources (the few global tokens) are copied into each
+            k = torch.cat([s.k.expand(b, h, r, -1, d) for s in sources], dim=-2)
+            v = torch.cat([s.v.expand(b, h, r, -1, d) for s in sources], dim=-2)
+        # 4-D (B, H * R, T, D): PyTorch's fused CPU kernel takes 4-D inputs; 5-D ones go to its math path.
+        # Contiguous: the fused backward otherwise copies every (batch, head) slice on its own.
+        q4, k4, v4 = (x.reshape(b, h * r, x.shape[-2], d).contiguous() for x in (q, k, v))
+        if all(s.valid is None for s in sources):
+            return F.scaled_dot_product_attention(q4, k4, v4, dropout_p=dropout_p).view(b, h, r, t, d), None, valid
         has_key = valid.any(-1, keepdim=True)
         # A row without keys is given all its slots (finite garbage) and zeroed below: fused kernels
         # differ in what they return for a fully masked row (NaN on some).
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=valid | ~has_key, dropout_p=dropout_p)
+        mask = (valid | ~has_key).expand(-1, h, -1, -1, -1).reshape(valid.shape[0], h * r, t, -1)
+        out = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask, dropout_p=dropout_p).view(b, h, r, t, d)
         return out * has_key, None, valid
 
     scores = torch.cat([_scores(q, s) for s in sources], dim=-1) / math.sqrt(d)

@@ -53,6 +53,8 @@ class SequenceLayout(nn.Module):
             tokens = torch.cat([rep, tiles], dim=2).view(b, blocks * (bs + 1), d)
             tokens_ok = torch.cat([rep_ok, tiles_ok], dim=2).view(b, blocks * (bs + 1))
         x = torch.cat([x[:, :g], tokens], dim=1)
+        if valid is None and s == 0 and right == 0:
+            return x, None, n  # nothing padded: no mask (the patterns then skip masking)
         return x, torch.cat([ok[:, :g], tokens_ok], dim=1), n
 
     def leave(self, h: torch.Tensor, n: int) -> torch.Tensor:
