@@ -31,7 +31,7 @@ _SCORES = {"test/bleu", "test/sacrebleu", "test/chrf"}
 _DEFAULT_TEST_METRIC = "test/accuracy"
 
 
-def _is_noise(key: str) -> bool:
+def is_noise(key: str) -> bool:
     return key in NOISE_KEYS or any(fnmatch.fnmatchcase(key, pattern) for pattern in NOISE_PATTERNS)
 
 
@@ -45,7 +45,7 @@ def varying_keys(records: list[RunRecord]) -> list[str]:
     values: dict[str, set[str]] = {}
     for rec in records:
         for key, value in rec.config.items():
-            if not _is_noise(key):
+            if not is_noise(key):
                 values.setdefault(key, set()).add(fmt_value(value))
     return sorted(key for key, seen in values.items() if len(seen) > 1)
 

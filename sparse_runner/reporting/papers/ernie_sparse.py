@@ -30,7 +30,7 @@ from sparse_runner.reporting.papers import lra
 from sparse_runner.reporting.papers.lra import COLUMNS, LRA_TABLE1, METRIC, OTHER, SETTINGS, SUBSTITUTE, data_info
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord, completed, pick_best
-from sparse_runner.reporting.runs_table import _is_noise
+from sparse_runner.reporting.runs_table import is_noise
 from sparse_runner.reporting.values import as_float, as_str, fmt_value, pct
 
 CITATION = "Liu et al., arXiv 2203.12276, 2022"
@@ -173,7 +173,7 @@ def signed(points: float) -> str:
 def _signature(rec: RunRecord) -> tuple:
     """What runs of one cell must share: every result-changing config value but the seed, and the data."""
     config = sorted((key, fmt_value(value)) for key, value in rec.config.items()
-                    if key not in SEED_KEYS and not _is_noise(key))
+                    if key not in SEED_KEYS and not is_noise(key))
     info = data_info(rec)
     return (tuple(config), rec.experiment, info.source, info.name)
 
