@@ -80,6 +80,25 @@ class BlockPattern(Pattern):
     representatives: str | None = None  # HST: how the encoder makes each block's representative token
     self_attention_only = True
 
+    def __init__(self, options=None, *, global_tokens: int = 0, layer: int = 0) -> None:
+        super().__init__(options, global_tokens=global_tokens, layer=layer)
+        self._tables: dict = {}
+
+    def key_blocks(self, blocks: int) -> tuple[np.ndarray, np.ndarray]:
+        """(index (blocks, K) int, ok (blocks, K) bool): the key blocks of every query block; a slot
+        that is not ok (off the edge, or a repeat) is masked."""
+        raise NotImplementedError
+
+    def _table(self, blocks: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """`key_blocks(blocks)` on `device`, and whether every block sees only itself; made once per
+        (blocks, device), so the forward pass neither copies the table nor waits on the device."""
+        key = (blocks, device)
+        if key not in self._tables:
+            index, ok = self.key_blocks(blocks)
+            own_only = index.shape[1] == 1 and bool(ok.all()) and bool((index[:, 0] == np.arange(blocks)).all())
+            self._tables[key] = (torch.as_tensor(index, device=device), torch.as_tensor(ok, device=device), own_only)
+        return self._tables[key]
+
     def sequence_layout(self, d_model: int) -> SequenceLayout:
         return SequenceLayout(self.options.block_size, self.global_tokens, d_model, self.representatives)
 
@@ -106,11 +125,6 @@ class BlockPattern(Pattern):
 class KeyBlockPattern(BlockPattern):
     """A pattern given by a table: query block i attends to the key blocks `table[i]` (and to the
     global tokens); some query blocks (BigBird's global blocks) attend to everything."""
-
-    def key_blocks(self, blocks: int) -> tuple[np.ndarray, np.ndarray]:
-        """(index (blocks, K) int, ok (blocks, K) bool): the key blocks of every query block; a slot
-        that is not ok (off the edge, or a repeat) is masked."""
-        raise NotImplementedError
 
     def dense_blocks(self, blocks: int) -> list[int]:
         """Query blocks that attend to every key."""
@@ -140,8 +154,7 @@ class KeyBlockPattern(BlockPattern):
         tiles_ok = mask_tiles(keys_ok, g, blocks, bs)  # (B or 1, blocks, bs)
         qt, kt, vt = (to_tiles(x, g, blocks, bs) for x in (q, k, v))
 
-        index, ok = (torch.as_tensor(a, device=q.device) for a in self.key_blocks(blocks))
-        own_only = index.shape[1] == 1 and bool(ok.all()) and torch.equal(index[:, 0], torch.arange(blocks, device=q.device))
+        index, ok, own_only = self._table(blocks, q.device)
         # Nothing padded (no padding mask, whole blocks): the keys need no mask, and SDPA runs unmasked.
         pad_free = key_padding_mask is None and (n - g) % bs == 0
         if own_only:
@@ -260,6 +273,9 @@ class HSTPattern(BlockPattern):
     def _tile_size(self) -> int:
         return self.options.block_size + 1
 
+    def key_blocks(self, blocks: int) -> tuple[np.ndarray, np.ndarray]:
+        return _window_table(blocks, self.options.neighbours)  # the local stage's tiles
+
     def _mask(self, n: int) -> np.ndarray:
         g, tile, side = self.global_tokens, self._tile_size(), self.options.neighbours
         t = np.arange(n - g)
@@ -294,7 +310,7 @@ class HSTPattern(BlockPattern):
         globals_ = [KeySource(k[:, :, None, :g], v[:, :, None, :g], keys_ok[:, None, None, None, :g])] if g else []
 
         # Local stage: the block's tokens over their block (+ neighbours' tokens) and its representative.
-        index, ok = (torch.as_tensor(a, device=q.device) for a in _window_table(blocks, side))
+        index, ok, _ = self._table(blocks, q.device)
         pad_free = key_padding_mask is None and (n - g) % tile == 0  # no mask needed (SDPA runs unmasked)
         if side == 0:
             local = KeySource(kt, vt, None if pad_free else tiles_ok[:, None, :, None, :])

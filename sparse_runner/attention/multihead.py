@@ -125,13 +125,13 @@ class MultiHeadAttention(nn.Module):
                     (g.weights.detach(), g.valid if query_mask is None else g.valid & query_mask[:, None, g.rows, None]) for g in weights
                 ]
                 self.observer(self.key, groups, None)
-                return self.out_proj(y.transpose(1, 2).reshape(b, n, self.num_heads * self.head_size))
-            if valid is not None:  # broadcastable, e.g. (Nq, Nk) -> (B, 1, Nq, Nk), a view
-                valid = valid.expand(b, 1, n, m)
-            if query_mask is not None:  # padded queries have no possible pairs (PAPERS.md A.5)
-                rows = query_mask[:, None, :, None]
-                valid = rows.expand(b, 1, n, m) if valid is None else (valid & rows)
-            self.observer(self.key, weights.detach(), valid)
+            else:
+                if valid is not None:  # broadcastable, e.g. (Nq, Nk) -> (B, 1, Nq, Nk), a view
+                    valid = valid.expand(b, 1, n, m)
+                if query_mask is not None:  # padded queries have no possible pairs (PAPERS.md A.5)
+                    rows = query_mask[:, None, :, None]
+                    valid = rows.expand(b, 1, n, m) if valid is None else (valid & rows)
+                self.observer(self.key, weights.detach(), valid)
         return self.out_proj(y.transpose(1, 2).reshape(b, n, self.num_heads * self.head_size))
 
 

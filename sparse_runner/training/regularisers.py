@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sparse_runner.attention.layout import layouts, shifted_blocks
 from sparse_runner.tasks.base import StepOutput, Task
 
 # (task, model, batch, first pass) -> (loss, stats)
@@ -49,7 +50,6 @@ def sar(shift: int, random_shift: bool = False) -> Regulariser:
     `random_shift`: draw the shift from 1 .. block_size - 1 at every step instead (from torch's global
     generator, which checkpoints save, so a resumed run draws the same shifts).
     Dropout stays on in both passes, as in training: with shift 0 SAR is R-Drop."""
-    from sparse_runner.attention.layout import layouts, shifted_blocks
 
     def regulariser(task: Task, model: nn.Module, batch: dict[str, Any], first: StepOutput) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         offset = shift
