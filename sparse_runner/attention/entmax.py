@@ -10,6 +10,11 @@ Public functions (all along `dim`, any dim; `backend` overrides the global choic
     sparsemax(x, dim=-1, *, backend=None)
     entmax15(x, dim=-1, *, backend=None)
     alpha_entmax(x, alpha, dim=-1, *, backend=None)
+Threshold API (last dim, no autograd; for memory-efficient attention, which keeps one (t, F) per row
+and recomputes the weights bitwise in backward; see entmax_threshold for the representation):
+    entmax_threshold(x, alpha, *, backend=None) -> (p, params (..., 2) float64)
+    entmax_from_threshold(x, alpha, params, *, backend=None) -> p
+    entmax_backward(p, g, alpha, *, need_dalpha, backend=None) -> (dx, dalpha per row or None)
 
 * `x`: float tensor of any shape, entries finite or -inf (NaN / +inf give NaN rows, as in softmax).
   float32 / float64 are computed in their own dtype; float16 / bfloat16 are computed in float32 and
@@ -59,6 +64,9 @@ __all__ = [
     "sparsemax",
     "entmax15",
     "alpha_entmax",
+    "entmax_threshold",
+    "entmax_from_threshold",
+    "entmax_backward",
     "set_backend",
     "get_backend",
     "active_backend",
@@ -170,6 +178,126 @@ def alpha_entmax(x: torch.Tensor, alpha: Alpha, dim: int = -1, *, backend: str |
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
+# ------------------------------------------------------------------------------------------------
+# Threshold API (no autograd): for callers that keep one threshold per row instead of the weights
+# (memory-efficient attention recomputes a block's weights in backward from them).
+# ------------------------------------------------------------------------------------------------
+
+
+def entmax_threshold(x: torch.Tensor, alpha: Alpha, *, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """alpha-entmax along the last dim, and per-row parameters that reproduce it.  No autograd.
+
+    x: (..., n) float32 / float64, any layout (made contiguous internally), entries finite or -inf.
+    alpha: float in [1, 2], or a tensor broadcastable to x.shape[:-1] + (1,) (e.g. (1, H, 1, 1) for
+        x (B, H, R, n)); tensor values are used clamped to [1, 2].
+    Returns (p, params):
+      p: (..., n), x's dtype: alpha-entmax(x, alpha) (zeros on fully -inf rows, NaN rows where x holds
+         a NaN or +inf).
+      params: (..., 2) float64, (t, F) per row, with which entmax_from_threshold(x, alpha, params)
+         gives p bitwise: p is itself computed from them.  The representation (a1 = alpha - 1):
+           w_i = [1 + a1 (x_i - t)]_+^(1/a1)    (softmax rows, a1 < ALPHA_SOFTMAX_THRESHOLD: exp(x_i - t)),
+           p_i = w_i * dtype(1 / F),
+         where x_i - t is evaluated as (x_i - t_hi) - t_lo, t_hi = dtype(t), t_lo = dtype(t - t_hi)
+         (as accurate as (x_i - max) - u; one float32 subtraction of t would not be).  t = max(x) + u
+         (softmax: t = max(x)); F = sum_i w_i (about 1 except for softmax).  A fully -inf row has
+         (t, F) = (+inf, 1) (weights 0 for any x), a NaN row (NaN, NaN).
+    The backends ('cpp', 'torch') each reproduce their own p; they agree to rounding, not bitwise.
+    """
+    x, n = _check_threshold_x(x, "entmax_threshold")
+    alpha = _check_alpha(alpha, x, x.dim() - 1)
+    if x.numel() == 0:
+        return x.clone(), x.new_empty(x.shape[:-1] + (2,), dtype=torch.float64)
+    if active_backend(x.device, backend) == "cpp":
+        p, params = _cpp_module().threshold(x.reshape(-1, n).contiguous(), _cpp_alpha_rows(alpha, x), ALPHA_SOFTMAX_THRESHOLD)
+        return p.view(x.shape), params.view(x.shape[:-1] + (2,))
+    return _torch_threshold(x.contiguous(), _torch_alpha(alpha, x))
+
+
+def entmax_from_threshold(
+    x: torch.Tensor, alpha: Alpha, params: torch.Tensor, *, backend: str | None = None
+) -> torch.Tensor:
+    """The weights of entmax_threshold recomputed from its params, in one elementwise pass.  No autograd.
+
+    x: (..., n) as for entmax_threshold; alpha: the same alpha; params: (..., 2) float64 from
+    entmax_threshold (its leading dims must broadcast to x.shape[:-1]).  Gives the forward's p bitwise
+    (same backend), and each column only depends on its own score: x may be any subset of the
+    forward's columns (the result is that subset of p).
+    """
+    x, n = _check_threshold_x(x, "entmax_from_threshold")
+    alpha = _check_alpha(alpha, x, x.dim() - 1)
+    if not torch.is_tensor(params) or params.dtype != torch.float64 or params.shape[-1:] != (2,):
+        raise ValueError("entmax_from_threshold: params must be the (..., 2) float64 tensor of entmax_threshold")
+    try:
+        params = params.to(x.device).expand(x.shape[:-1] + (2,))
+    except RuntimeError:
+        raise ValueError(
+            f"entmax_from_threshold: params of shape {tuple(params.shape)} do not match x of shape {tuple(x.shape)}"
+        ) from None
+    if x.numel() == 0:
+        return x.clone()
+    if active_backend(x.device, backend) == "cpp":
+        p = _cpp_module().from_threshold(
+            x.reshape(-1, n).contiguous(), _cpp_alpha_rows(alpha, x), params.reshape(-1, 2).contiguous(), ALPHA_SOFTMAX_THRESHOLD
+        )
+        return p.view(x.shape)
+    return _torch_from_threshold(x.contiguous(), _torch_alpha(alpha, x), params)
+
+
+def entmax_backward(
+    p: torch.Tensor, g: torch.Tensor, alpha: Alpha, *, need_dalpha: bool, backend: str | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Vector-Jacobian product of alpha-entmax along the last dim, from its output.  No autograd.
+
+    p: (..., n) alpha-entmax output (float32 / float64); g: dL/dp, same shape (cast to p's dtype);
+    alpha: as for entmax_threshold.  Returns (dx, dalpha_rows): dx (..., n) in p's dtype;
+    dalpha_rows (..., 1) in p's dtype (dL/dalpha of each row; the caller sums it down to alpha's
+    shape), or None unless need_dalpha.
+    Column subsets: a column with p = 0 contributes nothing (its dx is 0 and it enters no sum), so on
+    any subset of the columns that contains the support, dx is that subset of the full dx and
+    dalpha_rows is the full one.
+    """
+    p, n = _check_threshold_x(p, "entmax_backward")
+    if g.shape != p.shape:
+        raise ValueError(f"entmax_backward: g of shape {tuple(g.shape)} must match p of shape {tuple(p.shape)}")
+    alpha = _check_alpha(alpha, p, p.dim() - 1)
+    g = g.to(p.dtype)
+    if p.numel() == 0:
+        return torch.zeros_like(p), (p.new_zeros(p.shape[:-1] + (1,)) if need_dalpha else None)
+    if active_backend(p.device, backend) == "cpp":
+        dx, da = _cpp_module().backward(
+            p.reshape(-1, n).contiguous(), g.reshape(-1, n).contiguous(), _cpp_alpha_rows(alpha, p),
+            ALPHA_SOFTMAX_THRESHOLD, need_dalpha,
+        )
+        return dx.view(p.shape), (da.view(p.shape[:-1] + (1,)).to(p.dtype) if need_dalpha else None)
+    dx, da = _torch_backward(p, g, _torch_alpha(alpha, p), -1, need_dalpha)
+    if need_dalpha:
+        da = da.expand(p.shape[:-1] + (1,)).to(p.dtype)
+    return dx, da
+
+
+def _check_threshold_x(x: torch.Tensor, name: str) -> tuple[torch.Tensor, int]:
+    if not torch.is_tensor(x) or x.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"{name}: x must be a float32 or float64 tensor")
+    if x.dim() == 0:
+        raise ValueError(f"{name}: x must have at least one dimension")
+    return x.detach(), x.shape[-1]
+
+
+def _cpp_alpha_rows(alpha: Alpha, x: torch.Tensor) -> torch.Tensor:
+    """alpha as the C++ entry points take it: one float64 per row of x.reshape(-1, n), or one value."""
+    if not torch.is_tensor(alpha):
+        return _scalar_alpha(alpha).reshape(1)
+    a = alpha.detach()
+    if a.numel() == 1:
+        return a.reshape(1).to(torch.float64)
+    return a.expand(x.shape[:-1] + (1,)).reshape(-1).to(torch.float64).contiguous()
+
+
+def _torch_alpha(alpha: Alpha, x: torch.Tensor) -> Alpha:
+    """A tensor alpha in x's dtype, clamped to [1, 2] (the C++ contract); a float as it is."""
+    return alpha if not torch.is_tensor(alpha) else alpha.detach().to(x.dtype).clamp(1.0, 2.0)
+
+
 _SCALAR_ALPHAS: dict[float, torch.Tensor] = {}
 
 
@@ -259,22 +387,22 @@ def _torch_forward(x: torch.Tensor, alpha: Alpha, dim: int) -> torch.Tensor:
         if a1 < ALPHA_SOFTMAX_THRESHOLD:
             p = torch.softmax(y, dim)
         elif alpha == 2.0:
-            p = _sparsemax_torch(y, dim)
+            p = (y - _sparsemax_torch(y, dim)).clamp_min(0.0)
         elif alpha == 1.5:
-            p = _entmax15_torch(y, dim, dead)
+            p = (y / 2 - _entmax15_torch(y, dim, dead)).clamp_min(0.0).square()
         else:
-            p = _newton_torch(y, a1, dim, dead)
+            p = _newton_torch(y, a1, dim, dead)[0]
     else:
         a1 = (alpha - 1.0).clamp(0.0, 1.0)
         soft = a1 < ALPHA_SOFTMAX_THRESHOLD
-        p = _newton_torch(y, a1.masked_fill(soft, 0.5), dim, dead)  # 0.5: any valid value, replaced below
+        p = _newton_torch(y, a1.masked_fill(soft, 0.5), dim, dead)[0]  # 0.5: any valid value, replaced below
         if bool(soft.any()):
             p = torch.where(soft, torch.softmax(y, dim), p)
     return p.masked_fill(dead, 0.0)
 
 
 def _sparsemax_torch(y: torch.Tensor, dim: int) -> torch.Tensor:
-    """alpha = 2.  Newton on the piecewise-linear sum [y - tau]_+ - 1 from tau = -1 is Michelot's
+    """The threshold tau of p = [y - tau]_+ (alpha = 2; size 1 along dim).  Newton on the piecewise-linear sum [y - tau]_+ - 1 from tau = -1 is Michelot's
     projection: tau = (sum_S y - 1) / |S| on the current support S, exact once S stops shrinking."""
     support = y > -1.0
     for _ in range(y.shape[dim] + 1):
@@ -284,11 +412,11 @@ def _sparsemax_torch(y: torch.Tensor, dim: int) -> torch.Tensor:
         if torch.equal(new_support, support):
             break
         support = new_support
-    return (y - tau).clamp_min(0.0)
+    return tau
 
 
 def _entmax15_torch(y: torch.Tensor, dim: int, dead: torch.Tensor) -> torch.Tensor:
-    """alpha = 1.5 with z = y / 2, p = [z - tau]_+^2.  On the current support S (tau <= tau*, so
+    """The threshold tau of p = [y / 2 - tau]_+^2 (size 1 along dim).  alpha = 1.5 with z = y / 2, p = [z - tau]_+^2.  On the current support S (tau <= tau*, so
     S contains the true support) the root of sum_S (z - t)^2 = 1 is closed-form; it is tau* exactly
     when it keeps all of S non-negative.  Rows where it does not take a Newton step on sqrt(sum p) - 1
     (convex, decreasing: from the left it never overshoots) and try again."""
@@ -309,11 +437,11 @@ def _entmax15_torch(y: torch.Tensor, dim: int, dead: torch.Tensor) -> torch.Tens
             tau = tau + e
             break
         tau = torch.where(exact, tau + e, tau + (s2 - s2.sqrt()) / s1)
-    return (z - tau).clamp_min(0.0).square()
+    return tau
 
 
-def _newton_torch(y: torch.Tensor, a1: Alpha, dim: int, dead: torch.Tensor) -> torch.Tensor:
-    """General alpha, a1 = alpha - 1 > 0 (float or tensor).
+def _newton_torch(y: torch.Tensor, a1: Alpha, dim: int, dead: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """General alpha, a1 = alpha - 1 > 0 (float or tensor): (p, u), u of size 1 along dim.
 
     Variable u >= 0 with tau = a1 u - 1:  p_i = [1 + a1 (y_i - u)]_+^(1/a1).  At u = 0 the max entry
     alone gives 1, so F(u) = sum p >= 1.  Newton on G(u) = F^a1 - 1 (the k-norm of d(u) minus 1,
@@ -341,7 +469,72 @@ def _newton_torch(y: torch.Tensor, a1: Alpha, dim: int, dead: torch.Tensor) -> t
         u_new = u + F * -torch.expm1(-a1 * torch.log(F)) / (a1 * Q)
         inside = torch.isfinite(u_new) & (u_new >= u_lo) & (u_new <= u_hi)
         u = torch.where(inside, u_new, 0.5 * (u_lo + u_hi))
-    return p / F
+    return p / F, u
+
+
+# ------------------------------------------------------------------------------------------------
+# "torch" backend: threshold API
+# ------------------------------------------------------------------------------------------------
+
+
+def _torch_threshold(x: torch.Tensor, alpha: Alpha) -> tuple[torch.Tensor, torch.Tensor]:
+    """(p, params) of entmax_threshold along the last dim; alpha float or tensor (x dtype, clamped)."""
+    m = x.amax(-1, keepdim=True)
+    bad = x.isnan().any(-1, keepdim=True) | (m == float("inf"))  # NaN rows, as softmax gives
+    dead = m == float("-inf")
+    skip = dead | bad
+    y = torch.where(bad, 0.0, x - m.masked_fill(skip, 0.0))  # bad rows: any finite row, overwritten below
+    if isinstance(alpha, float):
+        a1 = alpha - 1.0
+        if a1 < ALPHA_SOFTMAX_THRESHOLD:
+            u = torch.zeros_like(m, dtype=torch.float64)
+        elif alpha == 2.0:  # p = [y - tau]_+ = 1 + (y - u)
+            u = 1.0 + _sparsemax_torch(y, -1).double()
+        elif alpha == 1.5:  # p = (y / 2 - tau)^2 = (1 + (y - u) / 2)^2
+            u = 2.0 + 2.0 * _entmax15_torch(y, -1, skip).double()
+        else:
+            u = _newton_torch(y, a1, -1, skip)[1].double()
+    else:
+        a1 = (alpha - 1.0).clamp(0.0, 1.0)
+        soft = a1 < ALPHA_SOFTMAX_THRESHOLD
+        u = _newton_torch(y, a1.masked_fill(soft, 0.5), -1, skip)[1].double()
+        u = torch.where(soft, 0.0, u)
+    t = (m.double() + u).masked_fill(dead, float("inf")).masked_fill(bad, float("nan"))
+    w = _torch_weights(x, alpha, t)
+    F = w.sum(-1, keepdim=True, dtype=torch.float64).masked_fill(dead, 1.0).masked_fill(bad, float("nan"))
+    p = (w * (1.0 / F).to(x.dtype)).masked_fill(bad, float("nan"))
+    return p, torch.cat([t.expand_as(F), F], -1)
+
+
+def _torch_from_threshold(x: torch.Tensor, alpha: Alpha, params: torch.Tensor) -> torch.Tensor:
+    t, F = params[..., :1], params[..., 1:]
+    w = _torch_weights(x, alpha, t)
+    return (w * (1.0 / F).to(x.dtype)).masked_fill(t.isnan() | F.isnan(), float("nan"))
+
+
+def _torch_weights(x: torch.Tensor, alpha: Alpha, t: torch.Tensor) -> torch.Tensor:
+    """Unnormalised weights w of the threshold representation (see entmax_threshold); t float64."""
+    t_hi = t.to(x.dtype)
+    t_lo = torch.where(t.isfinite(), t - t_hi.double(), 0.0).to(x.dtype)
+    diff = (x - t_hi) - t_lo
+    if isinstance(alpha, float):
+        a1 = alpha - 1.0
+        if a1 < ALPHA_SOFTMAX_THRESHOLD:
+            return torch.exp(diff)
+        if alpha == 2.0:
+            return (diff + 1.0).clamp_min(0.0)
+        if alpha == 1.5:
+            return (diff * 0.5 + 1.0).clamp_min(0.0).square()
+        return _general_weights(diff, a1)
+    a1 = (alpha - 1.0).clamp(0.0, 1.0)
+    soft = a1 < ALPHA_SOFTMAX_THRESHOLD
+    return torch.where(soft, torch.exp(diff), _general_weights(diff, a1.masked_fill(soft, 1.0)))
+
+
+def _general_weights(diff: torch.Tensor, a1: Alpha) -> torch.Tensor:
+    """[1 + a1 diff]_+^(1/a1) via log1p (accurate as a1 -> 0); -inf and NaN give 0."""
+    tt = a1 * diff
+    return torch.where(tt > -1.0, torch.exp(torch.log1p(tt.clamp_min(-1.0)) / a1), 0.0)
 
 
 # ------------------------------------------------------------------------------------------------

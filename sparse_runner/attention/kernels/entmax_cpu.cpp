@@ -38,6 +38,12 @@
 //   forward (BwdBlock: packed supports, logarithms on dense vectors, per-row segment sums).
 //   Fully -inf rows give zeros and zero gradients.
 //
+// Threshold API (entry points `threshold`, `from_threshold`): the same solvers, but every row is
+// written from its threshold t = max + u and normaliser F through one shared elementwise formula, so
+// that `from_threshold` recomputes the weights bitwise (see the threshold section of Kernels).
+//
+// NaN or +inf scores give a NaN row (as softmax), in every entry point.
+//
 // SIMD: explicit AVX-512 or AVX2+FMA code, chosen at compile time.  The Python loader builds one
 // extension per instruction set, with the ISA in its name, so a cache shared between machines never
 // hands an AVX-512 build to a CPU without it.  Other CPUs (and float64 everywhere) use the scalar
@@ -54,6 +60,7 @@
 #include <new>
 #include <limits>
 #include <memory>
+#include <type_traits>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -131,7 +138,13 @@ struct Scalar {
   static V load_n(const T* p, int n, T fill) { return n > 0 ? *p : fill; }
   static void store(T* p, V v) { *p = v; }
   static void store_n(T* p, V v, int n) { if (n > 0) *p = v; }
+  // std::fma where the hardware has it: the same rounding wherever it is inlined (a * b + c may or
+  // may not be contracted, and the threshold API needs bitwise-reproducible weights).
+#if defined(__FMA__)
+  static V fma(V a, V b, V c) { return std::fma(a, b, c); }
+#else
   static V fma(V a, V b, V c) { return a * b + c; }
+#endif
   static V max(V a, V b) { return a > b ? a : b; }
   static V min(V a, V b) { return a < b ? a : b; }
   static V sqrt(V a) { return std::sqrt(a); }
@@ -141,7 +154,15 @@ struct Scalar {
   static V select(M m, V a, V b) { return m ? a : b; }
   static V maskz(M m, V a) { return m ? a : T(0); }
   static bool any(M m) { return m; }
+  static M isnan(V a) { return a != a; }
+  static M mor(M a, M b) { return a || b; }
+  static M mnone() { return false; }
   static int count(M m) { return m ? 1 : 0; }
+  // Double-precision accumulation of a vector of elements (long sums whose rounding matters).
+  using VD = double;
+  static VD dzero() { return 0.0; }
+  static void dadd(VD& lo, VD&, V v) { lo += double(v); }
+  static double dsum(VD lo, VD hi) { return lo + hi; }
   static T hsum(V v) { return v; }
   static T hmax(V v) { return v; }
   static T hmin(V v) { return v; }
@@ -219,7 +240,17 @@ struct Avx512 {
   static V select(M m, V a, V b) { return _mm512_mask_blend_ps(m, b, a); }
   static V maskz(M m, V a) { return _mm512_maskz_mov_ps(m, a); }
   static bool any(M m) { return m != 0; }
+  static M isnan(V a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+  static M mor(M a, M b) { return a | b; }
+  static M mnone() { return 0; }
   static int count(M m) { return __builtin_popcount((unsigned)m); }
+  using VD = __m512d;
+  static VD dzero() { return _mm512_setzero_pd(); }
+  static void dadd(VD& lo, VD& hi, V v) {
+    lo = lo + _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    hi = hi + _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1));
+  }
+  static double dsum(VD lo, VD hi) { return _mm512_reduce_add_pd(lo + hi); }
   static float hsum(V v) { return _mm512_reduce_add_ps(v); }
   static float hmax(V v) { return _mm512_reduce_max_ps(v); }
   static float hmin(V v) { return _mm512_reduce_min_ps(v); }
@@ -313,7 +344,21 @@ struct Avx2 {
   static V maskz(M m, V a) { return _mm256_and_ps(m, a); }
   static int bits(M m) { return _mm256_movemask_ps(m); }
   static bool any(M m) { return bits(m) != 0; }
+  static M isnan(V a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
+  static M mor(M a, M b) { return _mm256_or_ps(a, b); }
+  static M mnone() { return _mm256_setzero_ps(); }
   static int count(M m) { return __builtin_popcount((unsigned)bits(m)); }
+  using VD = __m256d;
+  static VD dzero() { return _mm256_setzero_pd(); }
+  static void dadd(VD& lo, VD& hi, V v) {
+    lo = lo + _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+    hi = hi + _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+  }
+  static double dsum(VD lo, VD hi) {
+    __m256d s = lo + hi;
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+  }
   static float hsum(V v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -430,18 +475,36 @@ struct Kernels {
   using M = typename S::M;
   static constexpr int W = S::W;
 
-  static T row_max(const T* x, int64_t n) {
+  // Row max; `nan` says whether the row holds a NaN (the max is then meaningless, and the row's
+  // output is NaN, as in softmax).
+  static T row_max(const T* x, int64_t n, bool& nan) {
     const T ninf = -std::numeric_limits<T>::infinity();
     V a0 = S::set1(ninf), a1 = a0, a2 = a0, a3 = a0;
+    M bad = S::mnone();
     int64_t i = 0;
     for (; i + 4 * W <= n; i += 4 * W) {
-      a0 = S::max(a0, S::load(x + i));
-      a1 = S::max(a1, S::load(x + i + W));
-      a2 = S::max(a2, S::load(x + i + 2 * W));
-      a3 = S::max(a3, S::load(x + i + 3 * W));
+      V v0 = S::load(x + i), v1 = S::load(x + i + W), v2 = S::load(x + i + 2 * W), v3 = S::load(x + i + 3 * W);
+      a0 = S::max(a0, v0);
+      a1 = S::max(a1, v1);
+      a2 = S::max(a2, v2);
+      a3 = S::max(a3, v3);
+      bad = S::mor(bad, S::isnan((v0 + v1) + (v2 + v3)));  // NaN in any of them (or inf - inf: rechecked below)
     }
-    for (; i + W <= n; i += W) a0 = S::max(a0, S::load(x + i));
-    if (i < n) a1 = S::max(a1, S::load_n(x + i, int(n - i), ninf));
+    for (; i + W <= n; i += W) {
+      V v = S::load(x + i);
+      a0 = S::max(a0, v);
+      bad = S::mor(bad, S::isnan(v));
+    }
+    if (i < n) {
+      V v = S::load_n(x + i, int(n - i), ninf);
+      a1 = S::max(a1, v);
+      bad = S::mor(bad, S::isnan(v));
+    }
+    nan = S::any(bad);
+    if (nan) {  // the cheap test above also fires on +inf and -inf in one sum: look element by element
+      nan = false;
+      for (int64_t j = 0; j < n; ++j) nan = nan || std::isnan(x[j]);
+    }
     return S::hmax(S::max(S::max(a0, a1), S::max(a2, a3)));
   }
 
@@ -498,10 +561,11 @@ struct Kernels {
 
   // alpha = 2.  tau-space: p = [y - tau]_+, start tau = -1; the Newton step on the current support S is
   // Michelot's tau = (sum_S y - 1) / |S|; exact once S stops shrinking.
-  static void sparsemax_row(const T* x, T* out, int64_t n, T m, T* yb, int32_t* ib) {
+  // Solves for tau; leaves the support (y, column) compacted in yb / ib, c entries.
+  static double sparsemax_solve(const T* x, int64_t n, T m, T* yb, int32_t* ib, int64_t& c) {
     const V vm = S::set1(m);
     V acc = S::set1(T(0));
-    int64_t c = 0;
+    c = 0;
     const V vlo = S::set1(T(-1));
     // Compaction is unconditional: a branch on "any survivor in this vector" is data-dependent and
     // mispredicts on fresh inputs (measured: ~2x on sparse rows), while a compress costs ~4 ops.
@@ -532,6 +596,12 @@ struct Kernels {
       c = c2;
       tau = (double(S::hsum(acc)) - 1.0) / double(c);
     }
+    return tau;
+  }
+
+  static void sparsemax_row(const T* x, T* out, int64_t n, T m, T* yb, int32_t* ib) {
+    int64_t c;
+    const double tau = sparsemax_solve(x, n, m, yb, ib, c);
     pad(yb, c, T(0));
     const V vt = S::set1(T(tau));
     const V zero = S::set1(T(0));
@@ -542,11 +612,12 @@ struct Kernels {
   // support S (d = z - tau > 0): c, S1 = sum d, S2 = sum d^2, dmin.  The root of sum_S (d - e)^2 = 1 is
   // e = (S2 - 1) / (S1 + sqrt(S1^2 - c (S2 - 1))) (the rationalised form: no cancellation as e -> 0);
   // it is the exact threshold when e <= dmin.  Otherwise take the Newton step on G = sqrt(S2) - 1.
-  static void entmax15_row(const T* x, T* out, int64_t n, T m, T* zb, int32_t* ib) {
+  // Solves for tau (z-space); leaves the support (z, column) compacted in zb / ib, c entries.
+  static double entmax15_solve(const T* x, int64_t n, T m, T* zb, int32_t* ib, int64_t& c) {
     const T inf = std::numeric_limits<T>::infinity();
     const V vm = S::set1(m), half = S::set1(T(0.5)), vinf = S::set1(inf), zero = S::set1(T(0));
     V s1 = zero, s2 = zero, dmn = vinf;
-    int64_t c = 0;
+    c = 0;
     {
       const V one = S::set1(T(1));
       for_row(x, n, -inf, [&](V xv, VI iv) {  // unconditional compaction, see sparsemax_row
@@ -596,12 +667,144 @@ struct Kernels {
       }
       c = c2;
     }
+    return tau;
+  }
+
+  static void entmax15_row(const T* x, T* out, int64_t n, T m, T* zb, int32_t* ib) {
+    const V zero = S::set1(T(0));
+    int64_t c;
+    const double tau = entmax15_solve(x, n, m, zb, ib, c);
     pad(zb, c, T(0));
     const V vt = S::set1(T(tau));
     write_out(out, n, zb, ib, c, [&](V z) {
       V d = S::max(z - vt, zero);
       return d * d;
     });
+  }
+
+  // ----------------------------------------------------------------------------------------------
+  // The threshold representation (entmax_threshold / entmax_from_threshold in entmax.py).
+  // A row is (t, F), both float64:  w_i = [1 + a1 (x_i - t)]_+^(1/a1)  (softmax rows: exp(x_i - t)),
+  // p_i = w_i * T(1 / F).  x_i - t is evaluated as (x_i - t_hi) - t_lo with t_hi = T(t) and
+  // t_lo = T(t - t_hi): for the entries near the max, x_i - t_hi is exact, so this is as accurate as
+  // the solver's (x_i - max) - u, which a single subtraction of a float32 t would not be (an ulp of
+  // t is ~1e-3 at |t| ~ 1e4).  The forward writes its output through the same code (weights_pass +
+  // scale_out) that entmax_from_threshold runs (from_threshold_pass), with every multiply-add written
+  // as an explicit fma, so recomputed weights are bitwise the forward's, on any column subset.
+  // ----------------------------------------------------------------------------------------------
+
+  struct Thr {
+    V th, tl, a1, k;
+  };
+  static Thr make_thr(double t, double a1) {
+    const T hi = T(t);
+    const T lo = std::isfinite(t) ? T(t - double(hi)) : T(0);
+    return {S::set1(hi), S::set1(lo), S::set1(T(a1)), S::set1(T(1.0 / a1))};
+  }
+
+  // Unnormalised weights of one vector.  -inf entries give 0 in every mode.
+  template <int Mode>
+  static V weight(V xv, const Thr& q) {
+    const V one = S::set1(T(1)), zero = S::set1(T(0));
+    const V diff = (xv - q.th) - q.tl;
+    if (Mode == kSoftmax) return S::exp(diff);
+    if (Mode == kSparsemax) return S::max(diff + one, zero);
+    if (Mode == kEntmax15) {
+      const V d = S::max(S::fma(S::set1(T(0.5)), diff, one), zero);
+      return d * d;
+    }
+    const V mone = S::set1(T(-1));
+    const V t = q.a1 * diff;
+    const M k = S::gt(t, mone);
+    const V tc = S::max(t, mone);
+    V L;
+    if (W == 1) {
+      L = S::log1p(tc);
+    } else {
+      const V d = one + tc;
+      L = S::fma(tc - (d - one), one / d, S::log(d));  // log1p(tc), see FwdBlock::pass
+    }
+    return S::maskz(k, S::exp(q.k * L));
+  }
+
+  // out = w, returns sum w (accumulated in float64: F decides the sum of the output).
+  template <int Mode>
+  static double weights_pass(const T* x, T* out, int64_t n, const Thr& q) {
+    typename S::VD lo = S::dzero(), hi = S::dzero();
+    int64_t i = 0;
+    for (; i + W <= n; i += W) {
+      const V w = weight<Mode>(S::load(x + i), q);
+      S::store(out + i, w);
+      S::dadd(lo, hi, w);
+    }
+    if (i < n) {
+      const V w = weight<Mode>(S::load_n(x + i, int(n - i), -std::numeric_limits<T>::infinity()), q);
+      S::store_n(out + i, w, int(n - i));
+      S::dadd(lo, hi, w);
+    }
+    return S::dsum(lo, hi);
+  }
+
+  template <int Mode>
+  static void from_threshold_pass(const T* x, T* out, int64_t n, const Thr& q, T inv) {
+    const V vi = S::set1(inv);
+    int64_t i = 0;
+    for (; i + W <= n; i += W) S::store(out + i, weight<Mode>(S::load(x + i), q) * vi);
+    if (i < n) {
+      const V w = weight<Mode>(S::load_n(x + i, int(n - i), -std::numeric_limits<T>::infinity()), q);
+      S::store_n(out + i, w * vi, int(n - i));
+    }
+  }
+
+  static void scale_out(T* out, int64_t n, T inv) {
+    const V vi = S::set1(inv);
+    int64_t i = 0;
+    for (; i + W <= n; i += W) S::store(out + i, S::load(out + i) * vi);
+    if (i < n) S::store_n(out + i, S::load_n(out + i, int(n - i), T(0)) * vi, int(n - i));
+  }
+
+  static void fill_value(T* out, int64_t n, T v) {
+    const V vv = S::set1(v);
+    int64_t i = 0;
+    for (; i + W <= n; i += W) S::store(out + i, vv);
+    if (i < n) S::store_n(out + i, vv, int(n - i));
+  }
+
+  // The reciprocal both sides multiply by (one rounding, the same everywhere).
+  static T inverse(double F) { return T(1.0 / F); }
+
+  // Writes the row from its threshold t; returns F.
+  static double write_threshold(const T* x, T* out, int64_t n, int mode, double a1, double t) {
+    const Thr q = make_thr(t, a1);
+    double F;
+    switch (mode) {
+      case kSoftmax: F = weights_pass<kSoftmax>(x, out, n, q); break;
+      case kSparsemax: F = weights_pass<kSparsemax>(x, out, n, q); break;
+      case kEntmax15: F = weights_pass<kEntmax15>(x, out, n, q); break;
+      default: F = weights_pass<kGeneral>(x, out, n, q); break;
+    }
+    scale_out(out, n, inverse(F));
+    return F;
+  }
+
+  static void write_from_threshold(const T* x, T* out, int64_t n, int mode, double a1, double t, double F) {
+    if (std::isnan(t) || std::isnan(F)) {  // a NaN row stays NaN
+      fill_value(out, n, std::numeric_limits<T>::quiet_NaN());
+      return;
+    }
+    const Thr q = make_thr(t, a1);
+    const T inv = inverse(F);
+    switch (mode) {
+      case kSoftmax: from_threshold_pass<kSoftmax>(x, out, n, q, inv); break;
+      case kSparsemax: from_threshold_pass<kSparsemax>(x, out, n, q, inv); break;
+      case kEntmax15: from_threshold_pass<kEntmax15>(x, out, n, q, inv); break;
+      default: from_threshold_pass<kGeneral>(x, out, n, q, inv); break;
+    }
+  }
+
+  static int mode_of(double alpha, double thr) {
+    const double a1 = alpha - 1.0;
+    return a1 < thr ? kSoftmax : alpha == 2.0 ? kSparsemax : alpha == 1.5 ? kEntmax15 : kGeneral;
   }
 
   // General alpha in (1, 2): u-space (see the header), Newton on G(u) = F^a1 - 1:
@@ -637,7 +840,10 @@ struct Kernels {
   struct FwdBlock {
     static constexpr int kRows = 64;
     struct Row {
+      const T* x;
       T* out;
+      double* params;  // not null: threshold API (write through write_threshold, store (t, F))
+      T m;
       int64_t b, c;  // segment [b, b + c) of the packed buffers
       double a1, u, F, Q;
       double c2, c3, c4, c5;  // binomial-series coefficients of the Newton step
@@ -676,7 +882,7 @@ struct Kernels {
     // and u_L(S) = mean_S y + (1 - |S|^-a1) / a1 satisfies F(u_L) >= 1, i.e. u_L <= u*.  S = all
     // candidates, then twice "those above the mean" (no transcendentals); this saves 0.3-1.3 of the
     // ~3-5 Newton passes on attention-like rows.
-    void add(const T* x, T* out, T m, double a1) {
+    void add(const T* x, T* out, T m, double a1, double* params = nullptr) {
       if (nrows == kRows || tot + n > cap - 2 * W) solve();
       const V vm = S::set1(m), vlo = S::set1(T(-1.0 / a1)), zero = S::set1(T(0));
       V sy = zero;
@@ -690,7 +896,10 @@ struct Kernels {
         sy = sy + S::maskz(k, y);
       });
       Row& r = rows[nrows++];
+      r.x = x;
       r.out = out;
+      r.params = params;
+      r.m = m;
       r.b = tot;
       r.c = c - tot;
       r.a1 = a1;
@@ -851,6 +1060,13 @@ struct Kernels {
     void finish(Row& r) {
       T* out = r.out;
       const int64_t b = r.b, c = r.c;
+      if (r.params) {  // the pending step is taken in full; write_threshold renormalises
+        const double t = double(r.m) + (r.u + r.shift);
+        r.params[0] = t;
+        r.params[1] = write_threshold(r.x, out, n, kGeneral, r.a1, t);
+        fill(yb, b, b + c, -std::numeric_limits<T>::infinity());
+        return;
+      }
       if (r.shift > 0.0) {  // first-order corrected finish (see step)
         const V vs = S::set1(T(r.shift)), zero = S::set1(T(0));
         V acc = zero;
@@ -946,7 +1162,12 @@ struct Kernels {
       const T* x = X + r * n;
       T* out = Y + r * n;
       const double alpha = alpha_of(r);
-      const T m = row_max(x, n);
+      bool nan;
+      const T m = row_max(x, n, nan);
+      if (nan || m == std::numeric_limits<T>::infinity()) {  // NaN or +inf scores: a NaN row, as softmax
+        fill_value(out, n, std::numeric_limits<T>::quiet_NaN());
+        continue;
+      }
       if (!(m > -std::numeric_limits<T>::infinity())) {  // fully masked (or empty) row
         fill_zero(out, n);
         continue;
@@ -964,6 +1185,60 @@ struct Kernels {
       }
     }
     if (block) block->solve();
+  }
+
+  // Threshold API: as forward_rows, and the row's (t, F) go to params[2 r], params[2 r + 1].
+  template <class AlphaAt>
+  static void threshold_rows(const T* X, T* Y, double* P, int64_t b, int64_t e, int64_t n, AlphaAt alpha_of,
+                             double thr) {
+    Scratch sc(n);
+    std::unique_ptr<FwdBlock> block;
+    for (int64_t r = b; r < e; ++r) {
+      const T* x = X + r * n;
+      T* out = Y + r * n;
+      double* prm = P + 2 * r;
+      const double alpha = alpha_of(r);
+      bool nan;
+      const T m = row_max(x, n, nan);
+      if (nan || m == std::numeric_limits<T>::infinity()) {
+        fill_value(out, n, std::numeric_limits<T>::quiet_NaN());
+        prm[0] = prm[1] = std::numeric_limits<double>::quiet_NaN();
+        continue;
+      }
+      if (!(m > -std::numeric_limits<T>::infinity())) {  // t = +inf gives w = 0 for any x
+        fill_zero(out, n);
+        prm[0] = std::numeric_limits<double>::infinity();
+        prm[1] = 1.0;
+        continue;
+      }
+      const int mode = mode_of(alpha, thr);
+      const double a1 = alpha - 1.0;
+      double t;
+      int64_t c;
+      if (mode == kSoftmax) {
+        t = double(m);
+      } else if (mode == kSparsemax) {  // p = [y - tau]_+ = 1 + (y - u): u = 1 + tau
+        t = double(m) + (1.0 + sparsemax_solve(x, n, m, sc.vals, sc.idx, c));
+      } else if (mode == kEntmax15) {  // p = (y / 2 - tau)^2 = (1 + (y - u) / 2)^2: u = 2 + 2 tau
+        t = double(m) + (2.0 + 2.0 * entmax15_solve(x, n, m, sc.vals, sc.idx, c));
+      } else {
+        if (!block) block.reset(new FwdBlock(n));
+        block->add(x, out, m, a1, prm);
+        continue;
+      }
+      prm[0] = t;
+      prm[1] = write_threshold(x, out, n, mode, a1, t);
+    }
+    if (block) block->solve();
+  }
+
+  template <class AlphaAt>
+  static void from_threshold_rows(const T* X, T* Y, const double* P, int64_t b, int64_t e, int64_t n,
+                                  AlphaAt alpha_of, double thr) {
+    for (int64_t r = b; r < e; ++r) {
+      const double alpha = alpha_of(r);
+      write_from_threshold(X + r * n, Y + r * n, n, mode_of(alpha, thr), alpha - 1.0, P[2 * r], P[2 * r + 1]);
+    }
   }
 
   // psi(x) = (e^x - 1 - x) / x^2 by its Taylor series (used for x < Tol<T>::psi_switch).
@@ -1237,6 +1512,49 @@ at::Tensor entmax_forward(const at::Tensor& x, const at::Tensor& alpha, double t
   return out;
 }
 
+// Threshold API entry points (see the threshold section of Kernels): params is (rows, 2) float64.
+std::vector<at::Tensor> entmax_threshold(const at::Tensor& x, const at::Tensor& alpha, double thr) {
+  check_inputs(x, alpha);
+  at::Tensor out = at::empty_like(x);
+  at::Tensor params = at::empty({x.size(0), 2}, x.options().dtype(at::kDouble));
+  if (x.numel() == 0) return {out, params};
+  const int64_t rows = x.size(0), n = x.size(1);
+  const double* A = alpha.data_ptr<double>();
+  const int64_t astride = alpha.numel() == 1 ? 0 : 1;
+  double* P = params.data_ptr<double>();
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "entmax_threshold", [&] {
+    using Sm = std::conditional_t<std::is_same<scalar_t, float>::value, SimdF, SimdD>;
+    const scalar_t* X = x.data_ptr<scalar_t>();
+    scalar_t* Y = out.data_ptr<scalar_t>();
+    at::parallel_for(0, rows, grain_rows(n), [&](int64_t b, int64_t e) {
+      Kernels<Sm>::threshold_rows(X, Y, P, b, e, n, [&](int64_t r) { return alpha_at(A, astride, r); }, thr);
+    });
+  });
+  return {out, params};
+}
+
+at::Tensor entmax_from_threshold(const at::Tensor& x, const at::Tensor& alpha, const at::Tensor& params, double thr) {
+  check_inputs(x, alpha);
+  TORCH_CHECK(params.device().is_cpu() && params.scalar_type() == at::kDouble && params.is_contiguous() &&
+                  params.dim() == 2 && params.size(0) == x.size(0) && params.size(1) == 2,
+              "entmax_cpu: params must be a contiguous (rows, 2) float64 CPU tensor");
+  at::Tensor out = at::empty_like(x);
+  if (x.numel() == 0) return out;
+  const int64_t rows = x.size(0), n = x.size(1);
+  const double* A = alpha.data_ptr<double>();
+  const int64_t astride = alpha.numel() == 1 ? 0 : 1;
+  const double* P = params.data_ptr<double>();
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "entmax_from_threshold", [&] {
+    using Sm = std::conditional_t<std::is_same<scalar_t, float>::value, SimdF, SimdD>;
+    const scalar_t* X = x.data_ptr<scalar_t>();
+    scalar_t* Y = out.data_ptr<scalar_t>();
+    at::parallel_for(0, rows, grain_rows(n), [&](int64_t b, int64_t e) {
+      Kernels<Sm>::from_threshold_rows(X, Y, P, b, e, n, [&](int64_t r) { return alpha_at(A, astride, r); }, thr);
+    });
+  });
+  return out;
+}
+
 // Returns (dx, dalpha per row as float64; empty unless need_dalpha).
 std::vector<at::Tensor> entmax_backward(const at::Tensor& p, const at::Tensor& g, const at::Tensor& alpha, double thr,
                                         bool need_dalpha) {
@@ -1338,5 +1656,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("x"), pybind11::arg("alpha"), pybind11::arg("thr"));
   m.def("backward", &entmax_backward, "gradients wrt x and (optionally) alpha per row", pybind11::arg("p"),
         pybind11::arg("g"), pybind11::arg("alpha"), pybind11::arg("thr"), pybind11::arg("need_dalpha"));
+  m.def("threshold", &entmax_threshold,
+        "alpha-entmax over the last dim of a contiguous (rows, n) tensor, and each row's (t, F) as (rows, 2) float64",
+        pybind11::arg("x"), pybind11::arg("alpha"), pybind11::arg("thr"));
+  m.def("from_threshold", &entmax_from_threshold, "the weights of `threshold` recomputed from its (t, F)",
+        pybind11::arg("x"), pybind11::arg("alpha"), pybind11::arg("params"), pybind11::arg("thr"));
   m.def("isa", &isa, "instruction set the float32 kernels were compiled for");
 }
