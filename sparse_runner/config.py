@@ -40,6 +40,7 @@ if not OmegaConf.has_resolver("non_result_keys"):
 class TrainerConfig:
     device: str = "auto"
     precision: str = "fp32"
+    activation_checkpointing: bool = False  # recompute each layer's activations in backward (less memory, more time)
     compile: bool = False
     num_threads: Optional[int] = None
     deterministic: bool = True

@@ -2,18 +2,25 @@
 
 Every attention layer is a `MultiHeadAttention` built from one `AttentionSpec` (normaliser, pattern,
 geometry, attention dropout).
+
+Activation checkpointing (`trainer.activation_checkpointing`, switched on by
+`set_activation_checkpointing`): in training, each layer of a stack keeps only its input for backward
+and recomputes its inside there; evaluation, analysis and cached decoding never checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any
+from typing import Any, Callable, ContextManager
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 from sparse_runner.attention import AttentionSpec, MultiHeadAttention
+from sparse_runner.attention.layout import shifted_blocks
 
 
 def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
@@ -24,6 +31,33 @@ def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
     table[:, 0::2] = torch.sin(position * freq)
     table[:, 1::2] = torch.cos(position * freq[: dim // 2])
     return table
+
+
+def checkpointed(layer: Callable[..., torch.Tensor], *args: Any, recompute: Callable[[], ContextManager] | None = None) -> torch.Tensor:
+    """layer(*args), with the activations inside `layer` recomputed in backward instead of stored.
+
+    Non-reentrant checkpointing restores the RNG state (the same dropout masks) and the autocast state
+    for the recomputation. Anything else a layer reads at forward time from outside its arguments must
+    be re-established by `recompute`, a context manager factory entered around the recomputation:
+    backward runs after the forward pass's own context managers (e.g. SAR's `shifted_blocks`) have exited.
+    """
+    context_fn = (lambda: (contextlib.nullcontext(), recompute())) if recompute is not None else torch.utils.checkpoint.noop_context_fn
+    return torch.utils.checkpoint.checkpoint(layer, *args, use_reentrant=False, context_fn=context_fn)
+
+
+def checkpointing(stack: nn.Module) -> bool:
+    """Whether `stack` (a module with an `activation_checkpointing` flag) checkpoints its layers now:
+    only in a training forward pass that builds a graph (never in evaluation, analysis or decoding)."""
+    return stack.activation_checkpointing and stack.training and torch.is_grad_enabled()
+
+
+def set_activation_checkpointing(model: nn.Module, enabled: bool) -> int:
+    """Switch per-layer activation checkpointing on every layer stack of `model`; returns how many
+    stacks there are (0: the model has none, and nothing changes)."""
+    stacks = [m for m in model.modules() if hasattr(m, "activation_checkpointing")]
+    for stack in stacks:
+        stack.activation_checkpointing = enabled
+    return len(stacks)
 
 
 class EncoderLayer(nn.Module):
@@ -89,6 +123,7 @@ class TransformerEncoder(nn.Module):
         self.layout = self.layers[0].attn.pattern.sequence_layout(d_model) if num_layers else None
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.scale = math.sqrt(d_model)
+        self.activation_checkpointing = False  # set_activation_checkpointing
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, N) token ids, or (B, N, d_model) already embedded (e.g. with a CLS vector in front)."""
@@ -100,8 +135,16 @@ class TransformerEncoder(nn.Module):
         x = self.drop(x + self.positions[:n])
         if self.layout is not None:
             x, key_padding_mask, n = self.layout.enter(x, key_padding_mask)
-        for layer in self.layers:
-            x = layer(x, key_padding_mask)
+        if checkpointing(self):
+            # The layout's shift (SAR's second pass) already shaped x and the mask, which the
+            # recomputation gets again as arguments; the shift itself is put back around the
+            # recomputation too, so nothing a layer might read differs from its forward pass.
+            shift = self.layout.shift if self.layout is not None else 0
+            for layer in self.layers:
+                x = checkpointed(layer, x, key_padding_mask, recompute=lambda: shifted_blocks(self, shift))
+        else:
+            for layer in self.layers:
+                x = layer(x, key_padding_mask)
         x = self.final_norm(x)
         return x if self.layout is None else self.layout.leave(x, n)
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sparse_runner.attention import AttentionSpec, MultiHeadAttention
-from sparse_runner.models.encoder import TransformerEncoder, sinusoidal_positions
+from sparse_runner.models.encoder import TransformerEncoder, checkpointed, checkpointing, sinusoidal_positions
 
 DecoderCache = list[dict[str, dict[str, torch.Tensor]]]
 
@@ -99,6 +99,7 @@ class TransformerSeq2Seq(nn.Module):
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.drop = nn.Dropout(dropout)
         self.scale = math.sqrt(d_model)
+        self.activation_checkpointing = False  # the decoder's layers; the encoder has its own flag (encoder.set_activation_checkpointing)
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """src (B, S) -> (memory (B, S, d_model), memory_mask (B, S) bool True = real, or None)."""
@@ -125,8 +126,13 @@ class TransformerSeq2Seq(nn.Module):
         if offset + t > self.positions.shape[0]:
             raise ValueError(f"target of {offset + t} positions exceeds max_positions={self.positions.shape[0]}")
         x = self.drop(self.embed(tgt_in) * self.scale + self.positions[offset : offset + t])
-        for i, layer in enumerate(self.layers):
-            x = layer(x, memory, memory_mask, target_mask, None if cache is None else cache[i])
+        if cache is None and checkpointing(self):
+            # Never with a cache: the recomputation would append the same keys/values to it twice.
+            for layer in self.layers:
+                x = checkpointed(layer, x, memory, memory_mask, target_mask, None)
+        else:
+            for i, layer in enumerate(self.layers):
+                x = layer(x, memory, memory_mask, target_mask, None if cache is None else cache[i])
         return F.linear(self.final_norm(x), self.embed.weight)
 
     def forward(self, src, src_lengths, tgt_in, target_mask=None):

@@ -26,8 +26,9 @@ from tqdm.auto import tqdm
 from sparse_runner.analysis.collect import alpha_log_values, analyse
 from sparse_runner.attention import attention_layers
 from sparse_runner.attention.layout import shifted_blocks
-from sparse_runner.checks import ConfigError
+from sparse_runner.checks import ConfigError, fail
 from sparse_runner.config import schema_defaults
+from sparse_runner.models.encoder import set_activation_checkpointing
 from sparse_runner.tasks.base import EvalSums, StepOutput, Task
 from sparse_runner.training import checkpoint as ckpt
 from sparse_runner.training import distributed
@@ -98,6 +99,18 @@ def optimizer_groups(model: torch.nn.Module, lr: float, weight_decay: float, alp
     return groups
 
 
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of trainer.precision on `device` (None: fp32, no autocast).
+
+    bf16 autocasts on GPU and on CPU (matmuls in bf16: AMX / AVX-512-BF16 where the CPU has them;
+    no gradient scaler needed, its exponent range is fp32's). fp16 is GPU-only: CPU autocast would run
+    it on slower kernels (measured, scripts/bench_cpu_precision.py) and it needs a gradient scaler."""
+    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    if dtype == torch.float16 and device.type != "cuda":
+        fail("trainer.precision", f"fp16 runs on GPU only, and this run is on {device}", "fp32, bf16")
+    return dtype
+
+
 class Trainer:
     def __init__(self, cfg: Any, task: Task, model: torch.nn.Module, run_dir: Path, device: torch.device, *, fingerprint: dict[str, Any]) -> None:
         self.cfg, self.tcfg = cfg, cfg.trainer
@@ -112,10 +125,9 @@ class Trainer:
         self.scheduler = build_scheduler(
             self.optimizer, schedule=t.schedule, warmup_steps=t.warmup_steps, max_steps=t.max_steps, min_lr_ratio=t.min_lr_ratio
         )
-        amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(t.precision)
-        self.autocast_dtype = amp_dtype if device.type == "cuda" else None
-        if amp_dtype is not None and device.type != "cuda":
-            log.warning("trainer.precision=%s applies on GPU only; training in fp32 on %s", t.precision, device)
+        self.autocast_dtype = autocast_dtype(t.precision, device)
+        if t.activation_checkpointing and not set_activation_checkpointing(self.model, True):
+            log.warning("trainer.activation_checkpointing: model %s has no transformer layers; nothing is checkpointed", type(self.model).__name__)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.autocast_dtype == torch.float16)
         self.checkpoints = ckpt.CheckpointDir(self.run_dir / "checkpoints")
         # (weight, regulariser) pairs: trainer.regulariser (R-Drop ...) and the model's SAR may both be on.
