@@ -19,8 +19,10 @@ and nothing synchronises until `summary()`.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import numpy as np
 import torch
@@ -73,35 +75,42 @@ class AttentionStats:
         return list(self._layers)
 
     @torch.no_grad()
-    def update(self, key: tuple[str, int], weights: torch.Tensor | list, valid_pairs: torch.Tensor | None) -> None:
+    def update(self, key: tuple[str, int], weights: torch.Tensor | Iterable, valid_pairs: torch.Tensor | None) -> None:
         """Add one batch of attention probabilities of one attention module.
 
         key: (attention_type, layer_index), e.g. ("encoder_self", 0).
         weights: (B, H, Nq, Nk) probabilities, rows summing to 1 over the allowed keys, exact zeros
-            where sparse. A block-sparse pattern gives instead a list of (weights (B, H, Q, S),
-            valid (B, 1, Q, S)) row groups, each row over its own candidate keys (valid_pairs is then
-            None); the groups together are the batch (one per-sentence density per sentence and head).
+            where sparse. A block-sparse pattern (or the memory-efficient path) gives instead an iterable
+            of (weights (B, H, Q, S), valid (B, 1, Q, S)) row groups, each row over its own candidate keys
+            (valid_pairs is then None), read once; the groups together are the batch (one per-sentence
+            density per sentence and head).
         valid_pairs: (B, 1 or H, Nq, Nk) bool, True where the (query, key) pair is possible (padding and
             causal masks combined), or None when every pair is possible. Query rows without any valid key
             (padded queries) are ignored, whatever their weights hold (NaN included).
         """
         attn_type, layer = str(key[0]), int(key[1])
-        groups = weights if isinstance(weights, list) else [(weights, valid_pairs)]
-        b, h = groups[0][0].shape[:2]
-        for w, _ in groups:
-            if w.dim() != 4 or tuple(w.shape[:2]) != (b, h):
-                raise ValueError(f"weights must be (B, H, Nq, Nk) with one B and H, got shape {tuple(w.shape)}")
+        # One pass over the groups: the memory-efficient path computes each one only when it is reached.
+        groups = iter(weights) if not torch.is_tensor(weights) else iter([(weights, valid_pairs)])
+        first = next(groups, None)
+        if first is None:
+            return
+        b, h = first[0].shape[:2]
         acc = self._layers.get((attn_type, layer))
         if acc is None:
-            acc = self._layers[(attn_type, layer)] = _LayerAccumulator(h, groups[0][0].device)
+            acc = self._layers[(attn_type, layer)] = _LayerAccumulator(h, first[0].device)
         elif acc.num_heads != h:
             raise ValueError(f"{attn_type}/{layer}: {h} heads, earlier batches had {acc.num_heads}")
-        if b == 0:
+        nonzero_bh = possible_bh = None
+        for w, valid in itertools.chain([first], groups):
+            if w.dim() != 4 or tuple(w.shape[:2]) != (b, h):
+                raise ValueError(f"weights must be (B, H, Nq, Nk) with one B and H, got shape {tuple(w.shape)}")
+            if b == 0 or not (w.shape[2] and w.shape[3]):
+                continue
+            nonzero, possible = self._add_rows(acc, w, valid)
+            nonzero_bh = nonzero if nonzero_bh is None else nonzero_bh + nonzero
+            possible_bh = possible if possible_bh is None else possible_bh + possible
+        if nonzero_bh is None:
             return
-        counts = [self._add_rows(acc, w, valid) for w, valid in groups if w.shape[2] and w.shape[3]]
-        if not counts:
-            return
-        nonzero_bh, possible_bh = (sum(c[i] for c in counts) for i in (0, 1))
 
         # Density: numerator and denominator summed separately.
         acc.nonzero += nonzero_bh.sum(dim=0)

@@ -15,6 +15,7 @@ from torch import nn
 
 from sparse_runner.analysis.attention_stats import AttentionStats, alpha_summary
 from sparse_runner.attention import attention_layers, head_alphas, set_observer
+from sparse_runner.attention.memory_efficient import count_skipped_blocks
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +27,14 @@ def analyse(model: nn.Module, evaluate: Callable[[], Any]) -> dict[str, Any]:
     stats = AttentionStats()
     set_observer(model, stats.update)
     try:
-        evaluate()
+        with count_skipped_blocks() as blocks:
+            evaluate()
     finally:
         set_observer(model, None)
     alphas = {(key.split("/")[0], int(key.split("/")[1])): values for key, values in head_alphas(model).items()}
-    return {"attention": stats.summary(), "alpha": alpha_summary(alphas)}
+    # Key blocks the memory-efficient path could skip (all of a query block's weights on them zero).
+    skipped = {"key_blocks": blocks[0], "skipped_fraction": blocks[1] / blocks[0] if blocks[0] else None}
+    return {"attention": stats.summary(), "alpha": alpha_summary(alphas), "memory_efficient": skipped}
 
 
 def alpha_log_values(model: nn.Module) -> dict[str, list[float]]:

@@ -7,7 +7,7 @@ d_model / num_heads removes the low-rank bottleneck.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 from torch import nn
@@ -17,9 +17,10 @@ from sparse_runner.attention.patterns import Pattern, build_pattern
 from sparse_runner.attention.spec import AttentionSpec
 
 # Receives (key, weights (B, H, Nq, Nk), valid pairs (B, 1, Nq, Nk) bool or None) during analysis; for a
-# block-sparse pattern, (key, [(weights (B, H, Q, S), valid (B, 1, Q, S)), ...], None): groups of query
-# rows, each over its own candidate keys (see block_sparse.RowGroup).
-WeightsObserver = Callable[[tuple[str, int], "torch.Tensor | list", "torch.Tensor | None"], None]
+# block-sparse pattern or the memory-efficient path, (key, iterable of (weights (B, H, Q, S), valid
+# (B, 1, Q, S)), None): groups of query rows, each over its own candidate keys (see block_sparse.RowGroup),
+# to be consumed once.
+WeightsObserver = Callable[[tuple[str, int], "torch.Tensor | Iterable", "torch.Tensor | None"], None]
 
 
 def attend(
@@ -62,7 +63,14 @@ class MultiHeadAttention(nn.Module):
         # Before the projections: a learned alpha draws from the RNG, and a seed's initial weights
         # depend on that order.
         self.normaliser = build_normaliser(spec.normaliser, num_heads, alpha=spec.alpha, alpha_init=spec.alpha_init)
-        self.pattern = build_pattern(spec.pattern, spec.pattern_options, global_tokens=global_tokens, layer=key[1])
+        self.pattern = build_pattern(
+            spec.pattern,
+            spec.pattern_options,
+            global_tokens=global_tokens,
+            layer=key[1],
+            impl=spec.impl,
+            memory_efficient_from=spec.memory_efficient_from,
+        )
         self.dropout = spec.dropout
         self.key = key
         self.observer: WeightsObserver | None = None
@@ -120,10 +128,11 @@ class MultiHeadAttention(nn.Module):
         if observe:
             if query_mask is None and context is None and cache is None:
                 query_mask = key_padding_mask
-            if isinstance(weights, list):  # block-sparse: row groups, each with its own valid mask
-                groups = [
+            if not torch.is_tensor(weights):  # row groups (block-sparse, memory-efficient), each with its own valid mask
+                # A generator: memory-efficient attention computes each group only when it is reached.
+                groups = (
                     (g.weights.detach(), g.valid if query_mask is None else g.valid & query_mask[:, None, g.rows, None]) for g in weights
-                ]
+                )
                 self.observer(self.key, groups, None)
             else:
                 if valid is not None:  # broadcastable, e.g. (Nq, Nk) -> (B, 1, Nq, Nk), a view

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from sparse_runner.attention.block_sparse import record_scores
+from sparse_runner.attention.memory_efficient import attend_long, choose_impl
 from sparse_runner.attention.normalisers import Normaliser
 
 # name -> Pattern subclass, filled by @register_pattern.
@@ -57,16 +58,27 @@ def register_pattern(name: str, options: type = NoOptions) -> Callable[[type[Pat
     return register
 
 
-def build_pattern(name: str, options: dict[str, Any] | None = None, *, global_tokens: int = 0, layer: int = 0) -> Pattern:
+def build_pattern(
+    name: str,
+    options: dict[str, Any] | None = None,
+    *,
+    global_tokens: int = 0,
+    layer: int = 0,
+    impl: str = "auto",
+    memory_efficient_from: int = 1024,
+) -> Pattern:
     """The pattern registered as `name`, with `options` (a dict of its option fields; missing = default).
 
     global_tokens: how many leading positions are global (a classifier's CLS vector); layer: the
-    layer's index (seeds BigBird's random blocks).
+    layer's index (seeds BigBird's random blocks); impl, memory_efficient_from: how the default
+    `attend` computes attention (`memory_efficient.choose_impl`).
     """
     if name not in PATTERNS:
         raise ValueError(f"unknown pattern {name!r}; valid: {', '.join(sorted(PATTERNS))}")
     cls = PATTERNS[name]
-    return cls(cls.Options(**(options or {})), global_tokens=global_tokens, layer=layer)
+    pattern = cls(cls.Options(**(options or {})), global_tokens=global_tokens, layer=layer)
+    pattern.impl, pattern.memory_efficient_from = impl, memory_efficient_from
+    return pattern
 
 
 class Pattern:
@@ -78,6 +90,8 @@ class Pattern:
     name = "pattern"
     Options: type = NoOptions
     self_attention_only = False  # True: queries and keys are the same sequence (block patterns)
+    causal = False  # True: the mask is "query i sees keys <= i" (aligned to the end), computed per block
+    impl, memory_efficient_from = "auto", 1024  # set by build_pattern; see memory_efficient.choose_impl
 
     def __init__(self, options: Any = None, *, global_tokens: int = 0, layer: int = 0) -> None:
         self.options = options if options is not None else self.Options()
@@ -110,8 +124,20 @@ class Pattern:
         broadcasts to (B, 1, Nq, Nk): (Nq, Nk) from the pattern alone, (B, 1, Nq, Nk) with padding, or
         None when every pair is valid). A block-sparse pattern returns its weights as a list of
         `block_sparse.RowGroup`s (rows x candidate keys, each with its own valid mask) and valid None. Softmax goes through PyTorch's fused SDPA unless the weights are
-        asked for; the other normalisers materialise the scores and apply `normaliser`.
+        asked for; the other normalisers materialise the scores and apply `normaliser`, or, from
+        `memory_efficient_from` keys, go through `memory_efficient` (query blocks, O(N) memory; the weights
+        then come back as one lazily computed `RowGroup` per block).
         """
+        if not (normaliser.fused_sdpa and not need_weights):
+            mask = None if self.causal else self.dense_mask(q.shape[-2], k.shape[-2], q.device)
+            impl = choose_impl(
+                self.impl, self.memory_efficient_from, k.shape[-2], q.device, dropout_p=dropout_p, has_mask=mask is not None
+            )
+            if impl != "explicit":
+                return attend_long(
+                    q, k, v, impl, normaliser=normaliser, key_padding_mask=key_padding_mask, mask=mask, causal=self.causal,
+                    dropout_p=dropout_p, need_weights=need_weights,
+                )
         mask = self.dense_mask(q.shape[-2], k.shape[-2], q.device)
         record_scores(q.shape[0] * q.shape[1] * q.shape[-2] * k.shape[-2])  # n x n, whatever the mask
         if key_padding_mask is not None:
@@ -137,6 +163,8 @@ class DensePattern(Pattern):
 @register_pattern("causal")
 class CausalPattern(Pattern):
     """Query i sees keys 0..i (decoders, language models)."""
+
+    causal = True
 
     def dense_mask(self, n_queries: int, n_keys: int, device: torch.device | str = "cpu") -> torch.Tensor | None:
         if n_queries == 1:  # one new query in incremental decoding: it sees every cached key

@@ -15,6 +15,7 @@ from sparse_runner.checks import choice, fail
 # The `model` keys `AttentionSpec.from_config` reads.
 ATTENTION_KEYS = frozenset(
     {"num_heads", "head_size", "normaliser", "alpha", "alpha_init", "pattern", "pattern_options", "attention_dropout"}
+    | {"attention_impl", "memory_efficient_from"}
 )
 
 
@@ -30,6 +31,8 @@ class AttentionSpec:
     pattern: str = "dense"
     pattern_options: dict[str, Any] = field(default_factory=dict)
     dropout: float = 0.0
+    impl: str = "auto"  # how dense-pattern attention is computed (memory_efficient.ATTENTION_IMPLS)
+    memory_efficient_from: int = 1024  # impl=auto: keys from which the memory-efficient path is used
 
     @classmethod
     def from_config(cls, m: Any) -> "AttentionSpec":
@@ -43,6 +46,8 @@ class AttentionSpec:
             pattern=m.pattern,
             pattern_options=dict(m.pattern_options or {}),
             dropout=m.attention_dropout,
+            impl=m.attention_impl,
+            memory_efficient_from=m.memory_efficient_from,
         )
 
     def with_pattern(self, pattern: str, **options: Any) -> "AttentionSpec":
@@ -52,6 +57,7 @@ class AttentionSpec:
 
 def check_attention_config(m: Any) -> None:
     """Raise ConfigError on the first invalid attention key of a typed `model` node."""
+    from sparse_runner.attention.memory_efficient import ATTENTION_IMPLS
     from sparse_runner.attention.normalisers import NORMALISERS
     from sparse_runner.attention.patterns import PATTERNS
 
@@ -65,6 +71,9 @@ def check_attention_config(m: Any) -> None:
             init = None
         if init is None or not 1.0 < init < 2.0:
             fail("model.alpha_init", f"unknown value {m.alpha_init!r}", "random (a ~ N(0,1), as Correia et al.) or a float in (1, 2)")
+    choice("model.attention_impl", m.attention_impl, ATTENTION_IMPLS)
+    if isinstance(m.memory_efficient_from, bool) or not isinstance(m.memory_efficient_from, int) or m.memory_efficient_from < 1:
+        fail("model.memory_efficient_from", f"bad value {m.memory_efficient_from!r}", "a positive int (keys per query from which attention_impl=auto uses the memory-efficient path)")
     choice("model.pattern", m.pattern, sorted(PATTERNS))
     check_options("model.pattern_options", m.pattern_options or {}, PATTERNS[m.pattern].Options, f"pattern {m.pattern!r}")
 

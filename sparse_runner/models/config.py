@@ -35,6 +35,8 @@ class ModelConfig:
     ffn_dim: int = 256
     dropout: float = 0.1
     attention_dropout: float = 0.0
+    attention_impl: str = "auto"
+    memory_efficient_from: int = 1024
     normaliser: str = "softmax"
     alpha: Optional[float] = None
     alpha_init: Any = "random"

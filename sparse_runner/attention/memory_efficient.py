@@ -1,0 +1,425 @@
+"""Memory-efficient attention for every normaliser: query blocks, one threshold per row, recomputation.
+
+The explicit path materialises the (B, H, Nq, Nk) scores and keeps the weights for backward: at LRA
+lengths (4,000 tokens, batch 32, 4 heads) that is ~8 GB per layer before backward. Softmax avoids it
+through SDPA's fused kernels; sparsemax, 1.5-entmax and alpha-entmax have no such kernel in PyTorch.
+Here attention is computed R query rows at a time (R chosen so a block's scores stay a few MiB):
+
+    forward, per block:  s = scale q_b k^T (masked) -> p, (t, F) = entmax_threshold(s, alpha) -> out_b = p v
+    saved:               q, k, v, the per-row threshold parameters (B, H, Nq, 2) and which key blocks
+                         of each query block hold any weight (B, H, Nq / R, Nk / KB) bools
+    backward, per block: s recomputed -> p = entmax_from_threshold(s, alpha, (t, F)) (no solve, bitwise
+                         the forward's weights) -> dV += p^T dO, dP = dO v^T, (dS, dalpha) from the
+                         entmax Jacobian, dQ_b = scale dS k, dK += scale dS^T q_b
+
+so peak memory is O(B H R Nk) on top of q, k, v instead of O(B H Nq Nk).
+
+Sparsity is used where it is exact: a key block (KB keys) whose weights are zero for every row of a
+query block contributes nothing to p v, and its gradients are zero (the entmax Jacobian is supported on
+the support). When the densest head of a query block keeps at most `SKIP_BELOW` of its key blocks, the
+value products, and in backward every product (scores included), run on the gathered active blocks only.
+`count_skipped_blocks()` reports the fraction skipped (the analysis writes it to metrics.json).
+
+Why by hand: PyTorch's fused attention kernels are softmax only, and the `entmax` package and AdaSplash
+materialise the scores (AdaSplash, CUDA only, also fixes alpha). On CUDA a Triton kernel of the same
+algorithm is used when available (kernels/entmax_attention_triton.py); this module is its reference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Iterator
+
+import torch
+from torch.autograd import Function
+
+from sparse_runner.attention import entmax
+from sparse_runner.attention.block_sparse import RowGroup, record_scores
+
+# Scores per block, in elements (B * H * R * Nk): 2^21 float32 = 8 MiB, a handful of which are live.
+BLOCK_ELEMENTS = 1 << 21
+MIN_BLOCK_ROWS = 16
+KEY_BLOCK = 64  # keys per block in the sparsity bookkeeping (the unit that is skipped or kept)
+# Compact the active key blocks when at most this fraction of them is active in the densest head:
+# gathering costs a copy of the active blocks, which pays off only when enough of them are skipped.
+SKIP_BELOW = 0.5
+
+Alpha = float | torch.Tensor
+
+# model.attention_impl: how a dense or causal pattern computes attention (block patterns have their own tiles).
+#   auto: softmax without weights -> SDPA; otherwise memory_efficient from `memory_efficient_from` keys
+#         (on CUDA the Triton kernel when it is installed), explicit below;
+#   explicit: the (Nq, Nk) scores and weights; memory_efficient: this module;
+#   triton / adasplash: the CUDA kernels (kernels/entmax_attention_triton.py, kernels/adasplash_backend.py).
+ATTENTION_IMPLS = ("auto", "explicit", "memory_efficient", "triton", "adasplash")
+
+
+def choose_impl(impl: str, memory_efficient_from: int, n_keys: int, device: torch.device, *, dropout_p: float, has_mask: bool) -> str:
+    """The implementation that runs: 'explicit', 'memory_efficient', 'triton' or 'adasplash'.
+
+    Forced GPU kernels on a CPU tensor, or without the package, are refused in one line."""
+    if impl in ("triton", "adasplash"):
+        module = _gpu_backend(impl)
+        if device.type != "cuda" or not module.available():
+            why = "a CUDA device" if device.type != "cuda" else ("triton" if impl == "triton" else "the adasplash package")
+            raise RuntimeError(f"model.attention_impl={impl} needs {why}; use memory_efficient (any device) or auto")
+        return impl
+    if impl != "auto":
+        return impl
+    if n_keys < memory_efficient_from:
+        return "explicit"
+    # The Triton kernel has no attention dropout and no arbitrary masks: the torch path does those.
+    if device.type == "cuda" and dropout_p == 0.0 and not has_mask and _gpu_backend("triton").available():
+        return "triton"
+    return "memory_efficient"
+
+
+def _gpu_backend(name: str):
+    if name == "triton":
+        from sparse_runner.attention.kernels import entmax_attention_triton as module
+    else:
+        from sparse_runner.attention.kernels import adasplash_backend as module
+    return module
+
+_skip_counter: list[int] | None = None
+
+
+@contextlib.contextmanager
+def count_skipped_blocks() -> Iterator[list[int]]:
+    """Inside the block, memory-efficient attention adds [key blocks, key blocks skipped] (summed over
+    batch, heads and query blocks, forward passes only) to the two-element list this yields."""
+    global _skip_counter
+    outer, _skip_counter = _skip_counter, [0, 0]
+    try:
+        yield _skip_counter
+    finally:
+        _skip_counter = outer
+
+
+def _record_skips(total: int, skipped: int) -> None:
+    if _skip_counter is not None:
+        _skip_counter[0] += int(total)
+        _skip_counter[1] += int(skipped)
+
+
+def block_rows(batch_heads: int, n_keys: int, n_queries: int) -> int:
+    """Query rows per block so that one block's scores hold about BLOCK_ELEMENTS numbers."""
+    rows = max(MIN_BLOCK_ROWS, BLOCK_ELEMENTS // max(1, batch_heads * n_keys))
+    return min(n_queries, rows)
+
+
+def memory_efficient_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    alpha: Alpha,
+    *,
+    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    rows_per_block: int | None = None,
+    skip: bool = True,
+) -> torch.Tensor:
+    """alpha-entmax attention of q over (k, v) without the (Nq, Nk) matrices. Differentiable in q, k, v, alpha.
+
+    q (B, H, Nq, D); k, v (B, H, Nk, D) -> (B, H, Nq, D), in q's dtype (scores and weights in float32,
+    or float64 for float64 inputs).
+    alpha: a float in [1, 2] (1 = softmax, 1.5 = 1.5-entmax, 2 = sparsemax) or a tensor of one alpha
+        per head, shape (H,) or (1, H, 1, 1); a tensor receives gradients.
+    key_padding_mask: (B, Nk) bool, True = real key. mask: (Nq, Nk) bool, True = may attend.
+    causal: query i sees keys j <= i + Nk - Nq (aligned to the end; key blocks past it are never computed).
+    A query without any allowed key gets a zero output and zero gradients.
+    dropout_p: dropout on the weights (its mask is drawn again, identically, in backward).
+    rows_per_block: query rows per block (default: `block_rows`); skip: use the key-block sparsity.
+    """
+    b, h, n_q, d = q.shape
+    if k.shape[:2] != (b, h) or v.shape[:3] != k.shape[:3] or k.shape[-1] != d:
+        raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}: expected (B, H, N, D) with one B, H, D")
+    alpha_f, alpha_t = (float(alpha), None) if not torch.is_tensor(alpha) else (None, alpha.reshape(-1))
+    if alpha_t is not None and alpha_t.numel() not in (1, h):
+        raise ValueError(f"alpha has {alpha_t.numel()} values for {h} heads")
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    rows = rows_per_block or block_rows(b * h, k.shape[2], n_q)
+    seed = int(torch.randint(1 << 62, (1,)).item()) if dropout_p > 0.0 else 0
+    geometry = _Geometry(b, h, n_q, k.shape[2], rows, key_padding_mask, mask, causal, q.device)
+    settings = (geometry, alpha_f, scale, dropout_p, seed, skip)
+    return _MemoryEfficientAttention.apply(q, k, v, alpha_t, settings)
+
+
+def attend_long(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    impl: str,
+    *,
+    normaliser,
+    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+):
+    """`Pattern.attend` through `impl` ('memory_efficient', 'triton' or 'adasplash'): (out, weights, None).
+
+    weights (when asked for) is an iterable of `block_sparse.RowGroup`s, one per query block, each
+    computed when it is reached, so the analysis never holds the (Nq, Nk) matrix either."""
+    record_scores(q.shape[0] * q.shape[1] * q.shape[-2] * k.shape[-2])
+    alpha = normaliser_alpha(normaliser)
+    if impl == "triton":
+        out = _gpu_backend("triton").entmax_attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal)
+    elif impl == "adasplash":
+        if torch.is_tensor(alpha):
+            raise ValueError("model.attention_impl=adasplash takes a fixed alpha only (softmax, sparsemax, entmax15, or alpha_entmax with model.alpha set)")
+        out = _gpu_backend("adasplash").attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal)
+    else:
+        out = memory_efficient_attention(q, k, v, alpha, key_padding_mask=key_padding_mask, mask=mask, causal=causal, dropout_p=dropout_p)
+    if not need_weights:
+        return out, None, None
+    return out, _RowGroups(q, k, alpha, key_padding_mask, mask, causal), None
+
+
+def normaliser_alpha(normaliser) -> Alpha:
+    """The normaliser as alpha-entmax: a float (softmax 1, 1.5-entmax, sparsemax 2) or its (H,) alphas."""
+    alphas = normaliser.alphas()
+    if alphas is None:
+        raise ValueError(f"normaliser {normaliser.name!r} is not an alpha-entmax; use model.attention_impl=explicit")
+    if alphas.numel() == 1 and not alphas.requires_grad:
+        return float(alphas)
+    return alphas
+
+
+class _RowGroups:
+    """The weights of one attention call as `RowGroup`s, one query block at a time (see `block_weights`)."""
+
+    def __init__(self, q, k, alpha, key_padding_mask, mask, causal) -> None:
+        self.args = (q, k, alpha)
+        self.kwargs = dict(key_padding_mask=key_padding_mask, mask=mask, causal=causal)
+
+    def __iter__(self) -> Iterator[RowGroup]:
+        q, k, alpha = self.args
+        b = q.shape[0]
+        for r0, r1, weights, valid in block_weights(q, k, alpha, **self.kwargs):
+            keys = torch.arange(weights.shape[-1], device=q.device)[None]
+            if valid is None:
+                valid = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=q.device)
+            valid = valid.expand(b, 1, r1 - r0, weights.shape[-1]) if valid.shape[1] == 1 else valid.all(1, keepdim=True)
+            yield RowGroup(torch.arange(r0, r1, device=q.device), keys, weights, valid)
+
+
+def block_weights(
+    q: torch.Tensor, k: torch.Tensor, alpha: Alpha, *, key_padding_mask=None, mask=None, causal=False, scale=None, rows_per_block=None
+) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor | None]]:
+    """The weights block by block, for the analysis: yields (r0, r1, weights (B, H, r1 - r0, Nk), valid
+    (B or 1, 1, r1 - r0, Nk) bool or None). No gradients; only one block exists at a time."""
+    b, h, n_q, d = q.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    rows = rows_per_block or block_rows(b * h, k.shape[2], n_q)
+    geo = _Geometry(b, h, n_q, k.shape[2], rows, key_padding_mask, mask, causal, q.device)
+    alpha = _alpha_for_rows(None if torch.is_tensor(alpha) else float(alpha), alpha.reshape(-1) if torch.is_tensor(alpha) else None, h)
+    kp = _pad_keys(k, geo.n_key_blocks * KEY_BLOCK)
+    with torch.no_grad():
+        for r0, r1 in geo.blocks():
+            keys = torch.arange(geo.key_end(r1), device=q.device)
+            s = _scores(q[:, :, r0:r1], _take_keys(kp, keys), scale)
+            valid = geo.valid(r0, r1, keys)
+            if valid is not None:
+                s.masked_fill_(~valid, float("-inf"))
+            p, _ = entmax.entmax_threshold(s, alpha)
+            yield r0, r1, p, valid
+
+
+# ------------------------------------------------------------------------------------------------
+# Geometry of one call: blocks of query rows, padded key blocks, masks per block
+# ------------------------------------------------------------------------------------------------
+
+
+class _Geometry:
+    """Which (query, key) pairs exist, block by block. Keys are padded to whole KEY_BLOCKs (masked)."""
+
+    def __init__(self, b, h, n_queries, n_keys, rows, key_padding_mask, mask, causal, device) -> None:
+        self.b, self.h, self.n_queries, self.n_keys, self.rows = b, h, n_queries, n_keys, rows
+        self.n_key_blocks = -(-n_keys // KEY_BLOCK)
+        self.key_padding_mask, self.mask, self.causal, self.device = key_padding_mask, mask, causal, device
+        self.offset = n_keys - n_queries  # causal: query i sees keys <= i + offset
+
+    def blocks(self) -> Iterator[tuple[int, int]]:
+        for r0 in range(0, self.n_queries, self.rows):
+            yield r0, min(self.n_queries, r0 + self.rows)
+
+    def key_end(self, r1: int) -> int:
+        """Rows before r1 see keys before key_end, in whole key blocks: all keys, or up to the causal limit."""
+        last = self.n_keys if not self.causal else min(self.n_keys, max(1, r1 + self.offset))
+        return -(-last // KEY_BLOCK) * KEY_BLOCK
+
+    def valid(self, r0: int, r1: int, keys: torch.Tensor) -> torch.Tensor | None:
+        """bool (B or 1, 1 or H, R, S) for key positions `keys` ((S,) shared or (B, H, S) per head;
+        positions >= n_keys are the padding of the last key block), or None when every pair is valid."""
+        parts = []
+        per_head = keys.dim() == 3
+        expand = (lambda m: m[..., None, :]) if per_head else (lambda m: m[None, None, None, :])  # -> (.., 1, S)
+        if self.n_key_blocks * KEY_BLOCK > self.n_keys:
+            parts.append(expand(keys < self.n_keys))
+        safe = keys.clamp_max(self.n_keys - 1)
+        if self.key_padding_mask is not None:
+            if per_head:
+                parts.append(self.key_padding_mask.gather(1, safe.reshape(self.b, -1)).view(self.b, self.h, 1, -1))
+            else:
+                parts.append(self.key_padding_mask[:, safe][:, None, None, :])
+        if self.causal:
+            limit = (torch.arange(r0, r1, device=keys.device) + self.offset)[:, None]  # (R, 1)
+            parts.append((safe[..., None, :] <= limit) if per_head else (safe[None, :] <= limit)[None, None])
+        if self.mask is not None:
+            m = self.mask[r0:r1]
+            if per_head:
+                parts.append(m[None, None].expand(self.b, self.h, -1, -1).gather(3, safe[:, :, None, :].expand(-1, -1, r1 - r0, -1)))
+            else:
+                parts.append(m[:, safe][None, None])
+        if not parts:
+            return None
+        out = parts[0]
+        for part in parts[1:]:
+            out = out & part
+        return out
+
+
+def _alpha_for_rows(alpha_f: float | None, alpha_t: torch.Tensor | None, h: int) -> Alpha:
+    """A float, or one alpha per head as (1, H, 1, 1) (it broadcasts over batch and rows)."""
+    if alpha_t is None:
+        return alpha_f
+    return alpha_t.detach().reshape(1, -1, 1, 1).expand(1, h, 1, 1)
+
+
+def _scores(q_b: torch.Tensor, keys_d: torch.Tensor, scale: float) -> torch.Tensor:
+    """scale q_b keys_d^T, (B, H, R, S). Float32 (float64 for float64 inputs) whatever the input dtype:
+    the threshold needs the precision."""
+    s = q_b @ keys_d.transpose(-2, -1)
+    s = s if s.dtype == torch.float64 else s.float()
+    return s.mul_(scale)
+
+
+def _pad_keys(x: torch.Tensor, n: int) -> torch.Tensor:
+    """x (B, H, N, D) zero-padded to n >= N positions (x itself when n == N)."""
+    return x if n == x.shape[2] else torch.nn.functional.pad(x, (0, 0, 0, n - x.shape[2]))
+
+
+def _take_keys(x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """x (B, H, N_pad, D) at key positions `keys`: (S,) = a prefix (a view), (B, H, S) = gathered per head."""
+    if keys.dim() == 1:
+        return x[:, :, : keys.numel()]
+    return x.gather(2, keys[..., None].expand(-1, -1, -1, x.shape[-1]))
+
+
+def _add_keys(dx: torch.Tensor, keys: torch.Tensor, part: torch.Tensor) -> None:
+    """dx (B, H, N_pad, D) += part (B, H, S, D) at key positions `keys` (as in `_take_keys`)."""
+    if keys.dim() == 1:
+        dx[:, :, : keys.numel()] += part
+    else:
+        dx.scatter_add_(2, keys[..., None].expand(-1, -1, -1, dx.shape[-1]), part)
+
+
+def _active_key_blocks(p: torch.Tensor) -> torch.Tensor:
+    """(B, H, nb) bool: which KEY_BLOCKs of p (B, H, R, nb * KEY_BLOCK) hold any weight."""
+    b, h, r, s = p.shape
+    return p.view(b, h, r, s // KEY_BLOCK, KEY_BLOCK).amax(dim=(2, 4)) > 0
+
+
+def _compact_keys(active: torch.Tensor) -> torch.Tensor | None:
+    """Key positions (B, H, C * KEY_BLOCK) of the active blocks (C = the most any head keeps; heads with
+    fewer are padded with inactive blocks, whose weights are zero), or None when too few are skipped."""
+    nb = active.shape[-1]
+    count = int(active.sum(-1).max())
+    if count > SKIP_BELOW * nb:
+        return None
+    order = torch.argsort((~active).to(torch.int8), dim=-1, stable=True)[..., : max(count, 1)]  # active blocks first
+    return (order[..., None] * KEY_BLOCK + torch.arange(KEY_BLOCK, device=active.device)).flatten(-2)
+
+
+def _dropout_mask(shape, p: float, seed: int, block: int, device) -> torch.Tensor:
+    """The keep mask of one block, scaled by 1 / (1 - p); drawn from (seed, block), so backward gets it again."""
+    g = torch.Generator(device=device).manual_seed(seed + block)
+    return (torch.rand(shape, generator=g, device=device) >= p).float().div_(1.0 - p)
+
+
+# ------------------------------------------------------------------------------------------------
+# The autograd function
+# ------------------------------------------------------------------------------------------------
+
+
+class _MemoryEfficientAttention(Function):
+    @staticmethod
+    def forward(ctx, q, k, v, alpha_t, settings):
+        geo, alpha_f, scale, dropout_p, seed, skip = settings
+        alpha = _alpha_for_rows(alpha_f, alpha_t, geo.h)
+        n_pad = geo.n_key_blocks * KEY_BLOCK
+        kp, vp = _pad_keys(k, n_pad), _pad_keys(v, n_pad)
+        out = torch.empty_like(q)
+        params, compact = [], []
+        total = skipped = 0
+        for i, (r0, r1) in enumerate(geo.blocks()):
+            keys = torch.arange(geo.key_end(r1), device=q.device)
+            s = _scores(q[:, :, r0:r1], _take_keys(kp, keys), scale)
+            valid = geo.valid(r0, r1, keys)
+            if valid is not None:
+                s.masked_fill_(~valid, float("-inf"))
+            p, prm = entmax.entmax_threshold(s, alpha)
+            params.append(prm)
+            # Softmax never leaves a block empty: do not look.
+            kept = _compact_keys(_active_key_blocks(p)) if skip and alpha_f != 1.0 else None
+            compact.append(kept)
+            nb = keys.numel() // KEY_BLOCK
+            total += geo.b * geo.h * nb
+            if kept is not None:
+                skipped += geo.b * geo.h * (nb - kept.shape[-1] // KEY_BLOCK)
+                p = p.gather(3, kept[:, :, None, :].expand(-1, -1, r1 - r0, -1))
+                keys = kept
+            if dropout_p > 0.0:
+                p = p * _dropout_mask(p.shape, dropout_p, seed, i, q.device)
+            out[:, :, r0:r1] = p.to(v.dtype) @ _take_keys(vp, keys)
+        _record_skips(total, skipped)
+        ctx.settings, ctx.compact = settings, compact
+        ctx.save_for_backward(q, k, v, alpha_t, *params)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        geo, alpha_f, scale, dropout_p, seed, skip = ctx.settings
+        q, k, v, alpha_t, *params = ctx.saved_tensors
+        alpha = _alpha_for_rows(alpha_f, alpha_t, geo.h)
+        need_da = alpha_t is not None and ctx.needs_input_grad[3]
+        n_pad = geo.n_key_blocks * KEY_BLOCK
+        kp, vp = _pad_keys(k, n_pad), _pad_keys(v, n_pad)
+        work = torch.float64 if q.dtype == torch.float64 else torch.float32
+        dq = torch.zeros_like(q, dtype=work)
+        dk = torch.zeros(geo.b, geo.h, n_pad, k.shape[-1], dtype=work, device=q.device)
+        dv = torch.zeros(geo.b, geo.h, n_pad, v.shape[-1], dtype=work, device=q.device)
+        da = torch.zeros(geo.h, dtype=work, device=q.device) if need_da else None
+        for i, (r0, r1) in enumerate(geo.blocks()):
+            kept = ctx.compact[i]
+            keys = kept if kept is not None else torch.arange(geo.key_end(r1), device=q.device)
+            q_b, kk, vv = q[:, :, r0:r1], _take_keys(kp, keys), _take_keys(vp, keys)
+            s = _scores(q_b, kk, scale)
+            valid = geo.valid(r0, r1, keys)
+            if valid is not None:
+                s.masked_fill_(~valid, float("-inf"))
+            p = entmax.entmax_from_threshold(s, alpha, params[i])  # the forward's weights, no solve
+            g = grad_out[:, :, r0:r1].to(work)
+            dp = g @ vv.to(work).transpose(-2, -1)  # (B, H, R, S)
+            pd = p
+            if dropout_p > 0.0:
+                keep = _dropout_mask(p.shape, dropout_p, seed, i, q.device)
+                pd, dp = p * keep, dp * keep
+            _add_keys(dv, keys, pd.transpose(-2, -1) @ g)
+            ds, da_rows = entmax.entmax_backward(p, dp, alpha, need_dalpha=need_da)
+            ds = ds.mul_(scale)
+            dq[:, :, r0:r1] = ds @ kk.to(work)
+            _add_keys(dk, keys, ds.transpose(-2, -1) @ q_b.to(work))
+            if need_da:
+                da += da_rows.sum(dim=(0, 2, 3)).to(work)
+        n_k = geo.n_keys
+        dq, dk, dv = dq.to(q.dtype), dk[:, :, :n_k].to(k.dtype), dv[:, :, :n_k].to(v.dtype)
+        if need_da:
+            da = (da if alpha_t.numel() == geo.h else da.sum()).reshape(alpha_t.shape).to(alpha_t.dtype)
+        return dq, dk, dv, da, None
