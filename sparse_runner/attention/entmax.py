@@ -197,8 +197,11 @@ def entmax_threshold(x: torch.Tensor, alpha: Alpha, *, backend: str | None = Non
          gives p bitwise: p is itself computed from them.  The representation (a1 = alpha - 1):
            w_i = [1 + a1 (x_i - t)]_+^(1/a1)    (softmax rows, a1 < ALPHA_SOFTMAX_THRESHOLD: exp(x_i - t)),
            p_i = w_i * dtype(1 / F),
-         where x_i - t is evaluated as (x_i - t_hi) - t_lo, t_hi = dtype(t), t_lo = dtype(t - t_hi)
-         (as accurate as (x_i - max) - u; one float32 subtraction of t would not be).  t = max(x) + u
+         where x_i - t is carried in x's dtype as two parts (t = t_hi + t_lo, and the exact rounding
+         error of x_i - t_hi, by TwoSum), and 1 + a1 (x_i - t) as its rounded value plus a
+         correction, so that the support's small weights keep their precision on long rows (a single
+         float32 subtraction of t biases every weight the same way: 1e-5 errors at 10k keys).  The
+         arithmetic is spelled out in _torch_weights and entmax_cpu.cpp (`weight`).  t = max(x) + u
          (softmax: t = max(x)); F = sum_i w_i (about 1 except for softmax).  A fully -inf row has
          (t, F) = (+inf, 1) (weights 0 for any x), a NaN row (NaN, NaN).
     The backends ('cpp', 'torch') each reproduce their own p; they agree to rounding, not bitwise.
@@ -379,36 +382,51 @@ class _EntmaxFunction(Function):
 
 def _torch_forward(x: torch.Tensor, alpha: Alpha, dim: int) -> torch.Tensor:
     """alpha-entmax along dim in plain PyTorch; alpha float or tensor (x dtype, size 1 along dim)."""
-    m = x.amax(dim=dim, keepdim=True)
+    m = x.amax(dim=dim, keepdim=True)  # NaN if the row holds one
     dead = m == float("-inf")  # fully masked rows: output zeros
-    y = x - m.masked_fill(dead, 0.0)  # <= 0, max entry 0; dead rows stay all -inf
+    bad = m.isnan() | (m == float("inf"))  # NaN / +inf scores: NaN rows, as softmax
+    skip = dead | bad
+    y = x - m.masked_fill(skip, 0.0)  # <= 0, max entry 0; dead rows stay all -inf
     if isinstance(alpha, float):
         a1 = alpha - 1.0
         if a1 < ALPHA_SOFTMAX_THRESHOLD:
             p = torch.softmax(y, dim)
         elif alpha == 2.0:
-            p = (y - _sparsemax_torch(y, dim)).clamp_min(0.0)
+            hi, lo = _split(_sparsemax_torch(y, dim), y.dtype)
+            p = ((y - hi) - lo).clamp_min(0.0)
         elif alpha == 1.5:
-            p = (y / 2 - _entmax15_torch(y, dim, dead)).clamp_min(0.0).square()
+            hi, lo = _split(_entmax15_torch(y, dim, skip), y.dtype)
+            p = ((y / 2 - hi) - lo).clamp_min(0.0).square()
         else:
-            p = _newton_torch(y, a1, dim, dead)[0]
+            p = _newton_torch(y, a1, dim, skip)[0]
     else:
         a1 = (alpha - 1.0).clamp(0.0, 1.0)
         soft = a1 < ALPHA_SOFTMAX_THRESHOLD
-        p = _newton_torch(y, a1.masked_fill(soft, 0.5), dim, dead)[0]  # 0.5: any valid value, replaced below
+        p = _newton_torch(y, a1.masked_fill(soft, 0.5), dim, skip)[0]  # 0.5: any valid value, replaced below
         if bool(soft.any()):
             p = torch.where(soft, torch.softmax(y, dim), p)
-    return p.masked_fill(dead, 0.0)
+    return p.masked_fill(dead, 0.0).masked_fill(bad, float("nan"))
+
+
+def _split(t: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A float64 threshold as hi + lo in dtype: y - t evaluated as (y - hi) - lo keeps its precision
+    (a float32 t alone shifts every entry the same way by up to half an ulp of t, which on thousands
+    of entries in the support moves the row sum by ~1e-4)."""
+    hi = t.to(dtype)
+    return hi, torch.where(t.isfinite(), t - hi.double(), 0.0).to(dtype)
 
 
 def _sparsemax_torch(y: torch.Tensor, dim: int) -> torch.Tensor:
-    """The threshold tau of p = [y - tau]_+ (alpha = 2; size 1 along dim).  Newton on the piecewise-linear sum [y - tau]_+ - 1 from tau = -1 is Michelot's
-    projection: tau = (sum_S y - 1) / |S| on the current support S, exact once S stops shrinking."""
+    """The threshold tau (float64, size 1 along dim) of p = [y - tau]_+ (alpha = 2).  Newton on the
+    piecewise-linear sum [y - tau]_+ - 1 from tau = -1 is Michelot's projection: tau = (sum_S y - 1) / |S|
+    on the current support S, exact once S stops shrinking.  Sums in float64: the row sum of the
+    output is 1 - (the error of sum_S y)."""
     support = y > -1.0
     for _ in range(y.shape[dim] + 1):
         count = support.sum(dim, keepdim=True).clamp_min(1)
-        tau = (torch.where(support, y, 0.0).sum(dim, keepdim=True) - 1.0) / count
-        new_support = y > tau
+        tau = (torch.where(support, y, 0.0).sum(dim, keepdim=True, dtype=torch.float64) - 1.0) / count
+        hi, lo = _split(tau, y.dtype)
+        new_support = (y - hi) - lo > 0
         if torch.equal(new_support, support):
             break
         support = new_support
@@ -416,27 +434,33 @@ def _sparsemax_torch(y: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 def _entmax15_torch(y: torch.Tensor, dim: int, dead: torch.Tensor) -> torch.Tensor:
-    """The threshold tau of p = [y / 2 - tau]_+^2 (size 1 along dim).  alpha = 1.5 with z = y / 2, p = [z - tau]_+^2.  On the current support S (tau <= tau*, so
-    S contains the true support) the root of sum_S (z - t)^2 = 1 is closed-form; it is tau* exactly
-    when it keeps all of S non-negative.  Rows where it does not take a Newton step on sqrt(sum p) - 1
-    (convex, decreasing: from the left it never overshoots) and try again."""
+    """The threshold tau (float64, size 1 along dim) of p = [y / 2 - tau]_+^2 (alpha = 1.5).  With
+    z = y / 2, on the current support S (tau <= tau*, so S contains the true support) the root of
+    sum_S (z - t)^2 = 1 is closed-form; it is tau* exactly when it keeps all of S non-negative.  Rows
+    where it does not take a Newton step on sqrt(sum p) - 1 (convex, decreasing: from the left it
+    never overshoots) and try again.  The root's S1^2 - c (S2 - 1) cancels when tau was far from it
+    relative to the spread of S (flat rows: by a factor ~c), so such a root is evaluated once more at
+    the new tau, where nothing cancels; sums are float64."""
     z = y / 2
-    tau = torch.full_like(dead, -1.0, dtype=y.dtype)
+    tau = torch.full_like(dead, -1.0, dtype=torch.float64)
+    polished = torch.zeros_like(dead)
     for _ in range(_MAX_ITER):
-        d = (z - tau).clamp_min(0.0)
+        hi, lo = _split(tau, y.dtype)
+        d = ((z - hi) - lo).clamp_min(0.0)
         support = d > 0
-        count = support.sum(dim, keepdim=True).to(y.dtype)
-        s1 = d.sum(dim, keepdim=True)
-        s2 = (d * d).sum(dim, keepdim=True)
-        dmin = torch.where(support, d, float("inf")).amin(dim, keepdim=True)
+        count = support.sum(dim, keepdim=True).double()
+        s1 = d.sum(dim, keepdim=True, dtype=torch.float64)
+        s2 = (d * d).sum(dim, keepdim=True, dtype=torch.float64)
+        dmin = torch.where(support, d, float("inf")).amin(dim, keepdim=True).double()
         f = s2 - 1.0
         disc = s1 * s1 - count * f
         e = f / (s1 + disc.clamp_min(0.0).sqrt())  # rationalised root: no cancellation as e -> 0
-        exact = ((disc >= 0) & (e <= dmin)) | dead
-        if bool(exact.all()):
-            tau = tau + e
-            break
+        exact = (disc >= 0) & (e <= dmin)
+        done = (exact & (polished | (s1 * s1 <= 16.0 * disc))) | dead
         tau = torch.where(exact, tau + e, tau + (s2 - s2.sqrt()) / s1)
+        if bool(done.all()):
+            break
+        polished = exact
     return tau
 
 
@@ -479,19 +503,19 @@ def _newton_torch(y: torch.Tensor, a1: Alpha, dim: int, dead: torch.Tensor) -> t
 
 def _torch_threshold(x: torch.Tensor, alpha: Alpha) -> tuple[torch.Tensor, torch.Tensor]:
     """(p, params) of entmax_threshold along the last dim; alpha float or tensor (x dtype, clamped)."""
-    m = x.amax(-1, keepdim=True)
-    bad = x.isnan().any(-1, keepdim=True) | (m == float("inf"))  # NaN rows, as softmax gives
+    m = x.amax(-1, keepdim=True)  # NaN if the row holds one
+    bad = m.isnan() | (m == float("inf"))  # NaN rows, as softmax gives
     dead = m == float("-inf")
     skip = dead | bad
-    y = torch.where(bad, 0.0, x - m.masked_fill(skip, 0.0))  # bad rows: any finite row, overwritten below
+    y = x - m.masked_fill(skip, 0.0)
     if isinstance(alpha, float):
         a1 = alpha - 1.0
         if a1 < ALPHA_SOFTMAX_THRESHOLD:
             u = torch.zeros_like(m, dtype=torch.float64)
         elif alpha == 2.0:  # p = [y - tau]_+ = 1 + (y - u)
-            u = 1.0 + _sparsemax_torch(y, -1).double()
+            u = 1.0 + _sparsemax_torch(y, -1)
         elif alpha == 1.5:  # p = (y / 2 - tau)^2 = (1 + (y - u) / 2)^2
-            u = 2.0 + 2.0 * _entmax15_torch(y, -1, skip).double()
+            u = 2.0 + 2.0 * _entmax15_torch(y, -1, skip)
         else:
             u = _newton_torch(y, a1, -1, skip)[1].double()
     else:
@@ -513,28 +537,37 @@ def _torch_from_threshold(x: torch.Tensor, alpha: Alpha, params: torch.Tensor) -
 
 
 def _torch_weights(x: torch.Tensor, alpha: Alpha, t: torch.Tensor) -> torch.Tensor:
-    """Unnormalised weights w of the threshold representation (see entmax_threshold); t float64."""
+    """Unnormalised weights w of the threshold representation (see entmax_threshold); t float64.
+    Same arithmetic as the C++ `weight` (entmax_cpu.cpp explains it): x - t carried as r + c
+    (TwoSum), d = h + delta with h = 1 + a1 r rounded once and delta its error plus a1 c."""
     t_hi = t.to(x.dtype)
     t_lo = torch.where(t.isfinite(), t - t_hi.double(), 0.0).to(x.dtype)
-    diff = (x - t_hi) - t_lo
+    r = x - t_hi
+    bb = r - x
+    c = torch.where(r > float("-inf"), ((x - (r - bb)) + (-t_hi - bb)) - t_lo, 0.0)
     if isinstance(alpha, float):
         a1 = alpha - 1.0
         if a1 < ALPHA_SOFTMAX_THRESHOLD:
-            return torch.exp(diff)
+            return torch.exp(r + c)
         if alpha == 2.0:
-            return (diff + 1.0).clamp_min(0.0)
+            return ((1.0 + r) + c).clamp_min(0.0)
         if alpha == 1.5:
-            return (diff * 0.5 + 1.0).clamp_min(0.0).square()
-        return _general_weights(diff, a1)
+            h = torch.addcmul(torch.ones_like(r), r, torch.full_like(r, 0.5))
+            delta = torch.addcmul(torch.addcmul(1.0 - h, r, torch.full_like(r, 0.5)), c, torch.full_like(r, 0.5))
+            return torch.where(h > 0, h + delta, 0.0).clamp_min(0.0).square()  # -inf entries: delta is NaN
+        return _general_weights(r, c, torch.full_like(r, a1))
     a1 = (alpha - 1.0).clamp(0.0, 1.0)
     soft = a1 < ALPHA_SOFTMAX_THRESHOLD
-    return torch.where(soft, torch.exp(diff), _general_weights(diff, a1.masked_fill(soft, 1.0)))
+    return torch.where(soft, torch.exp(r + c), _general_weights(r, c, a1.masked_fill(soft, 1.0).expand_as(r)))
 
 
-def _general_weights(diff: torch.Tensor, a1: Alpha) -> torch.Tensor:
-    """[1 + a1 diff]_+^(1/a1) via log1p (accurate as a1 -> 0); -inf and NaN give 0."""
-    tt = a1 * diff
-    return torch.where(tt > -1.0, torch.exp(torch.log1p(tt.clamp_min(-1.0)) / a1), 0.0)
+def _general_weights(r: torch.Tensor, c: torch.Tensor, a1: torch.Tensor) -> torch.Tensor:
+    """[1 + a1 (r + c)]_+^(1/a1) with log d = log h + delta / h (accurate as a1 -> 0 and near d = 0)."""
+    h = torch.addcmul(torch.ones_like(r), a1, r)
+    delta = torch.addcmul(torch.addcmul(1.0 - h, a1, r), a1, c)
+    k = h > 0
+    hs = torch.where(k, h, 1.0)
+    return torch.where(k, torch.exp((torch.log(hs) + delta / hs) / a1), 0.0)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -596,16 +596,34 @@ struct Kernels {
       c = c2;
       tau = (double(S::hsum(acc)) - 1.0) / double(c);
     }
+    // The output sums to 1 - (error of sum_S y): on long supports a float32 sum is off by up to
+    // ~1e-6 (flat rows) to ~1e-4 (N(0,1) rows, thousands of keys), so the final sum is taken in float64.
+    if (c > 2 * W) {
+      pad(yb, c, T(0));
+      typename S::VD lo = S::dzero(), hi = S::dzero();
+      for (int64_t j = 0; j < c; j += W) S::dadd(lo, hi, S::load(yb + j));
+      tau = (S::dsum(lo, hi) - 1.0) / double(c);
+    }
     return tau;
+  }
+
+  // tau as two values of T (hi + lo): y - tau evaluated as (y - hi) - lo keeps the threshold's
+  // precision (a float32 tau alone shifts every entry by up to half an ulp of tau -- in the same
+  // direction, so the sum of a row with thousands of entries in the support is off by ~1e-4).
+  static void split(double tau, V& hi, V& lo) {
+    const T h = T(tau);
+    hi = S::set1(h);
+    lo = S::set1(T(tau - double(h)));
   }
 
   static void sparsemax_row(const T* x, T* out, int64_t n, T m, T* yb, int32_t* ib) {
     int64_t c;
     const double tau = sparsemax_solve(x, n, m, yb, ib, c);
     pad(yb, c, T(0));
-    const V vt = S::set1(T(tau));
+    V th, tl;
+    split(tau, th, tl);
     const V zero = S::set1(T(0));
-    write_out(out, n, yb, ib, c, [&](V y) { return S::max(y - vt, zero); });
+    write_out(out, n, yb, ib, c, [&](V y) { return S::max((y - th) - tl, zero); });
   }
 
   // alpha = 1.5.  tau-space with z = y / 2: p = [z - tau]_+^2.  Each pass gives, on the current
@@ -642,19 +660,25 @@ struct Kernels {
         const double e = f / (S1 + std::sqrt(disc));
         if (e <= dmin) {
           tau += e;
+          // S1^2 - c (S2 - 1) cancels when tau was far from the root relative to the spread of the
+          // support (flat rows: S1^2 / disc ~ c), and float32 sums of thousands of terms are off by
+          // ~1e-6: then one more closed-form pass at the new tau, with float64 sums, where
+          // nothing cancels (rows summed to 1 - 5e-3 at 10k flat keys without it).
+          if (S1 * S1 > 16.0 * disc || c > 4 * W) tau = entmax15_polish(zb, c, tau);
           break;
         }
       }
       tau += (S2 - std::sqrt(S2)) / S1;
       pad(zb, c, -inf);
-      const V vt = S::set1(T(tau));
+      V th, tl;
+      split(tau, th, tl);
       s1 = zero;
       s2 = zero;
       dmn = vinf;
       int64_t c2 = 0;
       for (int64_t j = 0; j < c; j += W) {
         V z = S::load(zb + j);
-        V d = z - vt;
+        V d = (z - th) - tl;
         M k = S::gt(d, zero);
         VI iv = S::load_i(ib + j);
         S::compress(zb + c2, k, z);
@@ -670,14 +694,42 @@ struct Kernels {
     return tau;
   }
 
+  // The closed-form root on the support zb[0, c) evaluated again at tau (float64 sums); returns the
+  // refined tau (tau itself if the refinement is not consistent, which rounding alone can cause).
+  static double entmax15_polish(T* zb, int64_t c, double tau) {
+    const T inf = std::numeric_limits<T>::infinity();
+    const V zero = S::set1(T(0)), vinf = S::set1(inf);
+    pad(zb, c, -inf);
+    V th, tl;
+    split(tau, th, tl);
+    typename S::VD a1 = S::dzero(), b1 = S::dzero(), a2 = S::dzero(), b2 = S::dzero();
+    V dmn = vinf;
+    int64_t cnt = 0;
+    for (int64_t j = 0; j < c; j += W) {
+      V d = (S::load(zb + j) - th) - tl;
+      M k = S::gt(d, zero);
+      d = S::maskz(k, d);
+      S::dadd(a1, b1, d);
+      S::dadd(a2, b2, d * d);
+      cnt += S::count(k);
+      dmn = S::min(dmn, S::select(k, d, vinf));
+    }
+    const double S1 = S::dsum(a1, b1), S2 = S::dsum(a2, b2), f = S2 - 1.0;
+    const double disc = S1 * S1 - double(cnt) * f;
+    if (cnt == 0 || !(disc >= 0.0)) return tau;
+    const double e = f / (S1 + std::sqrt(disc));
+    return e <= double(S::hmin(dmn)) ? tau + e : tau;
+  }
+
   static void entmax15_row(const T* x, T* out, int64_t n, T m, T* zb, int32_t* ib) {
     const V zero = S::set1(T(0));
     int64_t c;
     const double tau = entmax15_solve(x, n, m, zb, ib, c);
     pad(zb, c, T(0));
-    const V vt = S::set1(T(tau));
+    V th, tl;
+    split(tau, th, tl);
     write_out(out, n, zb, ib, c, [&](V z) {
-      V d = S::max(z - vt, zero);
+      V d = S::max((z - th) - tl, zero);
       return d * d;
     });
   }
@@ -685,46 +737,48 @@ struct Kernels {
   // ----------------------------------------------------------------------------------------------
   // The threshold representation (entmax_threshold / entmax_from_threshold in entmax.py).
   // A row is (t, F), both float64:  w_i = [1 + a1 (x_i - t)]_+^(1/a1)  (softmax rows: exp(x_i - t)),
-  // p_i = w_i * T(1 / F).  x_i - t is evaluated as (x_i - t_hi) - t_lo with t_hi = T(t) and
-  // t_lo = T(t - t_hi): for the entries near the max, x_i - t_hi is exact, so this is as accurate as
-  // the solver's (x_i - max) - u, which a single subtraction of a float32 t would not be (an ulp of
-  // t is ~1e-3 at |t| ~ 1e4).  The forward writes its output through the same code (weights_pass +
-  // scale_out) that entmax_from_threshold runs (from_threshold_pass), with every multiply-add written
-  // as an explicit fma, so recomputed weights are bitwise the forward's, on any column subset.
+  // p_i = w_i * T(1 / F).  Precision: the support's d = 1 + a1 (x - t) lies in (0, 1] and, on long
+  // flat supports, needs an absolute error well below float32's 6e-8 near 1 (a shared bias of
+  // d shifts every weight the same way: 1e-5 on the biggest weight of a 10k-key row).  So x - t is
+  // carried as r + c: r = x - t_hi rounded, c = its exact rounding error (TwoSum) - t_lo, with
+  // t_hi = T(t), t_lo = T(t - t_hi); d = h + (rho + a1 c) with h = fma(a1, r, 1) and rho =
+  // fma(a1, r, 1 - h) the rounding error of h (exact for h in [0.5, 2]; relative to h below), and
+  // log d = log h + (rho + a1 c) / h.  The forward writes its output through the same code
+  // (weights_pass + scale_out) that entmax_from_threshold runs (from_threshold_pass), with every
+  // multiply-add an explicit fma, so recomputed weights are bitwise the forward's, on any column
+  // subset.
   // ----------------------------------------------------------------------------------------------
 
   struct Thr {
-    V th, tl, a1, k;
+    V th, mth, tl, a1, k;
   };
   static Thr make_thr(double t, double a1) {
     const T hi = T(t);
     const T lo = std::isfinite(t) ? T(t - double(hi)) : T(0);
-    return {S::set1(hi), S::set1(lo), S::set1(T(a1)), S::set1(T(1.0 / a1))};
+    return {S::set1(hi), S::set1(-hi), S::set1(lo), S::set1(T(a1)), S::set1(T(1.0 / a1))};
   }
 
   // Unnormalised weights of one vector.  -inf entries give 0 in every mode.
   template <int Mode>
   static V weight(V xv, const Thr& q) {
     const V one = S::set1(T(1)), zero = S::set1(T(0));
-    const V diff = (xv - q.th) - q.tl;
-    if (Mode == kSoftmax) return S::exp(diff);
-    if (Mode == kSparsemax) return S::max(diff + one, zero);
-    if (Mode == kEntmax15) {
-      const V d = S::max(S::fma(S::set1(T(0.5)), diff, one), zero);
+    const V r = xv - q.th;
+    // TwoSum(x, -t_hi): r + e == x - t_hi exactly (for finite r; -inf entries get c = 0).
+    const V bb = r - xv;
+    const V e = (xv - (r - bb)) + (q.mth - bb);
+    const V c = S::maskz(S::gt(r, S::set1(-std::numeric_limits<T>::infinity())), e - q.tl);
+    if (Mode == kSoftmax) return S::exp(r + c);
+    if (Mode == kSparsemax) return S::max((one + r) + c, zero);  // 1 + r is exact on the support
+    const V a1 = Mode == kEntmax15 ? S::set1(T(0.5)) : q.a1;
+    const V h = S::fma(a1, r, one);
+    const V delta = S::fma(a1, c, S::fma(a1, r, one - h));
+    if (Mode == kEntmax15) {  // (-inf entries: h = -inf and delta = NaN; the mask gives 0)
+      const V d = S::max(S::maskz(S::gt(h, zero), h + delta), zero);
       return d * d;
     }
-    const V mone = S::set1(T(-1));
-    const V t = q.a1 * diff;
-    const M k = S::gt(t, mone);
-    const V tc = S::max(t, mone);
-    V L;
-    if (W == 1) {
-      L = S::log1p(tc);
-    } else {
-      const V d = one + tc;
-      L = S::fma(tc - (d - one), one / d, S::log(d));  // log1p(tc), see FwdBlock::pass
-    }
-    return S::maskz(k, S::exp(q.k * L));
+    const M k = S::gt(h, zero);
+    const V hs = S::select(k, h, one);
+    return S::maskz(k, S::exp(q.k * S::fma(delta, one / hs, S::log(hs))));
   }
 
   // out = w, returns sum w (accumulated in float64: F decides the sum of the output).
