@@ -1,14 +1,15 @@
 #!/usr/bin/env python
 """Benchmark attention normalisers on CPU: ours vs torch.softmax vs the `entmax` package.
 
-    python scripts/bench_normalisers.py            # 4 shapes, ~10 min on 2 cores
-    python scripts/bench_normalisers.py --quick    # one small shape, ~30 s (smoke run)
+    python scripts/bench_normalisers.py                       # 4 shapes x scales 0.3, 1, 3; ~30 min on 2 cores
+    python scripts/bench_normalisers.py --scales 1 --quick    # one small shape, one scale (smoke run)
 
 Writes <out>/normalisers.json and <out>/normalisers.md (default out: outputs/benchmarks).
 
 Method (see docs/reference PERF_BASELINE.md, section 1):
-* Inputs: float32 attention-like scores x ~ N(0, 1) * scale (default scale 3, i.e. the spread of
-  q.k/sqrt(d) in a trained layer rather than at initialisation), laid out as (B, H=4, Nq, Nk) with
+* Inputs: float32 attention-like scores x ~ N(0, 1) * scale, for each of --scales (default 0.3, 1
+  and 3: the solvers' cost depends on the density of the output, 10-50 % at scale 0.3-1 and a few %
+  at 3, the spread of q.k/sqrt(d) in a trained layer), all in one table, laid out as (B, H=4, Nq, Nk) with
   Nq = Nk, flattened to (rows, keys); seed 0.  Learned alpha = 1 + sigmoid(a), a ~ N(0, 1) (Correia
   et al.'s parameterisation), a leaf tensor with requires_grad: one per head, taken at the 4
   quantile midpoints of that distribution (1.24, 1.42, 1.58, 1.76), or one random draw per row.
@@ -78,7 +79,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
     p.add_argument("--rounds", type=int, default=3, help="round-robin rounds per shape")
     p.add_argument("--min-run-time", type=float, default=0.5, help="seconds per blocked_autorange")
-    p.add_argument("--scale", type=float, default=3.0, help="scores ~ N(0,1) * scale")
+    p.add_argument("--scales", type=float, nargs="+", default=[0.3, 1.0, 3.0],
+                   help="scores ~ N(0,1) * scale, one table section per scale (e.g. --scales 0.3 1 3)")
     p.add_argument("--inputs", type=int, default=4, help="different inputs cycled through (see docstring)")
     p.add_argument("--no-peers", action="store_true", help="skip the entmax package")
     p.add_argument("--no-torch-backend", action="store_true", help="skip our pure-PyTorch backend rows")
@@ -87,13 +89,13 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def make_cases(rows: int, keys: int, args, peers):
+def make_cases(rows: int, keys: int, scale: float, args, peers):
     """name -> (kind, forward fn, inputs needing grad, reference kind)."""
     gen = torch.Generator().manual_seed(args.seed)
     batch = max(1, rows // (HEADS * keys))
     n_q = rows // (batch * HEADS)
     shape = (batch, HEADS, n_q, keys)
-    xs = [(torch.randn(shape, generator=gen) * args.scale).contiguous() for _ in range(args.inputs)]
+    xs = [(torch.randn(shape, generator=gen) * scale).contiguous() for _ in range(args.inputs)]
     gs = [torch.randn(shape, generator=gen) for _ in range(args.inputs)]
     # One alpha per head: the H quantile midpoints of 1 + sigmoid(N(0, 1)) (a stratified draw, so 4 heads
     # represent the distribution instead of depending on one lucky or unlucky head).
@@ -150,8 +152,8 @@ def measure(fn, threads, min_run_time) -> float:
     return Timer("fn()", globals={"fn": fn}, num_threads=threads).blocked_autorange(min_run_time=min_run_time).median
 
 
-def run_shape(rows, keys, args, peers, threads):
-    xs, gs, alpha_head, alpha_row, cases = make_cases(rows, keys, args, peers)
+def run_shape(rows, keys, scale, args, peers, threads):
+    xs, gs, alpha_head, alpha_row, cases = make_cases(rows, keys, scale, args, peers)
     x = xs[0]
     xgs = [t.clone().requires_grad_() for t in xs]
     callables = {}
@@ -168,10 +170,12 @@ def run_shape(rows, keys, args, peers, threads):
         callables[(name, "fwd+bwd")] = fwd_bwd
     for fn in callables.values():  # warm-up (builds the extension on the first call)
         fn()
+    load_before = _loadavg()
     times = {key: [] for key in callables}
     for _ in range(args.rounds):
         for key, fn in callables.items():
             times[key].append(measure(fn, threads, args.min_run_time))
+    load_after = _loadavg()
     refs = {}
     results = []
     for name, (fn, _, ref_kind) in cases.items():
@@ -181,7 +185,8 @@ def run_shape(rows, keys, args, peers, threads):
             out = fn(x)
         err = (out.double() - refs[ref_kind]).abs().max().item()
         density = (out > 0).double().mean().item()
-        entry = {"name": name, "max_abs_err_vs_f64": err, "density": density}
+        entry = {"name": name, "rows": rows, "keys": keys, "scale": scale, "max_abs_err_vs_f64": err,
+                 "density": density, "loadavg_before_after": [load_before, load_after]}
         for mode in ("fwd", "fwd+bwd"):
             med = statistics.median(times[(name, mode)])
             base = statistics.median(times[("torch.softmax", mode)])
@@ -197,7 +202,7 @@ def markdown(meta, tables) -> str:
         "# Attention normalisers on CPU",
         "",
         f"{meta['cpu']}; {meta['threads']} threads; torch {meta['torch']}; C++ kernels: {meta['cpp_kernels']}.",
-        f"float32 scores ~ N(0,1) x {meta['scale']}, shape (B, H={HEADS}, N, N) flattened to (rows, keys); "
+        f"float32 scores ~ N(0,1) x scale (scales {meta['scales']}), shape (B, H={HEADS}, N, N) flattened to (rows, keys); "
         f"learned alpha = 1 + sigmoid(a), a ~ N(0,1): per head at the quantile midpoints {meta['alpha_head_values']}, "
         "or one random draw per row.",
         f"\"ours\" = sparse_runner.attention.entmax with its default backend ({meta['active_backend_cpu']} here); "
@@ -205,19 +210,22 @@ def markdown(meta, tables) -> str:
         f"Allocator: {meta['allocator']}.  Each call gets the next of {meta['inputs_cycled']} input draws.  "
         f"Medians of {meta['rounds']} round-robin rounds "
         f"(blocked_autorange, min_run_time {meta['min_run_time']} s); x softmax = ratio to torch.softmax "
-        "in the same rounds; err = max abs error vs a float64 reference; density = fraction of nonzero weights.  "
-        f"Load average before/after: {meta['loadavg_before_after']}; run time {meta['seconds']} s.",
+        "in the same rounds (same shape and scale); err = max abs error vs a float64 reference; density = fraction "
+        "of nonzero weights; load = 1-minute load average before/after the shape's rounds (the machine is shared: "
+        "another process on the cores skews every number, ratios less than times).  "
+        f"Load average before/after the run: {meta['loadavg_before_after']}; run time {meta['seconds']} s.",
         "",
+        "| shape | scale | normaliser | density | fwd ms | x softmax | fwd+bwd ms | x softmax | err vs f64 | load |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for (rows, keys), res in tables.items():
-        lines += [f"## ({rows}, {keys})", "",
-                  "| normaliser | fwd ms | x softmax | fwd+bwd ms | x softmax | err vs f64 | density |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+    for (rows, keys, scale), res in tables.items():
         for r in res:
+            load = "/".join(str(v) for v in r["loadavg_before_after"])
             lines.append(
-                f"| {r['name']} | {r['fwd_ms']:.3g} | {r['fwd_x_softmax']:.2f} | {r['fwd+bwd_ms']:.3g} | "
-                f"{r['fwd+bwd_x_softmax']:.2f} | {r['max_abs_err_vs_f64']:.1e} | {r['density']:.3f} |")
-        lines.append("")
+                f"| ({rows}, {keys}) | {scale:g} | {r['name']} | {r['density']:.3f} | {r['fwd_ms']:.3g} | "
+                f"{r['fwd_x_softmax']:.2f} | {r['fwd+bwd_ms']:.3g} | {r['fwd+bwd_x_softmax']:.2f} | "
+                f"{r['max_abs_err_vs_f64']:.1e} | {load} |")
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -246,18 +254,19 @@ def main() -> None:
     start = time.time()
     alpha_values = None
     for rows, keys in shapes:
-        print(f"shape ({rows}, {keys}) ...", file=sys.stderr, flush=True)
-        tables[(rows, keys)] = run_shape(rows, keys, args, peers, threads)
-        if alpha_values is None:
-            _, _, ah, _, _ = make_cases(rows, keys, args, None)
-            alpha_values = [round(v, 3) for v in ah.detach().flatten().tolist()]
+        for scale in args.scales:
+            print(f"shape ({rows}, {keys}) scale {scale:g} ...", file=sys.stderr, flush=True)
+            tables[(rows, keys, scale)] = run_shape(rows, keys, scale, args, peers, threads)
+            if alpha_values is None:
+                _, _, ah, _, _ = make_cases(rows, keys, scale, args, None)
+                alpha_values = [round(v, 3) for v in ah.detach().flatten().tolist()]
     meta = {
         "cpu": platform.processor() or platform.machine(),
         "threads": threads,
         "torch": torch.__version__,
         "cpp_kernels": f"{entmax_cpu_status()}, isa {cpu_isa()}, load {entmax_cpu_load_seconds() or 0:.1f} s",
         "active_backend_cpu": backend_cpu,
-        "scale": args.scale,
+        "scales": args.scales,
         "heads": HEADS,
         "alpha_head_values": alpha_values,
         "allocator": allocator,
@@ -274,7 +283,7 @@ def main() -> None:
     except OSError:
         pass
     args.out.mkdir(parents=True, exist_ok=True)
-    payload = {"meta": meta, "results": {f"{r}x{k}": res for (r, k), res in tables.items()}}
+    payload = {"meta": meta, "results": [entry for res in tables.values() for entry in res]}
     (args.out / "normalisers.json").write_text(json.dumps(payload, indent=2))
     md = markdown(meta, tables)
     (args.out / "normalisers.md").write_text(md)
