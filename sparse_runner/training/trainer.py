@@ -102,9 +102,10 @@ def optimizer_groups(model: torch.nn.Module, lr: float, weight_decay: float, alp
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype of trainer.precision on `device` (None: fp32, no autocast).
 
-    bf16 autocasts on GPU and on CPU (matmuls in bf16: AMX / AVX-512-BF16 where the CPU has them;
-    no gradient scaler needed, its exponent range is fp32's). fp16 is GPU-only: CPU autocast would run
-    it on slower kernels (measured, scripts/bench_cpu_precision.py) and it needs a gradient scaler."""
+    bf16 autocasts on GPU and on CPU (matmuls in bf16 via oneDNN, AVX-512-BF16 / AMX where the CPU has
+    them; no gradient scaler: its exponent range is fp32's). On CPU it measured no faster than fp32 for
+    the small CPU presets (scripts/bench_cpu_precision.py), so fp32 stays the default. fp16 is GPU-only:
+    it needs the gradient scaler, which is CUDA's here, and CPUs without AVX-512-FP16 emulate it."""
     dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     if dtype == torch.float16 and device.type != "cuda":
         fail("trainer.precision", f"fp16 runs on GPU only, and this run is on {device}", "fp32, bf16")
