@@ -41,39 +41,38 @@ from __future__ import annotations
 import os
 import sys
 
-ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**31)}
-# The memory children want the opposite: every allocation >= 64 KiB its own mmap, unmapped on free, so that
-# the resident set follows the live tensors (see memory_child).
-MEMORY_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(2**16), "MALLOC_TRIM_THRESHOLD_": str(2**17)}
+from sparse_runner.benchmarking import MEMORY_ALLOCATOR, reexec_with_tuned_allocator
+
 _CHILD_FLAG = "--memory-child"
 
-if (
-    __name__ == "__main__"
-    and _CHILD_FLAG not in sys.argv
-    and "--default-allocator" not in sys.argv
-    and any(os.environ.get(k) != v for k, v in ALLOCATOR.items())
-):
-    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **ALLOCATOR, "SPARSE_RUNNER_BENCH_REEXEC": "1"})
+if __name__ == "__main__":
+    reexec_with_tuned_allocator(sys.argv, unless=(_CHILD_FLAG, "--default-allocator"))
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
 import itertools  # noqa: E402
 import json  # noqa: E402
-import platform  # noqa: E402
-import resource  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.utils.benchmark import Timer  # noqa: E402
 
 from sparse_runner.attention import AttentionSpec, MultiHeadAttention  # noqa: E402
 from sparse_runner.attention import entmax  # noqa: E402
 from sparse_runner.attention.layout import SequenceLayout  # noqa: E402
-from sparse_runner.benchmarking import write_benchmark  # noqa: E402
+from sparse_runner.benchmarking import (  # noqa: E402
+    allocator_description,
+    cpu_model,
+    git_state,
+    loadavg,
+    peak_step_memory,
+    profile_step,
+    round_robin_ms,
+    run_memory_child,
+    write_benchmark,
+)
 
 D_MODEL, HEADS, HEAD_SIZE, BLOCK, HF_RANDOM_BLOCKS = 512, 8, 64, 64, 3
 
@@ -192,74 +191,26 @@ def make_step(module, forward, xs, gs):
 
 
 # ----------------------------------------------------------------------------- peak memory
-def _status_kib(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
 def memory_child(row: str, n: int, inputs: int) -> dict:
-    """Peak extra resident memory of one forward+backward step, in this (fresh) process.
+    """Peak extra resident memory of one forward+backward step, in this (fresh) process: see
+    `sparse_runner.benchmarking.peak_step_memory` (the warm-up step also covers HF's numpy plan)."""
+    positions = []
 
-    Method: the process runs with MEMORY_ALLOCATOR, i.e. every block >= 64 KiB is its own mmap that is
-    unmapped when freed (torch's CPU allocator does not cache), so the resident set tracks the live tensors.
-    The layer and its inputs are built and one warm-up step runs (one-time costs: kernel loads, HF's numpy
-    plan, lazy inits); then the kernel's high-water mark is reset to the current RSS (`echo 5 >
-    /proc/self/clear_refs`, Linux >= 4.0) and one more step runs. Peak = VmHWM after it - VmRSS before
-    it: the activations kept for backward, the transient buffers and the gradients, not the weights and
-    inputs. Without clear_refs: no warm-up, peak = ru_maxrss after the first step - RSS before it (includes
-    the one-time costs; recorded as the method).
-    """
-    module, forward, xs, gs, positions = build_case(row, n, 1)
-    step = make_step(module, forward, xs, gs)
-    method = "VmHWM - VmRSS around the 2nd step (clear_refs reset)"
-    try:
-        step()
-        gc.collect()
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        before = _status_kib("VmRSS")
-        step()
-        peak = _status_kib("VmHWM")
-        if before is None or peak is None:
-            raise OSError("no /proc/self/status")
-    except OSError:
-        method = "ru_maxrss after the 1st step - VmRSS before it (no clear_refs: includes one-time costs)"
-        module, forward, xs, gs, positions = build_case(row, n, 1)
-        step = make_step(module, forward, xs, gs)
-        gc.collect()
-        before = _status_kib("VmRSS") or 0
-        step()
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return {"peak_mib": (peak - before) / 1024, "positions": positions, "method": method}
+    def make():
+        module, forward, xs, gs, n_positions = build_case(row, n, 1)
+        positions.append(n_positions)
+        return make_step(module, forward, xs, gs)
+
+    peak_mib, method = peak_step_memory(make)
+    return {"peak_mib": peak_mib, "positions": positions[-1], "method": method}
 
 
 def measure_memory(row: str, n: int, threads: int, timeout: float) -> dict:
-    env = {**os.environ, **MEMORY_ALLOCATOR}
-    env.pop("SPARSE_RUNNER_BENCH_REEXEC", None)
     cmd = [sys.executable, os.path.abspath(__file__), _CHILD_FLAG, row, str(n), "--threads", str(threads)]
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    if proc.returncode != 0:
-        return {"error": (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_memory_child(cmd, timeout)
 
 
 # ----------------------------------------------------------------------------- timing
-def loadavg() -> float | None:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return None
-
-
 def time_length(n: int, rows: list[str], args, threads: int) -> dict[str, dict]:
     """Round-robin timings of every measurable row at length n."""
     steps, out = {}, {}
@@ -274,11 +225,8 @@ def time_length(n: int, rows: list[str], args, threads: int) -> dict[str, dict]:
         steps[row]()  # warm-up: first-call allocations, kernel loads
         out[row] = {"positions": positions, "warmup_s": round(time.perf_counter() - t0, 3), "round_medians_ms": []}
         print(f"  n={n} {row}: warm-up {out[row]['warmup_s']:.2f} s", file=sys.stderr, flush=True)
-    for r in range(args.rounds):
-        for row, step in steps.items():
-            t = Timer("step()", globals={"step": step}, num_threads=threads).blocked_autorange(min_run_time=args.min_run_time)
-            out[row]["round_medians_ms"].append(1e3 * t.median)
-            print(f"  n={n} round {r} {row}: {1e3 * t.median:.1f} ms", file=sys.stderr, flush=True)
+    for row, medians in round_robin_ms(steps, args.rounds, args.min_run_time, threads, f"n={n}").items():
+        out[row]["round_medians_ms"] = medians
     for row in steps:
         out[row]["fwd_bwd_ms"] = statistics.median(out[row]["round_medians_ms"])
     base = out.get("dense_sdpa", {}).get("round_medians_ms")
@@ -391,34 +339,12 @@ def markdown(meta: dict, results: dict, memory: dict, rows: list[str], lengths: 
     return lines
 
 
-def git_state() -> dict:
-    """HEAD and the attention files that differ from it: the code that was measured."""
-    root = Path(__file__).resolve().parents[1]
-
-    def git(*cmd):
-        try:
-            return subprocess.run(["git", *cmd], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    return {"head": git("rev-parse", "HEAD"), "attention_files_modified": git("status", "--porcelain", "--", "sparse_runner/attention").splitlines()}
-
-
 # ----------------------------------------------------------------------------- profile
 def profile(spec: str, threads: int) -> None:
     row, n = spec.split(":")
     module, forward, xs, gs, positions = build_case(row, int(n), 1)
     step = make_step(module, forward, xs, gs)
-    step()
-    step()
-    from torch.profiler import ProfilerActivity, profile as torch_profile
-
-    with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        for _ in range(3):
-            step()
-    print(f"# {row} at N={n} ({positions} positions), {threads} threads, 3 steps")
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
-    print(prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=25))
+    profile_step(step, f"# {row} at N={n} ({positions} positions), {threads} threads, 3 steps")
 
 
 # ----------------------------------------------------------------------------- main
@@ -471,14 +397,8 @@ def main(argv=None) -> dict:
         tf_version = None
     if "hf_bigbird" in args.rows and hf_unavailable():
         print(f"HF BigBird row skipped: {hf_unavailable()}", file=sys.stderr)
-    tuned = all(os.environ.get(k) == v for k, v in ALLOCATOR.items())
-    allocator = ("glibc with " + ", ".join(f"{k}={v}" for k, v in ALLOCATOR.items())) if tuned else "glibc default"
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
+    allocator = allocator_description()
+    cpu = cpu_model()
     backend = entmax.active_backend(torch.device("cpu"))  # loads / builds the C++ kernels before any timing
 
     start = time.time()

@@ -1,0 +1,500 @@
+#!/usr/bin/env python
+"""Long dense attention on CPU: PyTorch SDPA softmax vs explicit vs memory-efficient entmax attention.
+
+Issue 12's targets, measured side by side in one run (2-core CPU):
+  - memory-efficient alpha-entmax (learned alpha per head), one layer forward+backward, at 4096 and
+    8192 tokens: time <= 2x SDPA softmax and peak memory <= 2x SDPA softmax's;
+  - at 16384 tokens it runs (peak memory reported), where the explicit path cannot: explicit
+    alpha-entmax is attempted under an address-space limit (--memory-limit-gib, default 20 GiB, so a
+    24 GiB machine never reaches the OOM killer) and its allocation failure is the cell's result.
+
+    python scripts/bench_long_attention.py                  # full run (not timed yet on a quiet machine)
+    python scripts/bench_long_attention.py --quick          # lengths 128,256, one round (smoke run)
+    python scripts/bench_long_attention.py --profile memeff_alpha_entmax:4096   # torch.profiler table, no benchmark
+
+Writes <out-dir>/long_attention.json and .md (default out-dir: outputs/bench/long_attention).
+
+Method (that of scripts/bench_block_sparse.py; helpers in sparse_runner/benchmarking.py):
+* Every row is one whole attention layer on x (1, N, 512) float32: Q/K/V projections, attention, output
+  projection: `MultiHeadAttention(512, AttentionSpec(8 heads x 64, normaliser, pattern "dense", impl))`.
+  sdpa_softmax: softmax, which the dense pattern sends to F.scaled_dot_product_attention (the baseline of
+  every ratio). explicit_*: impl "explicit", the (8, N, N) scores and weights materialised.
+  memeff_*: impl "memory_efficient" (sparse_runner/attention/memory_efficient.py: query blocks, one
+  threshold per row, backward recomputes the weights; O(N) memory); memeff_softmax sets the normaliser's
+  `fused_sdpa` off so that softmax takes that path too instead of SDPA (as scripts/bench_attention.py does).
+  alpha_entmax learns one alpha per head (AttentionSpec alpha None, alpha_init "random", seed 0).
+* The "projections" row times the projections alone (no attention), so that each row splits into
+  projections + attention.
+* One step = forward, then backward of <out, g> (g ~ N(0, 1) fixed), into x and every parameter, the
+  learned alpha included (grads set to None before each step, no accumulation; the warm-up step checks
+  that every one of them received a gradient). Steps cycle through --inputs different (x, g) draws.
+* The warm-up step runs inside `memory_efficient.count_skipped_blocks()`: memory-efficient rows report the
+  fraction of key blocks (64 keys) skipped in its forward (random inputs: not a trained model's sparsity),
+  and the count also checks the path: > 0 blocks for memeff rows, none for the others.
+* Explicit rows are not timed above --max-explicit-length (default 8192).
+* Timer: torch.utils.benchmark.Timer with num_threads set explicitly, blocked_autorange(min_run_time).
+  Per length, every case is built and warmed up once, then all cases are measured in --rounds round-robin
+  rounds; a number is the median of the per-round medians; ratios are to SDPA softmax in the same rounds.
+* Allocator: the timing process re-executes itself with glibc's MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_
+  fixed (freed blocks are reused instead of page-faulted again; see PERF_BASELINE 1), and records them.
+* Peak memory: one fresh subprocess per row and length, after all the timings (`memory_child`; method in
+  `sparse_runner.benchmarking.peak_step_memory`), each under resource.setrlimit(RLIMIT_AS,
+  --memory-limit-gib). Untimed explicit cells are not measured, except the rows of --attempt-memory
+  (default explicit_alpha_entmax), whose child is run anyway: at 16384 it is expected to fail to allocate.
+* Load average (1 min) is recorded before and after each length: another process on the 2 cores halves
+  every number.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from sparse_runner.benchmarking import MEMORY_ALLOCATOR, reexec_with_tuned_allocator
+
+_CHILD_FLAG = "--memory-child"
+
+if __name__ == "__main__":
+    reexec_with_tuned_allocator(sys.argv, unless=(_CHILD_FLAG, "--default-allocator"))
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import itertools  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import resource  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+from sparse_runner.attention import AttentionSpec, MultiHeadAttention  # noqa: E402
+from sparse_runner.attention import entmax  # noqa: E402
+from sparse_runner.attention.memory_efficient import count_skipped_blocks  # noqa: E402
+from sparse_runner.benchmarking import (  # noqa: E402
+    allocator_description,
+    cpu_model,
+    git_state,
+    loadavg,
+    peak_step_memory,
+    profile_step,
+    round_robin_ms,
+    run_memory_child,
+    status_kib,
+    write_benchmark,
+)
+
+D_MODEL, HEADS, HEAD_SIZE = 512, 8, 64
+BASELINE = "sdpa_softmax"
+TARGET_ROW, EXPLICIT_TARGET_ROW = "memeff_alpha_entmax", "explicit_alpha_entmax"
+
+# name -> (label, normaliser, impl); impl "sdpa" = AttentionSpec impl "auto" with softmax (SDPA), "proj" = no attention.
+ROWS = {
+    "sdpa_softmax": ("softmax, PyTorch SDPA (baseline)", "softmax", "sdpa"),
+    "explicit_sparsemax": ("sparsemax, explicit (H, N, N)", "sparsemax", "explicit"),
+    "explicit_entmax15": ("entmax15, explicit (H, N, N)", "entmax15", "explicit"),
+    "explicit_alpha_entmax": ("alpha_entmax (learned alpha/head), explicit (H, N, N)", "alpha_entmax", "explicit"),
+    "memeff_softmax": ("softmax, memory-efficient", "softmax", "memory_efficient"),
+    "memeff_sparsemax": ("sparsemax, memory-efficient", "sparsemax", "memory_efficient"),
+    "memeff_entmax15": ("entmax15, memory-efficient", "entmax15", "memory_efficient"),
+    "memeff_alpha_entmax": ("alpha_entmax (learned alpha/head), memory-efficient", "alpha_entmax", "memory_efficient"),
+    # Not attention: the layer's Q/K/V and output projections alone, to split every row's time into
+    # projections + attention (the projections are the same matmuls in every row).
+    "projections": ("projections only (Q/K/V + output, no attention)", None, "proj"),
+}
+DEFAULT_LENGTHS = "1024,2048,4096,8192,16384"
+QUICK_LENGTHS = "128,256"
+# A memory child's failure that means "the step did not fit under the address-space limit".
+_ALLOCATION_FAILURE = re.compile(r"alloc|out of memory|not enough memory", re.IGNORECASE)
+
+
+# ----------------------------------------------------------------------------- cases
+def skip_reason(row: str, n: int, max_explicit: int) -> str | None:
+    """Why (row, n) is not timed, or None."""
+    if ROWS[row][2] == "explicit" and n > max_explicit:
+        gib = HEADS * n * n * 4 / 2**30
+        return (f"N > --max-explicit-length {max_explicit}: the explicit path materialises ({HEADS}, N, N) float32 "
+                f"scores and weights, {gib:.3g} GiB each at N = {n}")
+    return None
+
+
+def build_case(row: str, n: int, inputs: int, seed: int = 0):
+    """(module, forward fn, xs, gs, positions): the layer of `row` for N tokens, ready for `step`."""
+    _, normaliser, impl = ROWS[row]
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    xs = [torch.randn(1, n, D_MODEL, generator=gen) for _ in range(inputs)]
+    if impl == "proj":
+        module = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE))
+        inner = HEADS * HEAD_SIZE
+
+        def forward(x):  # the layer's three matmuls; the two adds stand in for attention
+            kv = module.kv_proj(x)
+            return module.out_proj(module.q_proj(x) + kv[..., :inner] + kv[..., inner:])
+
+    else:
+        spec = AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE, normaliser=normaliser, pattern="dense",
+                             impl="auto" if impl == "sdpa" else impl)
+        module = MultiHeadAttention(D_MODEL, spec)
+        if impl == "memory_efficient" and normaliser == "softmax":
+            module.normaliser.fused_sdpa = False  # softmax through memory_efficient.py, not SDPA
+
+        def forward(x):
+            return module(x)
+
+    module.train()
+    xs = [x.detach().clone().requires_grad_() for x in xs]
+    gs = [torch.randn(x.shape, generator=gen) for x in xs]
+    return module, forward, xs, gs, n
+
+
+def make_step(module, forward, xs, gs):
+    turn = itertools.count()
+    params = list(module.parameters())
+
+    def step():
+        i = next(turn) % len(xs)
+        for p in params:
+            p.grad = None
+        xs[i].grad = None
+        forward(xs[i]).backward(gs[i])
+
+    return step
+
+
+def warm_up(row: str, module, step, xs) -> dict:
+    """The first step (not timed), counting skipped key blocks; checks the path and the gradients."""
+    t0 = time.perf_counter()
+    with count_skipped_blocks() as counts:
+        step()
+    info = {"warmup_s": round(time.perf_counter() - t0, 3)}
+    total, skipped = counts
+    memeff = ROWS[row][2] == "memory_efficient"
+    if memeff != (total > 0):
+        raise RuntimeError(f"{row}: the memory-efficient path {'did not run' if memeff else 'ran'} ({total} key blocks counted)")
+    if memeff:
+        info["key_blocks"] = {"total": total, "skipped": skipped, "fraction_skipped": skipped / total}
+    missing = [name for name, p in module.named_parameters() if p.grad is None]
+    if missing or xs[0].grad is None:
+        raise RuntimeError(f"{row}: no gradient for {missing or ['x']}")
+    return info
+
+
+# ----------------------------------------------------------------------------- peak memory
+def memory_child(row: str, n: int) -> dict:
+    """Peak extra resident memory of one forward+backward step, in this (fresh) process (see
+    `sparse_runner.benchmarking.peak_step_memory`)."""
+
+    def make():
+        module, forward, xs, gs, _ = build_case(row, n, 1)
+        return make_step(module, forward, xs, gs)
+
+    peak_mib, method = peak_step_memory(make)
+    return {"peak_mib": peak_mib, "positions": n, "method": method}
+
+
+def child_main(argv: list[str]) -> None:
+    """<flag> ROW N [--threads T] [--memory-limit-gib L]: one JSON line, the peak or the allocation failure."""
+    row, n = argv[1], int(argv[2])
+    if "--threads" in argv:
+        torch.set_num_threads(int(argv[argv.index("--threads") + 1]))
+    limit_gib = float(argv[argv.index("--memory-limit-gib") + 1]) if "--memory-limit-gib" in argv else None
+    info: dict = {}
+    if limit_gib is not None:
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = int(limit_gib * 2**30)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+        info = {"limit_gib": limit_gib, "vm_size_mib_at_start": (status_kib("VmSize") or 0) / 1024}
+    try:
+        result = memory_child(row, n)
+    except (RuntimeError, MemoryError) as e:
+        message = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        if not isinstance(e, MemoryError) and not _ALLOCATION_FAILURE.search(message):
+            raise
+        gc.collect()
+        result = {"failed": f"cannot allocate: {message}", "positions": n, "rss_hwm_mib": (status_kib("VmHWM") or 0) / 1024}
+        requested = re.search(r"allocate (\d+) bytes", message)
+        if requested:
+            result["requested_mib"] = int(requested.group(1)) / 2**20
+    print(json.dumps({**result, **info}))
+
+
+def measure_memory(row: str, n: int, threads: int, limit_gib: float, timeout: float) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), _CHILD_FLAG, row, str(n), "--threads", str(threads),
+           "--memory-limit-gib", str(limit_gib)]
+    out = run_memory_child(cmd, timeout)
+    # A child killed inside a kernel (std::bad_alloc in a C++ thread aborts the process) is a failure to
+    # allocate too; anything else stays an error.
+    if "error" in out and _ALLOCATION_FAILURE.search(out["error"]) and "timed out" not in out["error"]:
+        out = {"failed": f"cannot allocate (child aborted): {out['error']}", "positions": n, "limit_gib": limit_gib}
+    return out
+
+
+# ----------------------------------------------------------------------------- timing
+def time_length(n: int, rows: list[str], args, threads: int) -> dict[str, dict]:
+    """Round-robin timings of every measurable row at length n."""
+    steps, out = {}, {}
+    for row in rows:
+        reason = skip_reason(row, n, args.max_explicit_length)
+        if reason:
+            out[row] = {"skipped": reason}
+            continue
+        module, forward, xs, gs, positions = build_case(row, n, args.inputs)
+        steps[row] = make_step(module, forward, xs, gs)
+        out[row] = {"positions": positions, **warm_up(row, module, steps[row], xs), "round_medians_ms": []}
+        print(f"  n={n} {row}: warm-up {out[row]['warmup_s']:.2f} s", file=sys.stderr, flush=True)
+    for row, medians in round_robin_ms(steps, args.rounds, args.min_run_time, threads, f"n={n}").items():
+        out[row]["round_medians_ms"] = medians
+    for row in steps:
+        out[row]["fwd_bwd_ms"] = statistics.median(out[row]["round_medians_ms"])
+    base = out.get(BASELINE, {}).get("round_medians_ms")
+    for row in steps:
+        if base:  # ratio of medians, both from the same rounds
+            out[row]["x_sdpa"] = out[row]["fwd_bwd_ms"] / statistics.median(base)
+    return out
+
+
+def _target(name: str, value, ok, detail: str | None = None) -> dict:
+    entry = {"name": name, "value": value, "met": None if value is None else bool(ok(value))}
+    if detail is not None:
+        entry["detail"] = detail
+    return entry
+
+
+def targets(results: dict, memory: dict, limit_gib: float) -> list[dict]:
+    t = []
+    for n in (4096, 8192):
+        a = results.get(str(n), {}).get(TARGET_ROW, {}).get("fwd_bwd_ms")
+        b = results.get(str(n), {}).get(BASELINE, {}).get("fwd_bwd_ms")
+        t.append(_target(f"time: memory-efficient alpha_entmax / SDPA softmax at {n} (target <= 2)", a / b if a is not None and b else None, lambda v: v <= 2))
+        a = memory.get(str(n), {}).get(TARGET_ROW, {}).get("peak_mib")
+        b = memory.get(str(n), {}).get(BASELINE, {}).get("peak_mib")
+        t.append(_target(f"peak memory: memory-efficient alpha_entmax / SDPA softmax at {n} (target <= 2)", a / b if a is not None and b else None, lambda v: v <= 2))
+    # At 16384: the memory-efficient layer runs (its peak MiB), the explicit one fails under the limit.
+    m = memory.get("16384", {}).get(TARGET_ROW, {})
+    entry = _target("memory-efficient alpha_entmax at 16384 runs (value: peak MiB)", m.get("peak_mib"), lambda v: True)
+    if "peak_mib" not in m and m:
+        entry.update(met=False, detail=m.get("failed") or m.get("error"))
+    t.append(entry)
+    m = memory.get("16384", {}).get(EXPLICIT_TARGET_ROW, {})
+    entry = {"name": f"explicit alpha_entmax at 16384 cannot allocate under RLIMIT_AS {limit_gib:g} GiB", "value": None, "met": None}
+    if "failed" in m:
+        entry.update(met=True, detail=m["failed"])
+    elif "peak_mib" in m:
+        entry.update(met=False, detail=f"ran: peak {m['peak_mib']:.0f} MiB")
+    elif "error" in m:
+        entry["detail"] = m["error"]  # neither ran nor failed to allocate (e.g. timed out): not decided
+    t.append(entry)
+    return t
+
+
+# ----------------------------------------------------------------------------- report
+def markdown(meta: dict, results: dict, memory: dict, rows: list[str], lengths: list[int], target_rows: list[dict]) -> list[str]:
+    notes: list[str] = []
+
+    def note(text: str) -> str:
+        if text not in notes:
+            notes.append(text)
+        return f"({notes.index(text) + 1})"
+
+    head = "| row |" + "".join(f" {n} ms | x SDPA | MiB |" for n in lengths)
+    rule = "|---|" + "---:|---:|---:|" * len(lengths)
+    lines = [
+        "# Long dense attention on CPU (forward+backward): SDPA softmax vs explicit vs memory-efficient",
+        "",
+        f"One attention layer: d_model {D_MODEL}, {HEADS} heads x {HEAD_SIZE}, pattern dense, batch 1, float32; "
+        "timings include the Q/K/V and output projections. fwd+bwd = forward, then backward into the input and all "
+        "parameters (alpha_entmax: one learned alpha per head, random init, included). "
+        f"Medians of {meta['rounds']} round-robin rounds (blocked_autorange, min_run_time {meta['min_run_time']} s); "
+        "x SDPA = ratio to SDPA softmax in the same rounds; MiB = peak extra resident memory of one step, "
+        f"measured in a fresh process per cell under RLIMIT_AS {meta['memory_limit_gib']:g} GiB "
+        "(VmHWM - VmRSS, see peak_step_memory in sparse_runner/benchmarking.py).",
+        "",
+        "## Time, ratio to SDPA softmax, peak memory",
+        "",
+        head,
+        rule,
+    ]
+    for row in rows:
+        cells = []
+        for n in lengths:
+            r = results.get(str(n), {}).get(row, {})
+            m = memory.get(str(n), {}).get(row, {})
+            skipped = f"skipped {note(r['skipped'])}" if "skipped" in r else None  # notes numbered left to right
+            if "peak_mib" in m:
+                mib = f"{m['peak_mib']:.0f}"
+            elif "failed" in m:
+                limit = m.get("limit_gib", meta["memory_limit_gib"])
+                mib = f"fails {note(f'memory child under RLIMIT_AS {limit:g} GiB: ' + m['failed'])}"
+            elif "error" in m:
+                mib = f"err {note('memory child: ' + m['error'])}"
+            else:
+                mib = "-"
+            if skipped:
+                cells.append(f" {skipped} | | {mib if m else ''} |")
+                continue
+            ms = f"{r['fwd_bwd_ms']:.1f}" if "fwd_bwd_ms" in r else "-"
+            x = f"{r['x_sdpa']:.3g}" if "x_sdpa" in r else "-"
+            cells.append(f" {ms} | {x} | {mib} |")
+        lines.append(f"| {ROWS[row][0]} |" + "".join(cells))
+    lines.append("")
+    lines += [f"{note_id}. {text}" for note_id, text in enumerate(notes, 1)] + [""] if notes else []
+
+    memeff = [row for row in rows if ROWS[row][2] == "memory_efficient"]
+    if memeff:
+        lines += [
+            "## Key blocks skipped by the memory-efficient path",
+            "",
+            "Fraction of (head, query block, 64-key block) tiles without any weight, skipped exactly, in the forward "
+            "of the warm-up step (random inputs and initial weights, so not a trained model's sparsity; softmax never "
+            "leaves a tile empty and does not look).",
+            "",
+            "| row |" + "".join(f" {n} |" for n in lengths),
+            "|---|" + "---:|" * len(lengths),
+        ]
+        for row in memeff:
+            cells = []
+            for n in lengths:
+                kb = results.get(str(n), {}).get(row, {}).get("key_blocks")
+                cells.append(f" {100 * kb['fraction_skipped']:.1f}% |" if kb else " - |")
+            lines.append(f"| {ROWS[row][0]} |" + "".join(cells))
+        lines.append("")
+
+    lines += ["## Targets (issue 12)", "", "| target | value | met |", "|---|---:|---|"]
+    for t in target_rows:
+        if t["value"] is not None:
+            v = f"{t['value']:.0f} MiB" if "MiB" in t["name"] else f"{t['value']:.2f}"
+        else:
+            v = "n/a"
+        if t.get("detail") and t["value"] is None:
+            v = t["detail"].replace("|", "/")
+        met = "n/a" if t["met"] is None else ("yes" if t["met"] else "**NO**")
+        lines.append(f"| {t['name']} | {v} | {met} |")
+    lines.append("")
+
+    scaling = []
+    for row in rows:
+        steps = []
+        for a, b in zip(lengths, lengths[1:]):
+            ta = results.get(str(a), {}).get(row, {}).get("fwd_bwd_ms")
+            tb = results.get(str(b), {}).get(row, {}).get("fwd_bwd_ms")
+            if ta and tb:
+                steps.append(f"{a}->{b}: {tb / ta:.2f}")
+        if steps:
+            scaling.append(f"- {ROWS[row][0]}: " + ", ".join(steps))
+    if scaling:
+        lines += ["## Time ratio per doubling of N (linear = 2.0, quadratic = 4.0)", "", *scaling, ""]
+
+    lines += [
+        "## Meta",
+        "",
+        f"- CPU: {meta['cpu']}; {meta['threads']} threads; torch {meta['torch']}; entmax backend {meta['entmax_backend']}",
+        f"- allocator (timings): {meta['allocator']}; memory children: "
+        + ", ".join(f"{k}={v}" for k, v in meta["memory_allocator"].items())
+        + f", RLIMIT_AS {meta['memory_limit_gib']:g} GiB",
+        f"- load average (1 min) before/after each length: {meta['loadavg']}; run time {meta['seconds']} s",
+        f"- code: HEAD {meta['git']['head'][:12] or '?'}; attention files differing from it: "
+        f"{', '.join(meta['git']['attention_files_modified']) or 'none'}",
+        f"- command: `{meta['command']}`",
+        "",
+    ]
+    return lines
+
+
+# ----------------------------------------------------------------------------- main
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    p.add_argument("--lengths", default=None, help=f"comma-separated N (default {DEFAULT_LENGTHS}; --quick: {QUICK_LENGTHS})")
+    p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated rows from: {', '.join(ROWS)}")
+    p.add_argument("--out-dir", type=Path, default=Path("outputs/bench/long_attention"))
+    p.add_argument("--quick", action="store_true", help="lengths 128,256, one round, short timings, one input (smoke run)")
+    p.add_argument("--max-explicit-length", type=int, default=8192, help="explicit rows are not timed above this N (n^2 memory)")
+    p.add_argument("--memory-limit-gib", type=float, default=20.0, help="RLIMIT_AS of every memory subprocess")
+    p.add_argument("--attempt-memory", default=EXPLICIT_TARGET_ROW,
+                   help="comma-separated rows whose memory child runs even where they are not timed (expected to fail to allocate)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--min-run-time", type=float, default=0.5, help="seconds per blocked_autorange")
+    p.add_argument("--inputs", type=int, default=2, help="different (x, g) draws cycled through by the steps")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    p.add_argument("--memory-timeout", type=float, default=900.0, help="seconds per memory subprocess")
+    p.add_argument("--profile", default=None, metavar="ROW:N", help="print a torch.profiler table of ROW at N and exit")
+    p.add_argument("--default-allocator", action="store_true", help="do not re-execute with the tuned glibc settings")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.min_run_time, args.inputs = 1, min(args.min_run_time, 0.1), 1
+    args.lengths = [int(v) for v in (args.lengths or (QUICK_LENGTHS if args.quick else DEFAULT_LENGTHS)).split(",")]
+    args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    args.attempt_memory = [r.strip() for r in args.attempt_memory.split(",") if r.strip()]
+    unknown = [r for r in args.rows + args.attempt_memory if r not in ROWS]
+    if unknown:
+        p.error(f"unknown rows {unknown}; valid: {', '.join(ROWS)}")
+    if args.profile and (args.profile.split(":")[0] not in ROWS or not args.profile.partition(":")[2].isdigit()):
+        p.error(f"--profile ROW:N with ROW from: {', '.join(ROWS)}")
+    return args
+
+
+def main(argv=None) -> dict:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == _CHILD_FLAG:  # memory subprocess: <flag> ROW N [--threads T] [--memory-limit-gib L]
+        child_main(argv)
+        return {}
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    if args.profile:
+        row, n = args.profile.split(":")
+        module, forward, xs, gs, positions = build_case(row, int(n), 1)
+        profile_step(make_step(module, forward, xs, gs), f"# {row} at N={n}, {threads} threads, 3 steps")
+        return {}
+    backend = entmax.active_backend(torch.device("cpu"))  # loads / builds the C++ kernels before any timing
+
+    start = time.time()
+    results, memory, loads = {}, {}, {}
+    for n in args.lengths:
+        before = loadavg()
+        print(f"N={n} ...", file=sys.stderr, flush=True)
+        results[str(n)] = time_length(n, args.rows, args, threads)
+        loads[str(n)] = [before, loadavg()]
+        gc.collect()
+    if not args.no_memory:  # after every timing: never two processes on the 2 cores at once
+        for n in args.lengths:
+            memory[str(n)] = {}
+            for row in args.rows:
+                if "skipped" in results[str(n)].get(row, {}) and row not in args.attempt_memory:
+                    continue
+                memory[str(n)][row] = measure_memory(row, n, threads, args.memory_limit_gib, args.memory_timeout)
+                print(f"  memory n={n} {row}: {memory[str(n)][row]}", file=sys.stderr, flush=True)
+    meta = {
+        "cpu": cpu_model(),
+        "threads": threads,
+        "torch": torch.__version__,
+        "entmax_backend": backend,
+        "allocator": allocator_description(),
+        "memory_allocator": MEMORY_ALLOCATOR,
+        "memory_limit_gib": args.memory_limit_gib,
+        "attempt_memory": args.attempt_memory,
+        "rounds": args.rounds,
+        "min_run_time": args.min_run_time,
+        "inputs_cycled": args.inputs,
+        "lengths": args.lengths,
+        "rows": {r: ROWS[r][0] for r in args.rows},
+        "baseline": BASELINE,
+        "max_explicit_length": args.max_explicit_length,
+        "loadavg": loads,
+        "seconds": round(time.time() - start, 1),
+        "command": " ".join(["python", "scripts/bench_long_attention.py", *argv]),
+        "git": git_state(),
+    }
+    target_rows = targets(results, memory, args.memory_limit_gib)
+    result = {"benchmark": "long_attention", "meta": meta, "timings": results, "memory": memory, "targets": target_rows}
+    write_benchmark(args.out_dir, "long_attention", result, markdown(meta, results, memory, args.rows, args.lengths, target_rows))
+    return result
+
+
+if __name__ == "__main__":
+    main()

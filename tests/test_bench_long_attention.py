@@ -1,0 +1,106 @@
+"""Smoke tests of scripts/bench_long_attention.py: its --quick mode writes the JSON and the markdown, a memory
+child that cannot allocate under its RLIMIT_AS records the failure, and the targets read the cells.
+
+No assertion on timings (the machine is shared and noisy); only on the report's structure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_long_attention.py"
+ROWS = ["sdpa_softmax", "explicit_alpha_entmax", "memeff_alpha_entmax"]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("bench_long_attention", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # not __main__: no re-exec, no run
+    return module
+
+
+def test_quick_run_writes_json_and_markdown(tmp_path):
+    out = tmp_path / "bench"
+    cmd = [sys.executable, str(SCRIPT), "--quick", "--lengths", "128,256", "--rows", ",".join(ROWS),
+           "--max-explicit-length", "128", "--out-dir", str(out), "--threads", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=SCRIPT.parents[1])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    result = json.loads((out / "long_attention.json").read_text())
+    meta = result["meta"]
+    assert result["benchmark"] == "long_attention"
+    assert meta["lengths"] == [128, 256] and list(meta["rows"]) == ROWS and meta["baseline"] == "sdpa_softmax"
+    assert meta["allocator"].startswith("glibc with MALLOC_MMAP_THRESHOLD_")  # the script re-executed itself
+    assert meta["memory_limit_gib"] == 20.0 and meta["attempt_memory"] == ["explicit_alpha_entmax"]
+    assert meta["git"]["head"] and "command" in meta and len(meta["loadavg"]) == 2
+    for n in ("128", "256"):
+        timings, memory = result["timings"][n], result["memory"][n]
+        assert set(timings) == set(ROWS)
+        for row in ("sdpa_softmax", "memeff_alpha_entmax"):
+            assert timings[row]["fwd_bwd_ms"] > 0 and timings[row]["positions"] == int(n)
+            assert "x_sdpa" in timings[row]
+            assert memory[row]["peak_mib"] >= 0 and memory[row]["limit_gib"] == 20.0
+        # The warm-up's forward counted key blocks on the memory-efficient path only.
+        blocks = timings["memeff_alpha_entmax"]["key_blocks"]
+        assert blocks["total"] > 0 and 0 <= blocks["fraction_skipped"] <= 1
+        assert "key_blocks" not in timings["sdpa_softmax"]
+    assert result["timings"]["128"]["explicit_alpha_entmax"]["fwd_bwd_ms"] > 0
+    # Above --max-explicit-length: not timed, with the reason; its memory child is still attempted.
+    assert "max-explicit-length" in result["timings"]["256"]["explicit_alpha_entmax"]["skipped"]
+    assert result["memory"]["256"]["explicit_alpha_entmax"]["peak_mib"] >= 0
+    names = [t["name"] for t in result["targets"]]
+    assert len(names) == 6 and all(t["met"] is None for t in result["targets"])  # no 4096+ lengths in a smoke run
+    assert any("16384" in name and "explicit" in name for name in names)
+
+    md = (out / "long_attention.md").read_text()
+    assert "| row | 128 ms | x SDPA | MiB | 256 ms | x SDPA | MiB |" in md
+    for heading in ("## Time, ratio to SDPA softmax, peak memory", "## Key blocks skipped", "## Targets (issue 12)", "## Meta"):
+        assert heading in md
+    assert "softmax, PyTorch SDPA (baseline)" in md and "skipped (" in md and "RLIMIT_AS 20 GiB" in md
+
+
+def test_memory_child_records_allocation_failure():
+    # A limit below the interpreter's own address space: the first tensor of the layer cannot be allocated.
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "131072"}
+    cmd = [sys.executable, str(SCRIPT), "--memory-child", "explicit_alpha_entmax", "128", "--threads", "1", "--memory-limit-gib", "0.01"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=SCRIPT.parents[1], env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cell = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert cell["failed"].startswith("cannot allocate") and "peak_mib" not in cell
+    assert cell["limit_gib"] == 0.01 and cell["vm_size_mib_at_start"] > 0
+
+
+def test_targets_read_the_cells():
+    bench = load_script()
+    results = {str(n): {"sdpa_softmax": {"fwd_bwd_ms": 100.0}, "memeff_alpha_entmax": {"fwd_bwd_ms": t}}
+               for n, t in ((4096, 150.0), (8192, 250.0))}
+    memory = {
+        "4096": {"sdpa_softmax": {"peak_mib": 40.0}, "memeff_alpha_entmax": {"peak_mib": 60.0}},
+        "8192": {"sdpa_softmax": {"peak_mib": 80.0}, "memeff_alpha_entmax": {"peak_mib": 200.0}},
+        "16384": {"memeff_alpha_entmax": {"peak_mib": 300.0},
+                  "explicit_alpha_entmax": {"failed": "cannot allocate: you tried to allocate 8589934592 bytes"}},
+    }
+    t = bench.targets(results, memory, 20.0)
+    assert [e["met"] for e in t] == [True, True, False, False, True, True]
+    assert t[0]["value"] == 1.5 and t[3]["value"] == 2.5 and t[4]["value"] == 300.0
+    assert "cannot allocate" in t[5]["detail"]
+
+    memory["16384"]["explicit_alpha_entmax"] = {"peak_mib": 19000.0}  # it fit: the target is missed
+    memory["16384"]["memeff_alpha_entmax"] = {"error": "timed out after 900 s"}
+    t = bench.targets(results, memory, 20.0)
+    assert t[4]["met"] is False and t[5]["met"] is False
+    memory["16384"]["explicit_alpha_entmax"] = {"error": "timed out after 900 s"}  # undecided
+    assert bench.targets(results, memory, 20.0)[5]["met"] is None
+
+    md = "\n".join(bench.markdown(
+        {"rounds": 1, "min_run_time": 0.1, "memory_limit_gib": 20.0, "cpu": "cpu", "threads": 2, "torch": "x",
+         "entmax_backend": "cpp", "allocator": "glibc", "memory_allocator": {}, "loadavg": {}, "seconds": 0,
+         "git": {"head": "", "attention_files_modified": []}, "command": "python"},
+        results, memory, ["sdpa_softmax", "memeff_alpha_entmax"], [4096, 8192], t))
+    assert "| time: memory-efficient alpha_entmax / SDPA softmax at 4096 (target <= 2) | 1.50 | yes |" in md
+    assert "| peak memory: memory-efficient alpha_entmax / SDPA softmax at 8192 (target <= 2) | 2.50 | **NO** |" in md
