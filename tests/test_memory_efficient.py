@@ -139,7 +139,7 @@ def test_dropout_is_redrawn_identically_in_backward():
         torch.manual_seed(0)  # the call draws its dropout seed from the global generator
         return me.memory_efficient_attention(q, k, v, alpha, dropout_p=0.3, rows_per_block=8)
 
-    assert torch.autograd.gradcheck(f, (q, k, v, alpha), atol=1e-6)
+    assert torch.autograd.gradcheck(f, (q, k, v, alpha), atol=1e-6, fast_mode=True)
     a, b = f(q, k, v, alpha), f(q, k, v, alpha)
     assert torch.equal(a, b) and not torch.allclose(a, me.memory_efficient_attention(q, k, v, alpha))
 

@@ -5,12 +5,12 @@ lengths (4,000 tokens, batch 32, 4 heads) that is ~8 GB per layer before backwar
 through SDPA's fused kernels; sparsemax, 1.5-entmax and alpha-entmax have no such kernel in PyTorch.
 Here attention is computed R query rows at a time (R chosen so a block's scores stay a few MiB):
 
-    forward, per block:  s = scale q_b k^T (masked) -> p, (t, F) = entmax_threshold(s, alpha) -> out_b = p v
+    forward, per block:  s = (scale q_b) k^T (masked) -> p, (t, F) = entmax_threshold(s, alpha) -> out_b = p v
     saved:               q, k, v, the per-row threshold parameters (B, H, Nq, 2) and which key blocks
                          of each query block hold any weight (B, H, Nq / R, Nk / KB) bools
     backward, per block: s recomputed -> p = entmax_from_threshold(s, alpha, (t, F)) (no solve, bitwise
                          the forward's weights) -> dV += p^T dO, dP = dO v^T, (dS, dalpha) from the
-                         entmax Jacobian, dQ_b = scale dS k, dK += scale dS^T q_b
+                         entmax Jacobian, dQ_b = scale dS k, dK += dS^T (scale q_b)
 
 so peak memory is O(B H R Nk) on top of q, k, v instead of O(B H Nq Nk).
 
@@ -223,7 +223,7 @@ def block_weights(
     with torch.no_grad():
         for r0, r1 in geo.blocks():
             keys = torch.arange(geo.key_end(r1), device=q.device)
-            s = _scores(q[:, :, r0:r1], _take_keys(kp, keys), scale)
+            s = _scores(q[:, :, r0:r1] * scale, _take_keys(kp, keys))
             valid = geo.valid(r0, r1, keys)
             if valid is not None:
                 s.masked_fill_(~valid, float("-inf"))
@@ -292,12 +292,16 @@ def _alpha_for_rows(alpha_f: float | None, alpha_t: torch.Tensor | None, h: int)
     return alpha_t.detach().reshape(1, -1, 1, 1).expand(1, h, 1, 1)
 
 
-def _scores(q_b: torch.Tensor, keys_d: torch.Tensor, scale: float) -> torch.Tensor:
-    """scale q_b keys_d^T, (B, H, R, S). Float32 (float64 for float64 inputs) whatever the input dtype:
-    the threshold needs the precision."""
+def _scores(q_b: torch.Tensor, keys_d: torch.Tensor) -> torch.Tensor:
+    """q_b keys_d^T, (B, H, R, S), with q_b already scaled. Float32 (float64 for float64 inputs) whatever
+    the input dtype: the threshold needs the precision."""
     s = q_b @ keys_d.transpose(-2, -1)
-    s = s if s.dtype == torch.float64 else s.float()
-    return s.mul_(scale)
+    return s if s.dtype in (torch.float32, torch.float64) else s.float()
+
+
+def _accumulate(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """acc (B, H, M, N) += a (B, H, M, K) @ b (B, H, K, N), in place (no temporary, no extra pass)."""
+    acc.view(-1, *acc.shape[2:]).baddbmm_(a.reshape(-1, *a.shape[2:]), b.reshape(-1, *b.shape[2:]))
 
 
 def _pad_keys(x: torch.Tensor, n: int) -> torch.Tensor:
@@ -312,12 +316,12 @@ def _take_keys(x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return x.gather(2, keys[..., None].expand(-1, -1, -1, x.shape[-1]))
 
 
-def _add_keys(dx: torch.Tensor, keys: torch.Tensor, part: torch.Tensor) -> None:
-    """dx (B, H, N_pad, D) += part (B, H, S, D) at key positions `keys` (as in `_take_keys`)."""
+def _add_keys(dx: torch.Tensor, keys: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """dx (B, H, N_pad, D) += a @ b ((B, H, S, D)) at key positions `keys` (as in `_take_keys`)."""
     if keys.dim() == 1:
-        dx[:, :, : keys.numel()] += part
+        _accumulate(dx[:, :, : keys.numel()], a, b)
     else:
-        dx.scatter_add_(2, keys[..., None].expand(-1, -1, -1, dx.shape[-1]), part)
+        dx.scatter_add_(2, keys[..., None].expand(-1, -1, -1, dx.shape[-1]), a @ b)
 
 
 def _active_key_blocks(p: torch.Tensor) -> torch.Tensor:
@@ -355,71 +359,100 @@ class _MemoryEfficientAttention(Function):
         alpha = _alpha_for_rows(alpha_f, alpha_t, geo.h)
         n_pad = geo.n_key_blocks * KEY_BLOCK
         kp, vp = _pad_keys(k, n_pad), _pad_keys(v, n_pad)
+        qs = q * scale  # scaling q (N x D) instead of every score block (N x N)
         out = torch.empty_like(q)
         params, compact = [], []
-        total = skipped = 0
+        skips = _SkipSchedule(skip and alpha_f != 1.0)  # softmax never leaves a block empty: do not look
         for i, (r0, r1) in enumerate(geo.blocks()):
             keys = torch.arange(geo.key_end(r1), device=q.device)
-            s = _scores(q[:, :, r0:r1], _take_keys(kp, keys), scale)
+            s = _scores(qs[:, :, r0:r1], _take_keys(kp, keys))
             valid = geo.valid(r0, r1, keys)
             if valid is not None:
                 s.masked_fill_(~valid, float("-inf"))
             p, prm = entmax.entmax_threshold(s, alpha)
+            del s
             params.append(prm)
-            # Softmax never leaves a block empty: do not look.
-            kept = _compact_keys(_active_key_blocks(p)) if skip and alpha_f != 1.0 else None
+            kept = skips.compact(p, geo.b * geo.h)
             compact.append(kept)
-            nb = keys.numel() // KEY_BLOCK
-            total += geo.b * geo.h * nb
             if kept is not None:
-                skipped += geo.b * geo.h * (nb - kept.shape[-1] // KEY_BLOCK)
                 p = p.gather(3, kept[:, :, None, :].expand(-1, -1, r1 - r0, -1))
                 keys = kept
             if dropout_p > 0.0:
                 p = p * _dropout_mask(p.shape, dropout_p, seed, i, q.device)
             out[:, :, r0:r1] = p.to(v.dtype) @ _take_keys(vp, keys)
-        _record_skips(total, skipped)
+        _record_skips(skips.total, skips.skipped)
         ctx.settings, ctx.compact = settings, compact
-        ctx.save_for_backward(q, k, v, alpha_t, *params)
+        ctx.save_for_backward(qs, k, v, alpha_t, *params)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         geo, alpha_f, scale, dropout_p, seed, skip = ctx.settings
-        q, k, v, alpha_t, *params = ctx.saved_tensors
+        qs, k, v, alpha_t, *params = ctx.saved_tensors
         alpha = _alpha_for_rows(alpha_f, alpha_t, geo.h)
         need_da = alpha_t is not None and ctx.needs_input_grad[3]
         n_pad = geo.n_key_blocks * KEY_BLOCK
-        kp, vp = _pad_keys(k, n_pad), _pad_keys(v, n_pad)
-        work = torch.float64 if q.dtype == torch.float64 else torch.float32
-        dq = torch.zeros_like(q, dtype=work)
-        dk = torch.zeros(geo.b, geo.h, n_pad, k.shape[-1], dtype=work, device=q.device)
-        dv = torch.zeros(geo.b, geo.h, n_pad, v.shape[-1], dtype=work, device=q.device)
-        da = torch.zeros(geo.h, dtype=work, device=q.device) if need_da else None
+        work = torch.float64 if qs.dtype == torch.float64 else torch.float32
+        kp, vp = (_pad_keys(x, n_pad).to(work) for x in (k, v))
+        qw, grad_out = qs.to(work), grad_out.to(work)
+        dq = torch.empty_like(qw)
+        dk = torch.zeros(geo.b, geo.h, n_pad, k.shape[-1], dtype=work, device=qs.device)
+        dv = torch.zeros(geo.b, geo.h, n_pad, v.shape[-1], dtype=work, device=qs.device)
+        da = torch.zeros(geo.h, dtype=work, device=qs.device) if need_da else None
         for i, (r0, r1) in enumerate(geo.blocks()):
             kept = ctx.compact[i]
-            keys = kept if kept is not None else torch.arange(geo.key_end(r1), device=q.device)
-            q_b, kk, vv = q[:, :, r0:r1], _take_keys(kp, keys), _take_keys(vp, keys)
-            s = _scores(q_b, kk, scale)
+            keys = kept if kept is not None else torch.arange(geo.key_end(r1), device=qs.device)
+            q_b, kk, vv = qw[:, :, r0:r1], _take_keys(kp, keys), _take_keys(vp, keys)
+            s = _scores(q_b, kk)
             valid = geo.valid(r0, r1, keys)
             if valid is not None:
                 s.masked_fill_(~valid, float("-inf"))
             p = entmax.entmax_from_threshold(s, alpha, params[i])  # the forward's weights, no solve
-            g = grad_out[:, :, r0:r1].to(work)
-            dp = g @ vv.to(work).transpose(-2, -1)  # (B, H, R, S)
+            del s
+            g = grad_out[:, :, r0:r1]
+            dp = g @ vv.transpose(-2, -1)  # (B, H, R, S)
             pd = p
             if dropout_p > 0.0:
-                keep = _dropout_mask(p.shape, dropout_p, seed, i, q.device)
-                pd, dp = p * keep, dp * keep
-            _add_keys(dv, keys, pd.transpose(-2, -1) @ g)
-            ds, da_rows = entmax.entmax_backward(p, dp, alpha, need_dalpha=need_da)
-            ds = ds.mul_(scale)
-            dq[:, :, r0:r1] = ds @ kk.to(work)
-            _add_keys(dk, keys, ds.transpose(-2, -1) @ q_b.to(work))
+                keep = _dropout_mask(p.shape, dropout_p, seed, i, qs.device)
+                pd, dp = p * keep, dp.mul_(keep)
+            _add_keys(dv, keys, pd.transpose(-2, -1), g)
+            ds, da_rows = entmax.entmax_backward(p, dp, alpha, need_dalpha=need_da)  # d loss / d (scaled scores)
+            del p, pd, dp
+            dq[:, :, r0:r1] = ds @ kk
+            _add_keys(dk, keys, ds.transpose(-2, -1), q_b)
             if need_da:
                 da += da_rows.sum(dim=(0, 2, 3)).to(work)
         n_k = geo.n_keys
-        dq, dk, dv = dq.to(q.dtype), dk[:, :, :n_k].to(k.dtype), dv[:, :, :n_k].to(v.dtype)
+        dq, dk, dv = (dq * scale).to(qs.dtype), dk[:, :, :n_k].to(k.dtype), dv[:, :, :n_k].to(v.dtype)
         if need_da:
             da = (da if alpha_t.numel() == geo.h else da.sum()).reshape(alpha_t.shape).to(alpha_t.dtype)
         return dq, dk, dv, da, None
+
+
+class _SkipSchedule:
+    """When to look for key blocks without weight, and the bookkeeping of what was skipped.
+
+    Looking costs a pass over the block's weights. Where a look finds too few empty blocks to compact,
+    the next look comes after twice as many blocks (up to 8): dense heads stop paying for it, and rows
+    that grow sparser along the sequence are still found. Skipping is exact either way."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled, self.wait, self.gap = enabled, 0, 1
+        self.total = self.skipped = 0
+
+    def compact(self, p: torch.Tensor, batch_heads: int) -> torch.Tensor | None:
+        nb = p.shape[-1] // KEY_BLOCK
+        self.total += batch_heads * nb
+        if not self.enabled:
+            return None
+        if self.wait > 0:
+            self.wait -= 1
+            return None
+        kept = _compact_keys(_active_key_blocks(p))
+        if kept is None:
+            self.gap = min(8, self.gap * 2)
+            self.wait = self.gap - 1
+        else:
+            self.gap = 1
+            self.skipped += batch_heads * (nb - kept.shape[-1] // KEY_BLOCK)
+        return kept
