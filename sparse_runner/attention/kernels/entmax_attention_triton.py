@@ -1,0 +1,641 @@
+"""alpha-entmax attention without the n x n matrix: a FlashAttention-style Triton kernel (CUDA).
+
+    out = alpha-entmax(scale * q k^T  [masked]) v        per (batch, head), along the keys
+
+with alpha fixed (a float: 1 = softmax, 1.5-entmax, 2 = sparsemax) or learned per head (an (H,)
+tensor that requires grad; Correia et al. 2019).  Memory is O(N): scores are produced tile by tile
+(BLOCK_M query rows x BLOCK_N keys) and never stored; per query row only the threshold t and the
+normaliser F are kept for the backward (AdaSplash, Goncalves et al. 2025, does the same).  t is kept
+as two float32 numbers, t = m + u (row max m, offset u): rounding t to one float32 costs up to
+ulp(m) in 1 + a1 (s - t), which near the threshold is the whole of it (simulated: a sparsemax row
+with |m| = 100 over 4096 near-tied keys, max error 1.5e-5 with t rounded, 5e-8 with (m, u)).
+
+Public API:
+    available() -> bool
+    entmax_attention(q, k, v, alpha, *, scale=None, key_padding_mask=None, causal=False) -> Tensor
+
+Conventions (the same as `sparse_runner.attention.entmax`, whose module docstring has the maths):
+with a1 = alpha - 1 and scores s_j of one query row,
+    p_j = [1 + a1 (s_j - t)]_+^(1/a1) / F,        F = sum_j [1 + a1 (s_j - t)]_+^(1/a1),
+which is alpha-entmax(s) = [(alpha-1) s - tau]_+^(1/(alpha-1)) with tau = a1 t - 1 (F = 1 at the
+true t; dividing by the computed F makes sum p = 1 to rounding whatever the solver left).  Heads with
+a1 < ALPHA_SOFTMAX_THRESHOLD (5e-7) are softmax: p_j = exp(s_j - t) / F with t = m, the row max
+(u = 0), so m + log F is the row's log-sum-exp.
+
+Threshold, per row (forward kernel, one program per (batch, head, BLOCK_M query rows)):
+  1. one pass over the key tiles: the row max m and the number n of visible keys;
+  2. the bracket: at t = m the max entry alone gives [1]^(1/a1) = 1, so F(m) >= 1; at
+     t = m + (1 - n^-a1) / a1 every visible entry has 1 + a1 (s_j - t) <= n^-a1, so F <= 1.
+     F decreases in t, hence t in [m, m + (1 - n^-a1) / a1] (= [m, m + log n] as a1 -> 0).
+  3. Newton on G(u) = F^a1 - 1 in u = t - m (convex and decreasing: from u = 0, the left end, the
+     iterates increase monotonically to the root and never overshoot; exact in one step on a fixed
+     support for sparsemax).  Each iteration is one pass over the key tiles.  An iterate that leaves
+     the bracket (only rounding can do that) is replaced by the bracket's midpoint (bisection).  A
+     row is done when |F - 1| <= TOL (2e-6, the torch backend's float32 tolerance) or when a step
+     moves u by <= STALL * u (4 ulps: float32 cannot place t better); the rows of a program stop
+     together when all are done, after MAX_ITER (40) passes at the latest.  A float32 simulation of
+     this solver needed at most 8 passes (N up to 64k; random, peaked, tied rows, alpha 1+1e-6..2);
+  4. a last pass accumulating p v and F; out = acc / F.
+Softmax heads skip 2-3 (u = 0).  Fully masked rows (no visible key) give zeros: m = u = 0, F = 1.
+
+Backward (p recomputed per tile from (m, u, F); s_j = p_j^(2 - alpha) on the support, 0 elsewhere;
+dP_j = dO . v_j):
+    dS = s * (dP - c),  c = sum_j s_j dP_j / sum_j s_j           (0 for a fully masked row)
+    dQ = scale dS K,  dK = scale dS^T Q,  dV = P^T dO
+    dalpha (per row) = -sum_j dP_j A_j + c sum_j A_j,  A_j = p_j (log p_j)^2 psi(-a1 log p_j),
+    psi(x) = (e^x - 1 - x) / x^2 (Taylor series below x = 1, then (s_j - p_j - p_j x) / a1^2);
+the per-head gradient sums the rows over batch and queries.  Softmax heads use the alpha = 1
+limits (s = p, psi = 1/2), as the torch backend does.  Two kernels: `_bwd_dq_kernel` (per query
+tile: one pass for c and dalpha, one for dQ) and `_bwd_dkdv_kernel` (per key tile, over the query
+tiles that can see it; it reads c).  Every gradient tile is written by exactly one program: no
+atomics, deterministic results.
+
+Shapes and masks:
+* q (B, H, Nq, D); k, v (B, H, Nk, D); any Nq, Nk >= 0 (no multiple of the tile needed); D <= 128
+  (tiles are padded to a power of two >= 16: D in {16, 32, 64, 128} wastes nothing).  The last
+  dimension must be contiguous; other strides are free (no copy of a transposed (B, N, H, D) view).
+* key_padding_mask: (B, Nk) bool, True = a real key.  causal: query i sees keys j <= i + Nk - Nq
+  (the last query sees every key, as for a decoder with a cache).  A row that sees no key gives a
+  zero output and zero gradients.
+* dtypes: float32, bfloat16 or float16 (q, k, v alike); the output has q's dtype.  Everything
+  elementwise (threshold, p, s, c, dalpha) is float32.  Scores are a float32-accumulated dot of the
+  inputs (exact products for 16-bit inputs; float32 inputs use IEEE float32, not TF32).  For 16-bit
+  inputs p and dS are rounded to the input dtype for the p v, dS K and dS^T Q products (tensor
+  cores), as FlashAttention does; for float32 inputs everything stays float32.
+* alpha: a float in [1, 2] (ValueError outside), or a tensor of shape (H,), (1, H, 1, 1) or () (one
+  alpha for all heads); tensor values are used clamped to [1, 2] (not validated: that would need a device
+  sync), as in `alpha_entmax`.  The usual learned parameterisation 1 + sigmoid(a) stays inside.
+
+Devices: CUDA tensors; with TRITON_INTERPRET=1 set when this module is imported (the kernels are
+decorated then; later changes of the variable do not matter), Triton's interpreter runs the same
+kernels on CPU tensors (numpy; slow, for tests).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Union
+
+import torch
+from torch.autograd import Function
+
+try:  # an optional dependency (the [gpu] extra): the module imports without it, available() is False
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - exercised where triton is absent
+    triton = None
+    tl = None
+
+from sparse_runner.attention.entmax import ALPHA_SOFTMAX_THRESHOLD
+
+__all__ = ["available", "entmax_attention", "MAX_HEAD_DIM"]
+
+Alpha = Union[float, torch.Tensor]
+
+MAX_HEAD_DIM = 128
+# Newton passes per forward at most (a safety net: see STALL for the measured need).
+MAX_ITER = 40
+# |F - 1| at which a row's threshold is accepted (the torch backend's float32 tolerance) ...
+TOL = 2e-6
+# ... or once a Newton step moves u = t - m by at most STALL * u (2^-21: 4 ulps), where float32 cannot
+# resolve the threshold further.  Simulated in float32 on 64k-key rows (random, peaked, tied, |m| = 100):
+# at most 8 passes, errors against float64 alpha-entmax as with 40 passes on the F criterion alone.
+STALL = 2.0**-21
+# Below this |x|, expm1(x) uses 4 terms of its series (error < x^5/120 < 1e-12 relative), above it
+# exp(x) - 1 (relative error <= 6e-8 / |x| <= 6e-6).  Both only steer Newton steps and the bracket.
+_EXPM1_SWITCH = 1e-2
+# psi(x) = (e^x - 1 - x) / x^2: series below, direct formula above (entmax.py's float32 switch).
+_PSI_SWITCH = 1.0
+
+
+# Read once: @triton.jit picks the interpreter or the compiler when this module is imported.
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _interpreting() -> bool:
+    """Whether the kernels below run in Triton's CPU interpreter (TRITON_INTERPRET=1 at import)."""
+    return _INTERPRET
+
+
+def available() -> bool:
+    """True when triton imports and there is a CUDA device, or TRITON_INTERPRET=1 (CPU interpreter)."""
+    return triton is not None and (_interpreting() or torch.cuda.is_available())
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernels (defined only when triton imports; `available()` guards every launch)
+# ------------------------------------------------------------------------------------------------
+
+if triton is not None:
+    # Device helpers.  Under the interpreter every call of a @triton.jit helper re-patches
+    # triton.language (~0.4 ms a call, most of the interpreter's time here); called as plain Python
+    # functions they run inside the kernel's own patched scope and give the same results.
+    _helper = (lambda fn: fn) if _interpreting() else triton.jit
+
+    @_helper
+    def _expm1(x):
+        """exp(x) - 1 without cancellation for small |x| (see _EXPM1_SWITCH)."""
+        series = x * (1.0 + x * (0.5 + x * (1.0 / 6.0 + x * (1.0 / 24.0))))
+        return tl.where(tl.abs(x) < 1e-2, series, tl.exp(x) - 1.0)
+
+    @_helper
+    def _log1p(z):
+        """log(1 + z) for z > -1, accurate for small |z| (Goldberg's trick: the rounding of w = 1 + z
+        cancels in log(w) * z / (w - 1)); needed because a1 (s - t) is tiny as alpha -> 1."""
+        w = 1.0 + z
+        return tl.where(w == 1.0, z, tl.log(w) * (z / tl.where(w == 1.0, 1.0, w - 1.0)))
+
+    @_helper
+    def _psi_series(x):
+        """psi(x) = (e^x - 1 - x) / x^2 = sum_j x^j / (j+2)!, 9 terms (rel. error < 3e-8 for x < 1)."""
+        r = x * (1.0 / 3628800.0) + 1.0 / 362880.0
+        r = r * x + 1.0 / 40320.0
+        r = r * x + 1.0 / 5040.0
+        r = r * x + 1.0 / 720.0
+        r = r * x + 1.0 / 120.0
+        r = r * x + 1.0 / 24.0
+        r = r * x + 1.0 / 6.0
+        r = r * x + 0.5
+        return r
+
+    @_helper
+    def _visible(q_idx, k_idx, Nq, Nk, kpm_row_ptr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr):
+        """Bool tile: key k_idx exists, is not padding, and (causal) k_idx <= q_idx + Nk - Nq.
+
+        q_idx, k_idx: 2-D index tensors that broadcast to the tile, e.g. offs_m[:, None] and
+        offs_n[None, :] for a (BLOCK_M, BLOCK_N) tile, or the transposed pair for (BLOCK_N, BLOCK_M).
+        """
+        vis = (k_idx < Nk) & (q_idx >= 0)  # the second term only broadcasts to the full tile
+        if HAS_KPM:
+            vis = vis & (tl.load(kpm_row_ptr + k_idx, mask=k_idx < Nk, other=0) != 0)
+        if CAUSAL:
+            vis = vis & (k_idx <= q_idx + (Nk - Nq))
+        return vis
+
+    @_helper
+    def _scores(q, k_ptrs, kv_mask, scale, DOT_PRECISION: tl.constexpr):
+        """(BLOCK_M, BLOCK_N) float32 scores scale * q k^T for one key tile (k rows at k_ptrs)."""
+        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+        return tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale
+
+    @_helper
+    def _log_p(s, m, u, log_f, a1, is_soft, vis):
+        """log of the normalised p for a tile, and its support mask (p = 0 outside).
+
+        s: a score tile; m, u, log_f: the per-query statistics (t = m + u), 2-D and broadcast along
+        the key axis of s (m[:, None] for a (BLOCK_M, BLOCK_N) tile, m[None, :] for its transpose);
+        a1 scalar, 0 for a softmax head (is_soft, scalar bool); vis: the visible keys.
+        Entmax: log p = log1p(a1 (s - t)) / a1 - log F where 1 + a1 (s - t) > 0; softmax:
+        log p = s - t - log F on every visible key (a1 = 0 gives z = 0, which keeps them all).
+        s - t is formed as (s - m) - u: s - m is exact near the max, and u keeps its own precision.
+        """
+        d = (s - m) - u
+        z = a1 * d
+        support = vis & (z > -1.0)
+        log_e = _log1p(tl.where(support, z, 0.0)) / tl.maximum(a1, 1e-30)
+        log_p = tl.where(is_soft, d, log_e) - log_f
+        return tl.where(support, log_p, 0.0), support
+
+    @triton.jit
+    def _fwd_kernel(
+        Q, K, V, O, M, U, FS, ALPHA, KPM,
+        sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, skpm,
+        H, Nq, Nk, D, scale,
+        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        SOFT_THRESHOLD: tl.constexpr, TOL_F: tl.constexpr, STALL: tl.constexpr, MAX_ITER_N: tl.constexpr,
+        DOT_PRECISION: tl.constexpr,
+    ):  # fmt: skip
+        pid_m = tl.program_id(0)
+        pid_bh = tl.program_id(1)
+        b = pid_bh // H
+        h = pid_bh % H
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, BLOCK_D)
+        arange_n = tl.arange(0, BLOCK_N)
+        row_ok = offs_m < Nq
+        d_ok = offs_d < D
+
+        q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+        k_base = K + b * skb + h * skh
+        v_base = V + b * svb + h * svh
+        kpm_row = KPM + b * skpm
+        a1 = tl.minimum(tl.maximum(tl.load(ALPHA + h).to(tl.float32) - 1.0, 0.0), 1.0)
+        is_soft = a1 < SOFT_THRESHOLD
+        a1_eff = tl.where(is_soft, 0.0, a1)  # what _log_p takes: 0 for softmax heads
+        a1_safe = tl.maximum(a1, SOFT_THRESHOLD)  # divisions by a1 below are discarded for softmax heads
+
+        # Causal: this tile's last row sees keys < (pid_m + 1) BLOCK_M + Nk - Nq; no tile past that.
+        n_end = Nk
+        if CAUSAL:
+            n_end = tl.minimum(Nk, (pid_m + 1) * BLOCK_M + Nk - Nq)
+
+        # Pass 1: row max and number of visible keys.
+        m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+        n_vis = tl.zeros((BLOCK_M,), tl.float32)
+        for start_n in range(0, n_end, BLOCK_N):
+            offs_n = start_n + arange_n
+            kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
+            s = _scores(q, k_base + offs_n[:, None] * skn + offs_d[None, :], kv_mask, scale, DOT_PRECISION)
+            vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
+            m = tl.maximum(m, tl.max(tl.where(vis, s, float("-inf")), 1))
+            n_vis += tl.sum(vis.to(tl.float32), 1)
+        live = m > float("-inf")
+        m = tl.where(live, m, 0.0)
+
+        # Newton on u = t - m inside [0, (1 - n^-a1) / a1]; rows that converged stay put.
+        u = tl.zeros((BLOCK_M,), tl.float32)
+        u_lo = tl.zeros((BLOCK_M,), tl.float32)
+        u_hi = -_expm1(-a1_safe * tl.log(tl.maximum(n_vis, 1.0))) / a1_safe
+        busy = tl.sum((live & row_ok).to(tl.int32), 0)
+        busy = tl.where(is_soft, 0, busy)  # softmax heads: t = m, nothing to solve
+        it = 0
+        while (busy > 0) & (it < MAX_ITER_N):
+            f = tl.zeros((BLOCK_M,), tl.float32)
+            qq = tl.zeros((BLOCK_M,), tl.float32)  # sum_j p_j / d_j = -dF/du
+            for start_n in range(0, n_end, BLOCK_N):
+                offs_n = start_n + arange_n
+                kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
+                s = _scores(q, k_base + offs_n[:, None] * skn + offs_d[None, :], kv_mask, scale, DOT_PRECISION)
+                vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
+                # (s - m) - u rather than s - (m + u): u keeps its precision when |m| is large.
+                z = a1_safe * ((s - m[:, None]) - u[:, None])
+                support = vis & (z > -1.0)
+                log_d = _log1p(tl.where(support, z, 0.0))
+                f += tl.sum(tl.where(support, tl.exp(log_d / a1_safe), 0.0), 1)
+                qq += tl.sum(tl.where(support, tl.exp(log_d * (1.0 / a1_safe - 1.0)), 0.0), 1)
+            u_lo = tl.where(f >= 1.0, u, u_lo)
+            u_hi = tl.where(f < 1.0, u, u_hi)
+            # G / -G' = F (1 - F^-a1) / (a1 Q); Q > 0 whenever F > 0 (both sum the same support).
+            step = f * -_expm1(-a1_safe * tl.log(tl.maximum(f, 1e-30))) / (a1_safe * tl.maximum(qq, 1e-30))
+            u_new = u + step
+            inside = (u_new >= u_lo) & (u_new <= u_hi) & (u_new == u_new)
+            u_new = tl.where(inside, u_new, 0.5 * (u_lo + u_hi))
+            # Done: sum p = 1 to TOL_F, or u can no longer move by more than a few ulps (a large
+            # support resolves F - 1 only to |support| * ulp(u), which can exceed TOL_F).
+            done = (tl.abs(f - 1.0) <= TOL_F) | (tl.abs(u_new - u) <= STALL * u) | ~live
+            u = tl.where(done, u, u_new)
+            busy = tl.sum((~done & row_ok).to(tl.int32), 0)
+            it += 1
+
+        # Last pass: acc = sum_j p~_j v_j and F = sum_j p~_j (p~ unnormalised), out = acc / F.
+        acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+        f = tl.zeros((BLOCK_M,), tl.float32)
+        zero_log_f = tl.zeros((BLOCK_M,), tl.float32)
+        for start_n in range(0, n_end, BLOCK_N):
+            offs_n = start_n + arange_n
+            kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
+            s = _scores(q, k_base + offs_n[:, None] * skn + offs_d[None, :], kv_mask, scale, DOT_PRECISION)
+            vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
+            log_p, support = _log_p(s, m[:, None], u[:, None], zero_log_f[:, None], a1_eff, is_soft, vis)
+            p = tl.where(support, tl.exp(log_p), 0.0)
+            f += tl.sum(p, 1)
+            v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
+            acc += tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        f = tl.where(f > 0.0, f, 1.0)  # fully masked rows: acc = 0, and F = 1 keeps the backward finite
+        out = acc / f[:, None]
+        tl.store(O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :], out.to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+        stat = pid_bh * Nq + offs_m
+        tl.store(M + stat, m, mask=row_ok)
+        tl.store(U + stat, u, mask=row_ok)
+        tl.store(FS + stat, f, mask=row_ok)
+
+    @triton.jit
+    def _bwd_dq_kernel(
+        Q, K, V, DO, DQ, M, U, FS, C, DALPHA, ALPHA, KPM,
+        sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm, skpm,
+        H, Nq, Nk, D, scale,
+        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, NEED_DALPHA: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        SOFT_THRESHOLD: tl.constexpr, PSI_SWITCH: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    ):  # fmt: skip
+        pid_m = tl.program_id(0)
+        pid_bh = tl.program_id(1)
+        b = pid_bh // H
+        h = pid_bh % H
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, BLOCK_D)
+        arange_n = tl.arange(0, BLOCK_N)
+        row_ok = offs_m < Nq
+        d_ok = offs_d < D
+        qd_mask = row_ok[:, None] & d_ok[None, :]
+
+        q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :], mask=qd_mask, other=0.0)
+        do = tl.load(DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_d[None, :], mask=qd_mask, other=0.0)
+        stat = pid_bh * Nq + offs_m
+        m = tl.load(M + stat, mask=row_ok, other=0.0)
+        u = tl.load(U + stat, mask=row_ok, other=0.0)
+        log_f = tl.log(tl.load(FS + stat, mask=row_ok, other=1.0))
+        k_base = K + b * skb + h * skh
+        v_base = V + b * svb + h * svh
+        kpm_row = KPM + b * skpm
+        a1 = tl.minimum(tl.maximum(tl.load(ALPHA + h).to(tl.float32) - 1.0, 0.0), 1.0)
+        is_soft = a1 < SOFT_THRESHOLD
+        a1_eff = tl.where(is_soft, 0.0, a1)  # softmax heads: s = p and psi = 1/2, the alpha = 1 limits
+        a1_sq = tl.where(is_soft, 1.0, a1 * a1)
+
+        n_end = Nk
+        if CAUSAL:
+            n_end = tl.minimum(Nk, (pid_m + 1) * BLOCK_M + Nk - Nq)
+
+        # Pass 1: c = sum s dP / sum s and the alpha sums, dP_j = dO . v_j.
+        sum_s = tl.zeros((BLOCK_M,), tl.float32)
+        sum_sdp = tl.zeros((BLOCK_M,), tl.float32)
+        sum_a = tl.zeros((BLOCK_M,), tl.float32)
+        sum_adp = tl.zeros((BLOCK_M,), tl.float32)
+        for start_n in range(0, n_end, BLOCK_N):
+            offs_n = start_n + arange_n
+            kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
+            s = _scores(q, k_base + offs_n[:, None] * skn + offs_d[None, :], kv_mask, scale, DOT_PRECISION)
+            vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
+            log_p, support = _log_p(s, m[:, None], u[:, None], log_f[:, None], a1_eff, is_soft, vis)
+            sw = tl.where(support, tl.exp((1.0 - a1_eff) * log_p), 0.0)  # s_j = p_j^(2 - alpha)
+            v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
+            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+            sum_s += tl.sum(sw, 1)
+            sum_sdp += tl.sum(sw * dp, 1)
+            if NEED_DALPHA:
+                p = tl.where(support, tl.exp(log_p), 0.0)
+                x = -a1_eff * log_p
+                a_small = p * log_p * log_p * _psi_series(x)
+                a_big = (sw - p - p * x) / a1_sq  # = p (e^x - 1 - x) / a1^2 without overflow
+                a = tl.where(support, tl.where(x < PSI_SWITCH, a_small, a_big), 0.0)
+                sum_a += tl.sum(a, 1)
+                sum_adp += tl.sum(a * dp, 1)
+        c = tl.where(sum_s > 0.0, sum_sdp / tl.where(sum_s > 0.0, sum_s, 1.0), 0.0)
+        tl.store(C + stat, c, mask=row_ok)
+        if NEED_DALPHA:
+            tl.store(DALPHA + stat, c * sum_a - sum_adp, mask=row_ok)
+
+        # Pass 2: dQ = scale sum_j dS_j k_j.
+        dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+        for start_n in range(0, n_end, BLOCK_N):
+            offs_n = start_n + arange_n
+            kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
+            k = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale
+            vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
+            log_p, support = _log_p(s, m[:, None], u[:, None], log_f[:, None], a1_eff, is_soft, vis)
+            sw = tl.where(support, tl.exp((1.0 - a1_eff) * log_p), 0.0)
+            v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
+            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+            ds = sw * (dp - c[:, None])
+            dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
+        dq = dq * scale
+        tl.store(DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=qd_mask)
+
+    @triton.jit
+    def _bwd_dkdv_kernel(
+        Q, K, V, DO, DK, DV, M, U, FS, C, ALPHA, KPM,
+        sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
+        sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, skpm,
+        H, Nq, Nk, D, scale,
+        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        SOFT_THRESHOLD: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    ):  # fmt: skip
+        pid_n = tl.program_id(0)
+        pid_bh = tl.program_id(1)
+        b = pid_bh // H
+        h = pid_bh % H
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, BLOCK_D)
+        arange_m = tl.arange(0, BLOCK_M)
+        col_ok = offs_n < Nk
+        d_ok = offs_d < D
+        kv_mask = col_ok[:, None] & d_ok[None, :]
+
+        k = tl.load(K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(V + b * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
+        q_base = Q + b * sqb + h * sqh
+        do_base = DO + b * sdob + h * sdoh
+        kpm_row = KPM + b * skpm
+        a1 = tl.minimum(tl.maximum(tl.load(ALPHA + h).to(tl.float32) - 1.0, 0.0), 1.0)
+        is_soft = a1 < SOFT_THRESHOLD
+        a1_eff = tl.where(is_soft, 0.0, a1)
+
+        # Causal: query i sees key j iff i >= j - (Nk - Nq); start at the tile holding the first such i.
+        m_start = 0
+        if CAUSAL:
+            m_start = tl.maximum(pid_n * BLOCK_N - (Nk - Nq), 0) // BLOCK_M * BLOCK_M
+
+        dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+        dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+        # The tiles here are transposed, (BLOCK_N keys, BLOCK_M queries), so that the products
+        # P^T dO and dS^T Q take register tiles as they come (no transpose of p or dS).
+        for start_m in range(m_start, Nq, BLOCK_M):
+            offs_m = start_m + arange_m
+            row_ok = offs_m < Nq
+            q_t = tl.load(q_base + offs_m[None, :] * sqm + offs_d[:, None], mask=row_ok[None, :] & d_ok[:, None], other=0.0)
+            do = tl.load(do_base + offs_m[:, None] * sdom + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+            stat = pid_bh * Nq + offs_m
+            m = tl.load(M + stat, mask=row_ok, other=0.0)
+            u = tl.load(U + stat, mask=row_ok, other=0.0)
+            log_f = tl.log(tl.load(FS + stat, mask=row_ok, other=1.0))
+            c = tl.load(C + stat, mask=row_ok, other=0.0)
+            s_t = tl.dot(k, q_t, input_precision=DOT_PRECISION) * scale
+            # Queries past Nq were loaded as 0 (scores 0): drop them explicitly.
+            vis = _visible(offs_m[None, :], offs_n[:, None], Nq, Nk, kpm_row, HAS_KPM, CAUSAL) & row_ok[None, :]
+            log_p, support = _log_p(s_t, m[None, :], u[None, :], log_f[None, :], a1_eff, is_soft, vis)
+            p_t = tl.where(support, tl.exp(log_p), 0.0)
+            sw_t = tl.where(support, tl.exp((1.0 - a1_eff) * log_p), 0.0)
+            dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)
+            dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+            ds_t = sw_t * (dp_t - c[None, :])
+            dk += tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), input_precision=DOT_PRECISION)
+        dk = dk * scale
+        tl.store(DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=kv_mask)
+        tl.store(DV + b * sdvb + h * sdvh + offs_n[:, None] * sdvn + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
+# ------------------------------------------------------------------------------------------------
+# Launch configuration
+# ------------------------------------------------------------------------------------------------
+
+
+def _blocks(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_D, num_warps).
+
+    Not timed on hardware (none was available when this was written).  Chosen from the register use
+    of the sm_90 (H100/H200) builds, compiled here with Triton's bundled ptxas: the smallest tiles
+    that keep every kernel (nearly) free of register spills.  16-bit inputs: 64 x 32 tiles, no spills
+    (8 warps at D = 128).  float32 inputs (IEEE dots run on the FMA units, their operands all in
+    registers): 32 x 32 tiles, spills of 24-650 bytes per thread (64 x 64 tiles spill kilobytes).
+    The interpreter gets 16 x 16 tiles so that small test shapes cross tile borders (tl.dot needs
+    dimensions >= 16).
+    """
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    if _interpreting():
+        return 16, 16, block_d, 1
+    if dtype == torch.float32:
+        return 32, 32, block_d, (4 if block_d <= 64 else 8)
+    return 64, 32, block_d, (4 if block_d <= 64 else 8)
+
+
+# float32 dots in IEEE float32, not Triton's default TF32 (10-bit mantissa: ~1e-3 relative error in
+# the scores).  For 16-bit inputs the setting changes nothing (their products are exact in float32).
+_DOT_PRECISION = "ieee"
+
+
+def _row_stride_ok(x: torch.Tensor) -> torch.Tensor:
+    """x with a contiguous last dimension (the kernels index it with stride 1)."""
+    return x if x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
+
+
+class _EntmaxAttention(Function):
+    """q, k, v (B, H, N, D), alpha (H,) float32-castable tensor -> out (B, H, Nq, D)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, alpha, scale, key_padding_mask, causal):
+        B, H, Nq, D = q.shape
+        Nk = k.shape[2]
+        q, k, v = _row_stride_ok(q), _row_stride_ok(k), _row_stride_ok(v)
+        alpha32 = alpha.detach().to(torch.float32).contiguous()
+        has_kpm = key_padding_mask is not None
+        kpm = key_padding_mask.to(torch.uint8).contiguous() if has_kpm else alpha32  # dummy pointer when absent
+        out = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
+        m = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+        u = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+        f = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+        if out.numel() and Nk:
+            block_m, block_n, block_d, warps = _blocks(D, q.dtype)
+            grid = (triton.cdiv(Nq, block_m), B * H)
+            _fwd_kernel[grid](
+                q, k, v, out, m, u, f, alpha32, kpm,
+                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+                kpm.stride(0) if has_kpm else 0,
+                H, Nq, Nk, D, float(scale),
+                HAS_KPM=has_kpm, CAUSAL=bool(causal),
+                BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+                SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, TOL_F=TOL, STALL=STALL, MAX_ITER_N=MAX_ITER,
+                DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
+            )  # fmt: skip
+        else:  # no query, no key or no head: nothing to attend to (zeros, like a fully masked row)
+            out.zero_()
+            m.zero_()
+            u.zero_()
+            f.fill_(1.0)
+        ctx.save_for_backward(q, k, v, alpha32, kpm, m, u, f)
+        ctx.scale, ctx.has_kpm, ctx.causal = float(scale), has_kpm, bool(causal)
+        ctx.alpha_dtype = alpha.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, alpha32, kpm, m, u, f = ctx.saved_tensors
+        B, H, Nq, D = q.shape
+        Nk = k.shape[2]
+        need_dalpha = ctx.needs_input_grad[3]
+        do = _row_stride_ok(grad_out.to(q.dtype))
+        dq = torch.zeros_like(q)
+        dk = torch.zeros_like(k)
+        dv = torch.zeros_like(v)
+        dalpha_rows = torch.zeros((B, H, Nq), dtype=torch.float32, device=q.device)
+        if q.numel() and k.numel():
+            c = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+            block_m, block_n, block_d, warps = _blocks(D, q.dtype)
+            common = dict(
+                HAS_KPM=ctx.has_kpm, CAUSAL=ctx.causal, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+                SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
+            )  # fmt: skip
+            skpm = kpm.stride(0) if ctx.has_kpm else 0
+            # c must be complete before any key tile uses it: dq (which writes it) runs first.
+            _bwd_dq_kernel[(triton.cdiv(Nq, block_m), B * H)](
+                q, k, v, do, dq, m, u, f, c, dalpha_rows, alpha32, kpm,
+                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3], skpm,
+                H, Nq, Nk, D, ctx.scale, NEED_DALPHA=need_dalpha, PSI_SWITCH=_PSI_SWITCH, **common,
+            )  # fmt: skip
+            _bwd_dkdv_kernel[(triton.cdiv(Nk, block_n), B * H)](
+                q, k, v, do, dk, dv, m, u, f, c, alpha32, kpm,
+                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
+                *dk.stride()[:3], *dv.stride()[:3], skpm,
+                H, Nq, Nk, D, ctx.scale, **common,
+            )  # fmt: skip
+        dalpha = dalpha_rows.sum((0, 2)).to(ctx.alpha_dtype) if need_dalpha else None
+        return dq, dk, dv, dalpha, None, None, None
+
+
+# ------------------------------------------------------------------------------------------------
+# Public entry point
+# ------------------------------------------------------------------------------------------------
+
+
+def entmax_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    alpha: Alpha,
+    *,
+    scale: float | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+    causal: bool = False,
+) -> torch.Tensor:
+    """alpha-entmax attention, O(N) memory.  q (B, H, Nq, D), k / v (B, H, Nk, D) -> (B, H, Nq, D).
+
+    alpha: float in [1, 2] or a tensor of shape (H,), (1, H, 1, 1) or () (gradients flow to it).
+    scale: score scale, default 1 / sqrt(D).
+    key_padding_mask: (B, Nk) bool, True = real key.  causal: query i sees keys j <= i + Nk - Nq.
+    Autograd for q, k, v and a tensor alpha.  See the module docstring for dtypes and devices.
+    """
+    if not available():
+        raise RuntimeError(
+            "entmax_attention (Triton) needs the `triton` package and a CUDA device (or TRITON_INTERPRET=1 for the CPU interpreter)"
+        )
+    _check_inputs(q, k, v, key_padding_mask)
+    B, H, Nq, D = q.shape
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    alpha_t = _alpha_tensor(alpha, H, q.device)
+    if key_padding_mask is not None:
+        key_padding_mask = key_padding_mask.to(q.device)
+    return _EntmaxAttention.apply(q, k, v, alpha_t, float(scale), key_padding_mask, bool(causal))
+
+
+def _check_inputs(q, k, v, key_padding_mask) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not torch.is_tensor(x) or x.dim() != 4:
+            raise ValueError(f"entmax_attention: {name} must be a 4-D tensor (B, H, N, D)")
+    if q.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise TypeError(f"entmax_attention: dtype {q.dtype} not supported (float32, bfloat16, float16)")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"entmax_attention: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    B, H, _, D = q.shape
+    if k.shape != v.shape or k.shape[0] != B or k.shape[1] != H or k.shape[3] != D:
+        raise ValueError(
+            f"entmax_attention: k and v must be (B, H, Nk, D) = ({B}, {H}, Nk, {D}); got {tuple(k.shape)} and {tuple(v.shape)}"
+        )
+    if D > MAX_HEAD_DIM:
+        raise ValueError(f"entmax_attention: head dim {D} > {MAX_HEAD_DIM} is not supported")
+    if not (q.device == k.device == v.device):
+        raise ValueError("entmax_attention: q, k, v must be on one device")
+    if _interpreting():
+        if q.device.type != "cpu":
+            raise ValueError("entmax_attention: with TRITON_INTERPRET=1 the tensors must be on the CPU")
+    elif q.device.type != "cuda":
+        raise ValueError(f"entmax_attention: needs CUDA tensors, got {q.device} (the dense path handles CPU)")
+    if key_padding_mask is not None:
+        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (B, k.shape[2]):
+            raise ValueError(
+                f"entmax_attention: key_padding_mask must be a bool (B, Nk) = ({B}, {k.shape[2]}) tensor, "
+                f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
+            )
+
+
+def _alpha_tensor(alpha: Alpha, heads: int, device: torch.device) -> torch.Tensor:
+    """alpha as an (H,) tensor on `device`.  A float is checked and filled in.  A tensor may have
+    shape (), (1,), (H,) or (1, H, 1, 1) (alpha_entmax's per-head broadcast shape); it is reshaped
+    and expanded, so autograd sums a shared alpha's gradient over the heads."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, torch.Tensor)):
+        raise TypeError(f"alpha must be a float or a tensor, got {type(alpha).__name__}")
+    if not torch.is_tensor(alpha):
+        alpha = float(alpha)
+        if not 1.0 <= alpha <= 2.0:
+            raise ValueError(f"alpha must be in [1, 2], got {alpha}")
+        return torch.full((heads,), alpha, dtype=torch.float32, device=device)
+    shape = tuple(alpha.shape)
+    if shape not in ((), (1,), (heads,)) and (len(shape) != 4 or shape[0] != 1 or shape[2:] != (1, 1) or shape[1] not in (1, heads)):
+        raise ValueError(f"alpha tensor must have shape (), ({heads},) or (1, {heads}, 1, 1), got {tuple(alpha.shape)}")
+    if not alpha.is_floating_point():
+        alpha = alpha.to(torch.float32)
+    return alpha.to(device).reshape(-1).expand(heads)
