@@ -75,9 +75,10 @@ def dense_reference(q, k, v, alpha, *, scale=None, key_padding_mask=None, causal
 def run_both(q, k, v, alpha, *, dtype=torch.float32, scale=None, key_padding_mask=None, causal=False, seed=0):
     """(kernel, reference) results: outputs then gradients wrt q, k, v (and alpha when a tensor),
     for one random output gradient.  The kernel runs on `dtype` copies; the reference on float64
-    copies of those same (rounded) values."""
+    copies of those same (rounded) values, and the output gradient is rounded to `dtype` too (the
+    kernel's backward reads it in that dtype)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
-    grad_out = torch.randn(q.shape[:3] + (v.shape[-1],), generator=g, dtype=torch.float64).to(q.device)
+    grad_out = torch.randn(q.shape[:3] + (v.shape[-1],), generator=g, dtype=torch.float64).to(dtype).double().to(q.device)
     results = []
     for run_dtype, fn in ((dtype, T.entmax_attention), (torch.float64, dense_reference)):
         leaves = [x.detach().to(dtype).to(run_dtype).requires_grad_() for x in (q, k, v)]
@@ -205,6 +206,18 @@ def test_interpreter_single_query_or_key(Nq, Nk):
 
 @interpreter
 @pytest.mark.slow
+@pytest.mark.parametrize("tiles", [(32, 16), (16, 32)])
+@pytest.mark.parametrize("Nq, Nk", [(45, 70), (70, 45)])
+def test_interpreter_unequal_tiles(monkeypatch, tiles, Nq, Nk):
+    """BLOCK_M != BLOCK_N (as on GPUs: 64 x 32, 32 x 32): the causal tile bounds on both sides."""
+    monkeypatch.setattr(T, "_INTERPRETER_TILES", tiles)
+    q, k, v = random_inputs(1, 2, Nq, Nk, 16, seed=17)
+    got, want = run_both(q, k, v, alpha_for(LEARNED, 2), key_padding_mask=padding(1, Nk), causal=True)
+    assert_matches(got, want, TOL32)
+
+
+@interpreter
+@pytest.mark.slow
 def test_interpreter_strided_inputs_scale_and_odd_head_dim():
     """q, k, v as (B, N, H, D) views transposed to (B, H, N, D) (no copy), an explicit scale, and
     D = 24 (tiles padded to 32)."""
@@ -247,6 +260,11 @@ def test_interpreter_output_dtype_and_empty_inputs():
     q, k, v = random_inputs(1, 2, 5, 7, 16)
     out = T.entmax_attention(q.float(), k.float(), v.float(), 1.5)
     assert out.dtype == torch.float32 and out.shape == (1, 2, 5, 16)
+    # out.sum() hands backward an expanded (stride-0) gradient: same result as a dense one.
+    leaves = [x.float().requires_grad_() for x in (q, k, v)]
+    expanded = torch.autograd.grad(T.entmax_attention(*leaves, 1.5).sum(), leaves)
+    dense = torch.autograd.grad((T.entmax_attention(*leaves, 1.5) * torch.ones(1, 2, 5, 16)).sum(), leaves)
+    assert all(torch.equal(a, b) for a, b in zip(expanded, dense))
     empty = T.entmax_attention(q[:, :, :0].float(), k.float(), v.float(), 1.5)
     assert empty.shape == (1, 2, 0, 16)
     no_keys = T.entmax_attention(q.float().requires_grad_(), k[:, :, :0].float(), v[:, :, :0].float(), 1.5)
@@ -282,6 +300,64 @@ def test_bad_arguments_are_refused(change, error, match):
 
 def test_available_follows_triton_and_device():
     assert T.available() == (T._interpreting() or _CUDA)
+
+
+# ------------------------------------------------------------------------------------------------
+# Compiled for real GPUs (no GPU needed): catches what the interpreter lets through
+# ------------------------------------------------------------------------------------------------
+
+# Run in a fresh process without TRITON_INTERPRET: triton.compile with an explicit target goes through
+# the whole toolchain (TTIR -> TTGIR -> LLVM -> PTX -> cubin, with the ptxas that ships in the triton
+# wheel); no driver or device is touched.
+_COMPILE_SCRIPT = r"""
+import sys
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from sparse_runner.attention.kernels import entmax_attention_triton as T
+
+arch, dtype_name, head_dim, masked = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+block_m, block_n, block_d, warps = T._blocks(head_dim, dtype)
+pointers = {name: "*" + dtype_name for name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")}
+pointers.update({name: "*fp32" for name in ("M", "U", "FS", "C", "DALPHA", "ALPHA")})
+pointers["KPM"] = "*u8" if masked else "*fp32"
+common = dict(HAS_KPM=masked, CAUSAL=masked, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+              SOFT_THRESHOLD=T.ALPHA_SOFTMAX_THRESHOLD, DOT_PRECISION=T._DOT_PRECISION)
+kernels = [
+    (T._fwd_kernel, dict(TOL_F=T.TOL, STALL=T.STALL, MAX_ITER_N=T.MAX_ITER)),
+    (T._bwd_dq_kernel, dict(NEED_DALPHA=True, PSI_SWITCH=T._PSI_SWITCH)),
+    (T._bwd_dkdv_kernel, {}),
+]
+for fn, extra in kernels:
+    consts = dict(common, **extra)
+    signature = {name: "constexpr" if name in consts else pointers.get(name, "fp32" if name == "scale" else "i32")
+                 for name in fn.arg_names}
+    source = ASTSource(fn=fn, signature=signature,
+                       constexprs={(fn.arg_names.index(name),): value for name, value in consts.items()})
+    compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
+    assert compiled.asm["cubin"], fn.__name__
+    print(fn.__name__, "shared memory", compiled.metadata.shared)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch, dtype, head_dim, masked", [(90, "fp32", 64, True), (90, "bf16", 128, False), (80, "fp16", 32, True)])
+def test_kernels_compile_to_cubin(arch, dtype, head_dim, masked):
+    """Forward and both backward kernels compile for sm_90 (H100/H200) / sm_80 (A100) at the launch
+    configuration entmax_attention uses (~10-60 s on 2 CPU cores)."""
+    import subprocess
+
+    pytest.importorskip("triton.backends.nvidia")
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # triton 3.9 warns when unset; 1 is its default
+    result = subprocess.run(
+        [sys.executable, "-c", _COMPILE_SCRIPT, str(arch), dtype, str(head_dim), "1" if masked else "0"],
+        env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("shared memory") == 3
 
 
 # ------------------------------------------------------------------------------------------------
@@ -334,7 +410,7 @@ def test_gpu_peak_memory_is_linear_in_length():
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
         out = T.entmax_attention(q, k, v, alpha, causal=True)
-        out.float().square().sum().backward()
+        out.sum().backward()  # also a stride-0 (expanded) output gradient
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
 
@@ -376,7 +452,10 @@ def test_adasplash_refuses_what_it_cannot_express(kwargs, match):
 @pytest.mark.skipif(not A.available(), reason="needs CUDA and the adasplash package")
 @pytest.mark.parametrize("alpha, pad, causal", [(1.5, False, False), (1.5, True, True), (2.0, True, False), (1.25, False, True)])
 def test_gpu_adasplash_matches_dense(alpha, pad, causal):
-    """AdaSplash against the dense reference on the real query rows (it zeroes padded queries)."""
+    """AdaSplash against the dense reference on the real query rows (it zeroes padded queries).
+
+    Looser than our kernel's tolerance: AdaSplash runs 10 Halley-bisection steps on the threshold and
+    does not divide by sum p, so its weights sum to 1 only as well as those steps converge."""
     B, H, N, D = 2, 4, 1000, 64
     q, k, v = random_inputs(B, H, N, N, D, seed=1, device="cuda")
     lengths = torch.tensor([N, 700], device="cuda")
@@ -393,5 +472,4 @@ def test_gpu_adasplash_matches_dense(alpha, pad, causal):
             out = out * kpm[:, None, :, None]
         grads = torch.autograd.grad((out.double() * grad_out).sum(), leaves)
         results.append([out.detach().double(), *[x.double() for x in grads]])
-    # AdaSplash solves the threshold with 10 Halley-bisection steps: looser than our 2e-6 on sum p.
-    assert_matches(*results, 1e-3)
+    assert_matches(*results, 5e-3)

@@ -7,8 +7,9 @@ tensor that requires grad; Correia et al. 2019).  Memory is O(N): scores are pro
 (BLOCK_M query rows x BLOCK_N keys) and never stored; per query row only the threshold t and the
 normaliser F are kept for the backward (AdaSplash, Goncalves et al. 2025, does the same).  t is kept
 as two float32 numbers, t = m + u (row max m, offset u): rounding t to one float32 costs up to
-ulp(m) in 1 + a1 (s - t), which near the threshold is the whole of it (simulated: a sparsemax row
-with |m| = 100 over 4096 near-tied keys, max error 1.5e-5 with t rounded, 5e-8 with (m, u)).
+ulp(m) in 1 + a1 (s - t), which near the threshold is the whole of it (simulated in float32: a
+sparsemax row with |m| = 100 over 65536 near-tied keys has a max error of 1.5e-5 with t rounded,
+3e-8 with (m, u); 2e-6 against 5e-8 over 4096 keys).
 
 Public API:
     available() -> bool
@@ -102,9 +103,6 @@ TOL = 2e-6
 # resolve the threshold further.  Simulated in float32 on 64k-key rows (random, peaked, tied, |m| = 100):
 # at most 8 passes, errors against float64 alpha-entmax as with 40 passes on the F criterion alone.
 STALL = 2.0**-21
-# Below this |x|, expm1(x) uses 4 terms of its series (error < x^5/120 < 1e-12 relative), above it
-# exp(x) - 1 (relative error <= 6e-8 / |x| <= 6e-6).  Both only steer Newton steps and the bracket.
-_EXPM1_SWITCH = 1e-2
 # psi(x) = (e^x - 1 - x) / x^2: series below, direct formula above (entmax.py's float32 switch).
 _PSI_SWITCH = 1.0
 
@@ -135,7 +133,9 @@ if triton is not None:
 
     @_helper
     def _expm1(x):
-        """exp(x) - 1 without cancellation for small |x| (see _EXPM1_SWITCH)."""
+        """exp(x) - 1 without cancellation: 4 series terms below |x| = 0.01 (relative error < 1e-10),
+        exp(x) - 1 above (relative error <= 6e-8 / |x| <= 6e-6).  Only Newton steps and the bracket
+        use it, so these errors cost at most an iteration."""
         series = x * (1.0 + x * (0.5 + x * (1.0 / 6.0 + x * (1.0 / 24.0))))
         return tl.where(tl.abs(x) < 1e-2, series, tl.exp(x) - 1.0)
 
@@ -467,11 +467,14 @@ def _blocks(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
     """
     block_d = max(16, triton.next_power_of_2(head_dim))
     if _interpreting():
-        return 16, 16, block_d, 1
+        return (*_INTERPRETER_TILES, block_d, 1)
     if dtype == torch.float32:
         return 32, 32, block_d, (4 if block_d <= 64 else 8)
     return 64, 32, block_d, (4 if block_d <= 64 else 8)
 
+
+# (BLOCK_M, BLOCK_N) under the interpreter; tests also try unequal tiles (the GPU ones are unequal).
+_INTERPRETER_TILES = (16, 16)
 
 # float32 dots in IEEE float32, not Triton's default TF32 (10-bit mantissa: ~1e-3 relative error in
 # the scores).  For 16-bit inputs the setting changes nothing (their products are exact in float32).
@@ -527,25 +530,30 @@ class _EntmaxAttention(Function):
         B, H, Nq, D = q.shape
         Nk = k.shape[2]
         need_dalpha = ctx.needs_input_grad[3]
+        if not (q.numel() and k.numel()):  # nothing was attended to: every gradient is zero
+            dalpha = torch.zeros(H, dtype=ctx.alpha_dtype, device=q.device) if need_dalpha else None
+            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), dalpha, None, None, None
         do = _row_stride_ok(grad_out.to(q.dtype))
-        dq = torch.zeros_like(q)
-        dk = torch.zeros_like(k)
-        dv = torch.zeros_like(v)
-        dalpha_rows = torch.zeros((B, H, Nq), dtype=torch.float32, device=q.device)
-        if q.numel() and k.numel():
-            c = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
-            block_m, block_n, block_d, warps = _blocks(D, q.dtype)
-            common = dict(
-                HAS_KPM=ctx.has_kpm, CAUSAL=ctx.causal, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-                SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
-            )  # fmt: skip
-            skpm = kpm.stride(0) if ctx.has_kpm else 0
-            # c must be complete before any key tile uses it: dq (which writes it) runs first.
-            _bwd_dq_kernel[(triton.cdiv(Nq, block_m), B * H)](
-                q, k, v, do, dq, m, u, f, c, dalpha_rows, alpha32, kpm,
-                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3], skpm,
-                H, Nq, Nk, D, ctx.scale, NEED_DALPHA=need_dalpha, PSI_SWITCH=_PSI_SWITCH, **common,
-            )  # fmt: skip
+        # Every element of these is written by exactly one program (masked stores cover Nq x D / Nk x D).
+        dq = torch.empty_like(q)
+        c = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+        dalpha_rows = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device) if need_dalpha else c  # c: unused pointer
+        block_m, block_n, block_d, warps = _blocks(D, q.dtype)
+        common = dict(
+            HAS_KPM=ctx.has_kpm, CAUSAL=ctx.causal, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+            SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
+        )  # fmt: skip
+        skpm = kpm.stride(0) if ctx.has_kpm else 0
+        # Runs first even when only k or v need gradients: it writes c, which the key tiles read.
+        _bwd_dq_kernel[(triton.cdiv(Nq, block_m), B * H)](
+            q, k, v, do, dq, m, u, f, c, dalpha_rows, alpha32, kpm,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3], skpm,
+            H, Nq, Nk, D, ctx.scale, NEED_DALPHA=need_dalpha, PSI_SWITCH=_PSI_SWITCH, **common,
+        )  # fmt: skip
+        dk = dv = None
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            dk = torch.empty_like(k)
+            dv = torch.empty_like(v)
             _bwd_dkdv_kernel[(triton.cdiv(Nk, block_n), B * H)](
                 q, k, v, do, dk, dv, m, u, f, c, alpha32, kpm,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
