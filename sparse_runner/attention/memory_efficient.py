@@ -37,9 +37,9 @@ from torch.autograd import Function
 from sparse_runner.attention import entmax
 from sparse_runner.attention.block_sparse import RowGroup, record_scores
 
-# Scores per block, in elements (B * H * R * Nk): 2^21 float32 = 8 MiB, a handful of which are live.
+# Scores per block, in elements (pairs * R * Nk): 2^21 float32 = 8 MiB, a handful of which are live.
 BLOCK_ELEMENTS = 1 << 21
-MIN_BLOCK_ROWS = 16
+MIN_BLOCK_ROWS, MAX_BLOCK_ROWS = 16, 512
 KEY_BLOCK = 64  # keys per block in the sparsity bookkeeping (the unit that is skipped or kept)
 # Compact the active key blocks when at most this fraction of them is active in the densest head:
 # gathering costs a copy of the active blocks, which pays off only when enough of them are skipped.
@@ -103,10 +103,15 @@ def _record_skips(total: int, skipped: int) -> None:
         _skip_counter[1] += int(skipped)
 
 
-def block_rows(batch_heads: int, n_keys: int, n_queries: int) -> int:
-    """Query rows per block so that one block's scores hold about BLOCK_ELEMENTS numbers."""
-    rows = max(MIN_BLOCK_ROWS, BLOCK_ELEMENTS // max(1, batch_heads * n_keys))
-    return min(n_queries, rows)
+def block_shape(pairs: int, n_keys: int, n_queries: int, rows: int | None = None) -> tuple[int, int]:
+    """(pairs per block, query rows per block): a block's scores hold about BLOCK_ELEMENTS numbers.
+
+    Rows first (up to MAX_BLOCK_ROWS: the matmuls of a block are per (batch, head) pair, and short ones
+    run far below the machine's speed), then as many (batch, head) pairs as fit."""
+    if rows is None:
+        rows = max(MIN_BLOCK_ROWS, min(MAX_BLOCK_ROWS, BLOCK_ELEMENTS // max(1, n_keys)))
+    rows = max(1, min(n_queries, rows))
+    return max(1, min(pairs, BLOCK_ELEMENTS // max(1, rows * n_keys))), rows
 
 
 def memory_efficient_attention(
@@ -133,7 +138,7 @@ def memory_efficient_attention(
     causal: query i sees keys j <= i + Nk - Nq (aligned to the end; key blocks past it are never computed).
     A query without any allowed key gets a zero output and zero gradients.
     dropout_p: dropout on the weights (its mask is drawn again, identically, in backward).
-    rows_per_block: query rows per block (default: `block_rows`); skip: use the key-block sparsity.
+    rows_per_block: query rows per block (default: `block_shape`); skip: use the key-block sparsity.
     """
     b, h, n_q, d = q.shape
     if k.shape[:2] != (b, h) or v.shape[:3] != k.shape[:3] or k.shape[-1] != d:
@@ -142,11 +147,12 @@ def memory_efficient_attention(
     if alpha_t is not None and alpha_t.numel() not in (1, h):
         raise ValueError(f"alpha has {alpha_t.numel()} values for {h} heads")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    rows = rows_per_block or block_rows(b * h, k.shape[2], n_q)
     seed = int(torch.randint(1 << 62, (1,)).item()) if dropout_p > 0.0 else 0
-    geometry = _Geometry(b, h, n_q, k.shape[2], rows, key_padding_mask, mask, causal, q.device)
+    geometry = _Geometry(b, h, n_q, k.shape[2], rows_per_block, key_padding_mask, mask, causal)
     settings = (geometry, alpha_f, scale, dropout_p, seed, skip)
-    return _MemoryEfficientAttention.apply(q, k, v, alpha_t, settings)
+    # (B, H, N, D) -> (B * H, N, D): every block is some (batch, head) pairs x some query rows.
+    pairs = [x.reshape(b * h, x.shape[2], x.shape[3]) for x in (q, k, v)]
+    return _MemoryEfficientAttention.apply(*pairs, alpha_t, settings).view(b, h, n_q, v.shape[-1])
 
 
 def attend_long(
@@ -210,73 +216,90 @@ class _RowGroups:
 
 
 def block_weights(
-    q: torch.Tensor, k: torch.Tensor, alpha: Alpha, *, key_padding_mask=None, mask=None, causal=False, scale=None, rows_per_block=None
+    q: torch.Tensor, k: torch.Tensor, alpha: Alpha, *, key_padding_mask=None, mask=None, causal=False, scale=None
 ) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor | None]]:
-    """The weights block by block, for the analysis: yields (r0, r1, weights (B, H, r1 - r0, Nk), valid
-    (B or 1, 1, r1 - r0, Nk) bool or None). No gradients; only one block exists at a time."""
+    """The weights block by block, for the analysis: yields (r0, r1, weights (B, H, r1 - r0, S), valid
+    (B or 1, 1, r1 - r0, S) bool or None), S = keys rounded up to whole key blocks (the padding is not
+    valid). Every block holds all heads (the analysis compares heads). No gradients."""
     b, h, n_q, d = q.shape
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    rows = rows_per_block or block_rows(b * h, k.shape[2], n_q)
-    geo = _Geometry(b, h, n_q, k.shape[2], rows, key_padding_mask, mask, causal, q.device)
-    alpha = _alpha_for_rows(None if torch.is_tensor(alpha) else float(alpha), alpha.reshape(-1) if torch.is_tensor(alpha) else None, h)
-    kp = _pad_keys(k, geo.n_key_blocks * KEY_BLOCK)
+    rows = max(1, BLOCK_ELEMENTS // max(1, b * h * k.shape[2]))
+    geo = _Geometry(b, h, n_q, k.shape[2], rows, key_padding_mask, mask, causal, pairs_per_block=b * h)
+    alpha_f, alpha_t = (float(alpha), None) if not torch.is_tensor(alpha) else (None, alpha.reshape(-1))
+    qs = (q * scale).reshape(b * h, n_q, d)
+    kp = _pad_keys(k.reshape(b * h, k.shape[2], d), geo.n_key_blocks * KEY_BLOCK)
     with torch.no_grad():
-        for r0, r1 in geo.blocks():
+        for p0, p1, r0, r1 in geo.blocks():
             keys = torch.arange(geo.key_end(r1), device=q.device)
-            s = _scores(q[:, :, r0:r1] * scale, _take_keys(kp, keys))
-            valid = geo.valid(r0, r1, keys)
+            s = _scores(qs[p0:p1, r0:r1], _take_keys(kp, keys))
+            valid = geo.valid(p0, p1, r0, r1, keys)
             if valid is not None:
                 s.masked_fill_(~valid, float("-inf"))
-            p, _ = entmax.entmax_threshold(s, alpha)
-            yield r0, r1, p, valid
+            p, _ = entmax.entmax_threshold(s, geo.alpha(alpha_f, alpha_t, p0, p1))
+            if valid is not None:  # pairs -> (B, 1, R, S): the pattern's validity is the same for every head
+                valid = valid.expand(p1 - p0, r1 - r0, -1).view(b, h, r1 - r0, -1)[:, :1]
+            yield r0, r1, p.view(b, h, r1 - r0, -1), valid
 
 
 # ------------------------------------------------------------------------------------------------
-# Geometry of one call: blocks of query rows, padded key blocks, masks per block
+# Geometry of one call: blocks of (batch, head) pairs x query rows, padded key blocks, masks per block
 # ------------------------------------------------------------------------------------------------
 
 
 class _Geometry:
-    """Which (query, key) pairs exist, block by block. Keys are padded to whole KEY_BLOCKs (masked)."""
+    """Which (query, key) pairs exist, block by block. Keys are padded to whole KEY_BLOCKs (masked).
 
-    def __init__(self, b, h, n_queries, n_keys, rows, key_padding_mask, mask, causal, device) -> None:
-        self.b, self.h, self.n_queries, self.n_keys, self.rows = b, h, n_queries, n_keys, rows
+    Tensors are seen as (P, N, D) with P = B * H (batch-major pairs); pair i is batch i // H, head i % H."""
+
+    def __init__(self, b, h, n_queries, n_keys, rows, key_padding_mask, mask, causal, pairs_per_block=None) -> None:
+        self.b, self.h, self.n_queries, self.n_keys = b, h, n_queries, n_keys
+        pairs, self.rows = block_shape(b * h, n_keys, n_queries, rows)
+        self.pairs_per_block = pairs_per_block or pairs
         self.n_key_blocks = -(-n_keys // KEY_BLOCK)
-        self.key_padding_mask, self.mask, self.causal, self.device = key_padding_mask, mask, causal, device
+        # (P, Nk): one row per pair (cheap: bools), so that every mask is indexed the same way.
+        self.key_padding_mask = None if key_padding_mask is None else key_padding_mask.repeat_interleave(h, dim=0)
+        self.mask, self.causal = mask, causal
         self.offset = n_keys - n_queries  # causal: query i sees keys <= i + offset
 
-    def blocks(self) -> Iterator[tuple[int, int]]:
-        for r0 in range(0, self.n_queries, self.rows):
-            yield r0, min(self.n_queries, r0 + self.rows)
+    def blocks(self) -> Iterator[tuple[int, int, int, int]]:
+        """(p0, p1, r0, r1): pairs p0..p1 x query rows r0..r1."""
+        pairs = self.b * self.h
+        for p0 in range(0, pairs, self.pairs_per_block):
+            for r0 in range(0, self.n_queries, self.rows):
+                yield p0, min(pairs, p0 + self.pairs_per_block), r0, min(self.n_queries, r0 + self.rows)
 
     def key_end(self, r1: int) -> int:
         """Rows before r1 see keys before key_end, in whole key blocks: all keys, or up to the causal limit."""
         last = self.n_keys if not self.causal else min(self.n_keys, max(1, r1 + self.offset))
         return -(-last // KEY_BLOCK) * KEY_BLOCK
 
-    def valid(self, r0: int, r1: int, keys: torch.Tensor) -> torch.Tensor | None:
-        """bool (B or 1, 1 or H, R, S) for key positions `keys` ((S,) shared or (B, H, S) per head;
-        positions >= n_keys are the padding of the last key block), or None when every pair is valid."""
+    def alpha(self, alpha_f: float | None, alpha_t: torch.Tensor | None, p0: int, p1: int) -> Alpha:
+        """A float, or the alphas of pairs p0..p1 as (pairs, 1, 1) (pair i has head i % H's alpha)."""
+        if alpha_t is None:
+            return alpha_f
+        heads = torch.arange(p0, p1, device=alpha_t.device) % self.h
+        return alpha_t.detach().expand(self.h)[heads].view(-1, 1, 1)
+
+    def valid(self, p0: int, p1: int, r0: int, r1: int, keys: torch.Tensor) -> torch.Tensor | None:
+        """bool, broadcastable to (pairs, R, S), for key positions `keys` ((S,) shared, or (pairs, S) per
+        pair; positions >= n_keys pad the last key block), or None when every pair is valid."""
         parts = []
-        per_head = keys.dim() == 3
-        expand = (lambda m: m[..., None, :]) if per_head else (lambda m: m[None, None, None, :])  # -> (.., 1, S)
+        per_pair = keys.dim() == 2
         if self.n_key_blocks * KEY_BLOCK > self.n_keys:
-            parts.append(expand(keys < self.n_keys))
+            parts.append((keys < self.n_keys)[..., None, :] if per_pair else (keys < self.n_keys)[None, None, :])
         safe = keys.clamp_max(self.n_keys - 1)
         if self.key_padding_mask is not None:
-            if per_head:
-                parts.append(self.key_padding_mask.gather(1, safe.reshape(self.b, -1)).view(self.b, self.h, 1, -1))
-            else:
-                parts.append(self.key_padding_mask[:, safe][:, None, None, :])
+            kpm = self.key_padding_mask[p0:p1]
+            parts.append((kpm.gather(1, safe) if per_pair else kpm[:, safe])[:, None, :])
         if self.causal:
             limit = (torch.arange(r0, r1, device=keys.device) + self.offset)[:, None]  # (R, 1)
-            parts.append((safe[..., None, :] <= limit) if per_head else (safe[None, :] <= limit)[None, None])
+            parts.append((safe[:, None, :] <= limit) if per_pair else (safe[None, :] <= limit)[None])
         if self.mask is not None:
-            m = self.mask[r0:r1]
-            if per_head:
-                parts.append(m[None, None].expand(self.b, self.h, -1, -1).gather(3, safe[:, :, None, :].expand(-1, -1, r1 - r0, -1)))
+            m = self.mask[r0:r1]  # (R, Nk)
+            if per_pair:
+                parts.append(m[None].expand(p1 - p0, -1, -1).gather(2, safe[:, None, :].expand(-1, r1 - r0, -1)))
             else:
-                parts.append(m[:, safe][None, None])
+                parts.append(m[:, safe][None])
         if not parts:
             return None
         out = parts[0]
@@ -285,53 +308,41 @@ class _Geometry:
         return out
 
 
-def _alpha_for_rows(alpha_f: float | None, alpha_t: torch.Tensor | None, h: int) -> Alpha:
-    """A float, or one alpha per head as (1, H, 1, 1) (it broadcasts over batch and rows)."""
-    if alpha_t is None:
-        return alpha_f
-    return alpha_t.detach().reshape(1, -1, 1, 1).expand(1, h, 1, 1)
-
-
 def _scores(q_b: torch.Tensor, keys_d: torch.Tensor) -> torch.Tensor:
-    """q_b keys_d^T, (B, H, R, S), with q_b already scaled. Float32 (float64 for float64 inputs) whatever
+    """q_b keys_d^T, (P, R, S), with q_b already scaled. Float32 (float64 for float64 inputs) whatever
     the input dtype: the threshold needs the precision."""
     s = q_b @ keys_d.transpose(-2, -1)
     return s if s.dtype in (torch.float32, torch.float64) else s.float()
 
 
-def _accumulate(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """acc (B, H, M, N) += a (B, H, M, K) @ b (B, H, K, N), in place (no temporary, no extra pass)."""
-    acc.view(-1, *acc.shape[2:]).baddbmm_(a.reshape(-1, *a.shape[2:]), b.reshape(-1, *b.shape[2:]))
-
-
 def _pad_keys(x: torch.Tensor, n: int) -> torch.Tensor:
-    """x (B, H, N, D) zero-padded to n >= N positions (x itself when n == N)."""
-    return x if n == x.shape[2] else torch.nn.functional.pad(x, (0, 0, 0, n - x.shape[2]))
+    """x (P, N, D) zero-padded to n >= N positions (x itself when n == N)."""
+    return x if n == x.shape[1] else torch.nn.functional.pad(x, (0, 0, 0, n - x.shape[1]))
 
 
 def _take_keys(x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """x (B, H, N_pad, D) at key positions `keys`: (S,) = a prefix (a view), (B, H, S) = gathered per head."""
+    """x (P, N_pad, D) at key positions `keys`: (S,) = a prefix (a view), (P, S) = gathered per pair."""
     if keys.dim() == 1:
-        return x[:, :, : keys.numel()]
-    return x.gather(2, keys[..., None].expand(-1, -1, -1, x.shape[-1]))
+        return x[:, : keys.numel()]
+    return x.gather(1, keys[..., None].expand(-1, -1, x.shape[-1]))
 
 
 def _add_keys(dx: torch.Tensor, keys: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """dx (B, H, N_pad, D) += a @ b ((B, H, S, D)) at key positions `keys` (as in `_take_keys`)."""
+    """dx (P, N_pad, D) += a @ b ((P, S, D)) at key positions `keys` (as in `_take_keys`), in place."""
     if keys.dim() == 1:
-        _accumulate(dx[:, :, : keys.numel()], a, b)
+        dx[:, : keys.numel()].baddbmm_(a, b)  # no temporary, no extra pass
     else:
-        dx.scatter_add_(2, keys[..., None].expand(-1, -1, -1, dx.shape[-1]), a @ b)
+        dx.scatter_add_(1, keys[..., None].expand(-1, -1, dx.shape[-1]), a @ b)
 
 
 def _active_key_blocks(p: torch.Tensor) -> torch.Tensor:
-    """(B, H, nb) bool: which KEY_BLOCKs of p (B, H, R, nb * KEY_BLOCK) hold any weight."""
-    b, h, r, s = p.shape
-    return p.view(b, h, r, s // KEY_BLOCK, KEY_BLOCK).amax(dim=(2, 4)) > 0
+    """(P, nb) bool: which KEY_BLOCKs of p (P, R, nb * KEY_BLOCK) hold any weight."""
+    n_p, r, s = p.shape
+    return p.view(n_p, r, s // KEY_BLOCK, KEY_BLOCK).amax(dim=(1, 3)) > 0
 
 
 def _compact_keys(active: torch.Tensor) -> torch.Tensor | None:
-    """Key positions (B, H, C * KEY_BLOCK) of the active blocks (C = the most any head keeps; heads with
+    """Key positions (P, C * KEY_BLOCK) of the active blocks (C = the most any pair keeps; pairs with
     fewer are padded with inactive blocks, whose weights are zero), or None when too few are skipped."""
     nb = active.shape[-1]
     count = int(active.sum(-1).max())
@@ -348,7 +359,7 @@ def _dropout_mask(shape, p: float, seed: int, block: int, device) -> torch.Tenso
 
 
 # ------------------------------------------------------------------------------------------------
-# The autograd function
+# The autograd function (on (P, N, D) views, P = batch x heads)
 # ------------------------------------------------------------------------------------------------
 
 
@@ -356,30 +367,29 @@ class _MemoryEfficientAttention(Function):
     @staticmethod
     def forward(ctx, q, k, v, alpha_t, settings):
         geo, alpha_f, scale, dropout_p, seed, skip = settings
-        alpha = _alpha_for_rows(alpha_f, alpha_t, geo.h)
         n_pad = geo.n_key_blocks * KEY_BLOCK
         kp, vp = _pad_keys(k, n_pad), _pad_keys(v, n_pad)
         qs = q * scale  # scaling q (N x D) instead of every score block (N x N)
-        out = torch.empty_like(q)
+        out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype, device=q.device)
         params, compact = [], []
         skips = _SkipSchedule(skip and alpha_f != 1.0)  # softmax never leaves a block empty: do not look
-        for i, (r0, r1) in enumerate(geo.blocks()):
+        for i, (p0, p1, r0, r1) in enumerate(geo.blocks()):
             keys = torch.arange(geo.key_end(r1), device=q.device)
-            s = _scores(qs[:, :, r0:r1], _take_keys(kp, keys))
-            valid = geo.valid(r0, r1, keys)
+            s = _scores(qs[p0:p1, r0:r1], _take_keys(kp[p0:p1], keys))
+            valid = geo.valid(p0, p1, r0, r1, keys)
             if valid is not None:
                 s.masked_fill_(~valid, float("-inf"))
-            p, prm = entmax.entmax_threshold(s, alpha)
+            p, prm = entmax.entmax_threshold(s, geo.alpha(alpha_f, alpha_t, p0, p1))
             del s
             params.append(prm)
-            kept = skips.compact(p, geo.b * geo.h)
+            kept = skips.compact(p)
             compact.append(kept)
             if kept is not None:
-                p = p.gather(3, kept[:, :, None, :].expand(-1, -1, r1 - r0, -1))
+                p = p.gather(2, kept[:, None, :].expand(-1, r1 - r0, -1))
                 keys = kept
             if dropout_p > 0.0:
                 p = p * _dropout_mask(p.shape, dropout_p, seed, i, q.device)
-            out[:, :, r0:r1] = p.to(v.dtype) @ _take_keys(vp, keys)
+            out[p0:p1, r0:r1] = p.to(v.dtype) @ _take_keys(vp[p0:p1], keys)
         _record_skips(skips.total, skips.skipped)
         ctx.settings, ctx.compact = settings, compact
         ctx.save_for_backward(qs, k, v, alpha_t, *params)
@@ -389,42 +399,43 @@ class _MemoryEfficientAttention(Function):
     def backward(ctx, grad_out):
         geo, alpha_f, scale, dropout_p, seed, skip = ctx.settings
         qs, k, v, alpha_t, *params = ctx.saved_tensors
-        alpha = _alpha_for_rows(alpha_f, alpha_t, geo.h)
         need_da = alpha_t is not None and ctx.needs_input_grad[3]
         n_pad = geo.n_key_blocks * KEY_BLOCK
         work = torch.float64 if qs.dtype == torch.float64 else torch.float32
         kp, vp = (_pad_keys(x, n_pad).to(work) for x in (k, v))
         qw, grad_out = qs.to(work), grad_out.to(work)
         dq = torch.empty_like(qw)
-        dk = torch.zeros(geo.b, geo.h, n_pad, k.shape[-1], dtype=work, device=qs.device)
-        dv = torch.zeros(geo.b, geo.h, n_pad, v.shape[-1], dtype=work, device=qs.device)
-        da = torch.zeros(geo.h, dtype=work, device=qs.device) if need_da else None
-        for i, (r0, r1) in enumerate(geo.blocks()):
+        dk = torch.zeros(k.shape[0], n_pad, k.shape[-1], dtype=work, device=qs.device)
+        dv = torch.zeros(v.shape[0], n_pad, v.shape[-1], dtype=work, device=qs.device)
+        da = torch.zeros(qs.shape[0], dtype=work, device=qs.device) if need_da else None  # per pair
+        for i, (p0, p1, r0, r1) in enumerate(geo.blocks()):
             kept = ctx.compact[i]
             keys = kept if kept is not None else torch.arange(geo.key_end(r1), device=qs.device)
-            q_b, kk, vv = qw[:, :, r0:r1], _take_keys(kp, keys), _take_keys(vp, keys)
+            q_b, kk, vv = qw[p0:p1, r0:r1], _take_keys(kp[p0:p1], keys), _take_keys(vp[p0:p1], keys)
             s = _scores(q_b, kk)
-            valid = geo.valid(r0, r1, keys)
+            valid = geo.valid(p0, p1, r0, r1, keys)
             if valid is not None:
                 s.masked_fill_(~valid, float("-inf"))
+            alpha = geo.alpha(alpha_f, alpha_t, p0, p1)
             p = entmax.entmax_from_threshold(s, alpha, params[i])  # the forward's weights, no solve
             del s
-            g = grad_out[:, :, r0:r1]
-            dp = g @ vv.transpose(-2, -1)  # (B, H, R, S)
+            g = grad_out[p0:p1, r0:r1]
+            dp = g @ vv.transpose(-2, -1)  # (pairs, R, S)
             pd = p
             if dropout_p > 0.0:
                 keep = _dropout_mask(p.shape, dropout_p, seed, i, qs.device)
                 pd, dp = p * keep, dp.mul_(keep)
-            _add_keys(dv, keys, pd.transpose(-2, -1), g)
+            _add_keys(dv[p0:p1], keys, pd.transpose(-2, -1), g)
             ds, da_rows = entmax.entmax_backward(p, dp, alpha, need_dalpha=need_da)  # d loss / d (scaled scores)
             del p, pd, dp
-            dq[:, :, r0:r1] = ds @ kk
-            _add_keys(dk, keys, ds.transpose(-2, -1), q_b)
+            dq[p0:p1, r0:r1] = ds @ kk
+            _add_keys(dk[p0:p1], keys, ds.transpose(-2, -1), q_b)
             if need_da:
-                da += da_rows.sum(dim=(0, 2, 3)).to(work)
+                da[p0:p1] += da_rows.sum(dim=(1, 2)).to(work)
         n_k = geo.n_keys
-        dq, dk, dv = (dq * scale).to(qs.dtype), dk[:, :, :n_k].to(k.dtype), dv[:, :, :n_k].to(v.dtype)
+        dq, dk, dv = (dq * scale).to(qs.dtype), dk[:, :n_k].to(k.dtype), dv[:, :n_k].to(v.dtype)
         if need_da:
+            da = da.view(geo.b, geo.h).sum(0)  # pairs -> heads
             da = (da if alpha_t.numel() == geo.h else da.sum()).reshape(alpha_t.shape).to(alpha_t.dtype)
         return dq, dk, dv, da, None
 
@@ -440,9 +451,10 @@ class _SkipSchedule:
         self.enabled, self.wait, self.gap = enabled, 0, 1
         self.total = self.skipped = 0
 
-    def compact(self, p: torch.Tensor, batch_heads: int) -> torch.Tensor | None:
-        nb = p.shape[-1] // KEY_BLOCK
-        self.total += batch_heads * nb
+    def compact(self, p: torch.Tensor) -> torch.Tensor | None:
+        """Key positions to keep for the block's weights p (pairs, R, S) (see `_compact_keys`), or None."""
+        pairs, nb = p.shape[0], p.shape[-1] // KEY_BLOCK
+        self.total += pairs * nb
         if not self.enabled:
             return None
         if self.wait > 0:
@@ -454,5 +466,5 @@ class _SkipSchedule:
             self.wait = self.gap - 1
         else:
             self.gap = 1
-            self.skipped += batch_heads * (nb - kept.shape[-1] // KEY_BLOCK)
+            self.skipped += pairs * (nb - kept.shape[-1] // KEY_BLOCK)
         return kept
