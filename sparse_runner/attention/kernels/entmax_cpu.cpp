@@ -456,12 +456,14 @@ template <>
 struct Tol<float> {
   static constexpr double newton = 2e-6;
   static constexpr double fin_low_alpha = 1e-3, fin_high_alpha = 2e-4;
+  static constexpr double fin2_err = 5e-8;  // bound on the second-order finish's error (FwdBlock::step)
   static constexpr float psi_switch = 1.0f;  // psi(x): series below, direct formula above
 };
 template <>
 struct Tol<double> {
   static constexpr double newton = 1e-12;
   static constexpr double fin_low_alpha = 1e-7, fin_high_alpha = 1e-7;  // error ~0.1 r^2 ~ 1e-15
+  static constexpr double fin2_err = 0.0;  // no second-order finish
   static constexpr double psi_switch = 0.1;
 };
 
@@ -899,26 +901,31 @@ struct Kernels {
       double* params;  // not null: threshold API (write through write_threshold, store (t, F))
       T m;
       int64_t b, c;  // segment [b, b + c) of the packed buffers
-      double a1, u, F, Q;
+      double a1, u, u_lo;  // u_lo: the last u known to be <= the root (F(u_lo) >= 1)
+      double F, Q, M2, M3;  // sums of p, q = p r, q r, q r^2 (r = 1 / d) after a pass
+      double qmax, rmax, mx3;  // maxima of q, r, q r^2 over the support
       double c2, c3, c4, c5;  // binomial-series coefficients of the Newton step
-      double shift;           // > 0: finish with the first-order correction p - shift * q
+      double shift;           // > 0: finish with p - shift q + curv shift^2 q r (see step)
+      double curv;
       int it;
       bool active;
+      bool lag;  // the point being evaluated may lie right of the root (a Halley step): see gather
     };
     int64_t n, cap, tot = 0;
     int nrows = 0;
-    T *yb, *pb, *qb, *ab, *kb, *ub;  // y = x - max, p, q = p / d, a1, 1/a1, u (per element)
-    int32_t* ib;                      // column of each element
+    T *yb, *pb, *qb, *rb, *ab, *kb, *ub;  // y = x - max, p, q = p / d, r = 1 / d, a1, 1/a1, u (per element)
+    int32_t* ib;                           // column of each element
     Row rows[kRows];
     JensenMemo memo;
 
     explicit FwdBlock(int64_t n_)
         : n(n_), cap(round64(std::max<int64_t>(n_, 4096) + 2 * W, sizeof(T))), memo(n_) {
-      yb = thread_buffer<T, kFwdVals>(6 * cap);
+      yb = thread_buffer<T, kFwdVals>(7 * cap);
       ib = thread_buffer<int32_t, kFwdIdx>(cap);
       pb = yb + cap;
       qb = pb + cap;
-      ab = qb + cap;
+      rb = qb + cap;
+      ab = rb + cap;
       kb = ab + cap;
       ub = kb + cap;
     }
@@ -934,14 +941,18 @@ struct Kernels {
     // the support), then starts Newton at a lower bound of the root better than u = 0.  Jensen:
     // phi(d) = [d]_+^k is convex (k >= 1), so for any set S of entries F(u) >= |S| phi(mean_S d(u)),
     // and u_L(S) = mean_S y + (1 - |S|^-a1) / a1 satisfies F(u_L) >= 1, i.e. u_L <= u*.  S = all
-    // candidates, then twice "those above the mean" (no transcendentals); this saves 0.3-1.3 of the
-    // ~3-5 Newton passes on attention-like rows.
+    // candidates, twice "those above the mean", then (Michelot's iteration for sparsemax, which this
+    // bound is at alpha = 2) S = the support at the current bound, which also drops the entries
+    // outside it (y <= u_L - 1/a1: outside the support for every u >= u_L) before the first
+    // transcendental pass.  No transcendentals; the last step matters most at alpha > 1.5 on dense
+    // rows (5 -> 3 passes at 2048 keys).
     void add(const T* x, T* out, T m, double a1, double* params = nullptr) {
       if (nrows == kRows || tot + n > cap - 2 * W) solve();
+      const T ninf = -std::numeric_limits<T>::infinity();
       const V vm = S::set1(m), vlo = S::set1(T(-1.0 / a1)), zero = S::set1(T(0));
       V sy = zero;
       int64_t c = tot;
-      for_row(x, n, -std::numeric_limits<T>::infinity(), [&](V xv, VI iv) {  // branch-free, see sparsemax_row
+      for_row(x, n, ninf, [&](V xv, VI iv) {  // branch-free, see sparsemax_row
         V y = xv - vm;
         M k = S::gt(y, vlo);
         S::compress(yb + c, k, y);
@@ -957,8 +968,6 @@ struct Kernels {
       r.b = tot;
       r.c = c - tot;
       r.a1 = a1;
-      fill(ab, r.b, c, T(a1));
-      fill(kb, r.b, c, T(1.0 / a1));
       tot = c;
       double ybar = double(S::hsum(sy)) / double(r.c);
       double u0 = std::max(0.0, ybar + memo.g(r.c, a1));
@@ -974,7 +983,7 @@ struct Kernels {
           acc = acc + S::maskz(k, y);
         }
         if (j < tot) {
-          V y = S::load_n(yb + j, int(tot - j), -std::numeric_limits<T>::infinity());
+          V y = S::load_n(yb + j, int(tot - j), ninf);
           M k = S::ge(y, vt);
           c2 += S::count(k);
           acc = acc + S::maskz(k, y);
@@ -985,10 +994,47 @@ struct Kernels {
         ybar = s2 / double(c2);
         u0 = std::max(u0, ybar + memo.g(c2, a1));
       }
+      for (int refine = 0; refine < 4 && r.c > 1; ++refine) {  // S = the support at u0, compacted
+        const double lim = u0 - 1.0 / a1;
+        if (!(lim < 0.0)) break;  // (rounding only: the max entry y = 0 is always kept)
+        const V vl = S::set1(T(lim));
+        V acc = zero;
+        int64_t w = r.b, j = r.b;
+        const int64_t e = r.b + r.c;
+        for (; j + W <= e; j += W) {  // in place: the write position never passes the read one
+          V y = S::load(yb + j);
+          VI iv = S::load_i(ib + j);
+          M k = S::gt(y, vl);
+          S::compress(yb + w, k, y);
+          S::compress_i(ib + w, k, iv);
+          w += S::count(k);
+          acc = acc + S::maskz(k, y);
+        }
+        if (j < e) {
+          V y = S::load_n(yb + j, int(e - j), ninf);
+          VI iv = S::load_i(ib + j);
+          M k = S::gt(y, vl);
+          S::compress(yb + w, k, y);
+          S::compress_i(ib + w, k, iv);
+          w += S::count(k);
+          acc = acc + S::maskz(k, y);
+        }
+        const int64_t c2 = w - r.b;
+        const bool same = c2 == r.c;
+        r.c = c2;
+        tot = w;
+        if (same) break;
+        u0 = std::max(u0, double(S::hsum(acc)) / double(c2) + memo.g(c2, a1));
+      }
+      fill(ab, r.b, tot, T(a1));
+      fill(kb, r.b, tot, T(1.0 / a1));
       r.u = u0;
+      r.u_lo = u0;
       r.it = 0;
       r.active = true;
+      r.lag = false;
       r.shift = 0.0;
+      r.curv = 0.0;
       const double b = 1.0 - a1;  // c_j = -binom(1 - a1, j) / a1
       r.c2 = b / 2.0;
       r.c3 = -r.c2 * (1.0 + a1) / 3.0;
@@ -998,7 +1044,7 @@ struct Kernels {
 
     // One evaluation of every element in [lo, hi) at its row's u: t = a1 (y - u) > -1 on the support,
     // d = 1 + t, p = exp(k log1p(t)) with log1p(t) = log(d) + (t - (d - 1)) / d (the rounding of
-    // 1 + t matters once k = 1/a1 is large), q = p / d.
+    // 1 + t matters once k = 1/a1 is large), r = 1 / d, q = p r.
     void pass(int64_t lo, int64_t hi) {
       const V one = S::set1(T(1)), mone = S::set1(T(-1));
       for (int64_t j = lo; j < hi; j += W) {
@@ -1016,57 +1062,83 @@ struct Kernels {
         V p = S::maskz(k, S::exp(S::load(kb + j) * L));
         S::store(pb + j, p);
         S::store(qb + j, S::maskz(k, p * rd));  // rd = inf on the masked lanes (d = 0)
+        S::store(rb + j, S::maskz(k, rd));
       }
     }
 
-    // Row sums F, Q after a pass, compacting away the entries that left the support (p = 0: u only
-    // grows) and marking the freed tail dead (y = -inf).
+    // Row sums and maxima after a pass, compacting away the entries that left the support and
+    // marking the freed tail dead (y = -inf).  Left of the root u only grows, so p = 0 entries never
+    // return; after a Halley step (r.lag) the point may lie right of the root, and only the entries
+    // outside the support at u_lo (the last point known to be left of it) are dropped.
     void gather(Row& r) {
       const int64_t b = r.b, e = r.b + r.c;
+      const T ulo = T(r.u_lo);
+      const T a1t = T(r.a1);
       if (r.c <= 6) {  // tiny segment (sparse rows): scalar, no horizontal sums
-        double F = 0.0, Q = 0.0;
+        double F = 0.0, Q = 0.0, M2 = 0.0, M3 = 0.0, qmax = 0.0, rmax = 0.0, mx3 = 0.0;
         int64_t w = b;
         for (int64_t j = b; j < e; ++j) {  // branchless compaction
-          const T p = pb[j];
+          const T p = pb[j], q = qb[j], rv = rb[j], y = yb[j];
+          const T qr = q * rv, qr2 = qr * rv;
           F += p;
-          Q += qb[j];
-          yb[w] = yb[j];
+          Q += q;
+          M2 += qr;
+          M3 += qr2;
+          qmax = std::max<double>(qmax, q);
+          rmax = std::max<double>(rmax, rv);
+          mx3 = std::max<double>(mx3, qr2);
+          yb[w] = y;
           pb[w] = p;
-          qb[w] = qb[j];
+          qb[w] = q;
+          rb[w] = rv;
           ib[w] = ib[j];
-          w += p > T(0);
+          w += r.lag ? (a1t * (y - ulo) > T(-1)) : (p > T(0));
         }
         for (int64_t j = w; j < e; ++j) yb[j] = -std::numeric_limits<T>::infinity();
         r.c = w - b;
         r.F = F;
         r.Q = Q;
+        r.M2 = M2;
+        r.M3 = M3;
+        r.qmax = qmax;
+        r.rmax = rmax;
+        r.mx3 = mx3;
         return;
       }
-      const V zero = S::set1(T(0));
-      V fa = zero, qa = zero;
+      const V zero = S::set1(T(0)), va1 = S::set1(a1t), vulo = S::set1(ulo), mone = S::set1(T(-1));
+      V fa = zero, qa = zero, m2 = zero, m3 = zero, qmx = zero, rmx = zero, mx3 = zero;
       int64_t w = b;
       for (int64_t j = b; j < e; j += W) {
         const int len = int(std::min<int64_t>(W, e - j));
         V p = len == W ? S::load(pb + j) : S::load_n(pb + j, len, T(0));
         V q = len == W ? S::load(qb + j) : S::load_n(qb + j, len, T(0));
-        M k = S::gt(p, zero);
+        V rv = len == W ? S::load(rb + j) : S::load_n(rb + j, len, T(0));
+        V y = len == W ? S::load(yb + j) : S::load_n(yb + j, len, -std::numeric_limits<T>::infinity());
+        M k = r.lag ? S::gt(va1 * (y - vulo), mone) : S::gt(p, zero);
+        V qr = q * rv, qr2 = qr * rv;
         fa = fa + p;
         qa = qa + q;
-        if (S::count(k) == W && w == j) {  // nothing to drop, already in place
+        m2 = m2 + qr;
+        m3 = m3 + qr2;
+        qmx = S::max(qmx, q);
+        rmx = S::max(rmx, rv);
+        mx3 = S::max(mx3, qr2);
+        if (len == W && S::count(k) == W && w == j) {  // nothing to drop, already in place
           w += W;
           continue;
         }
         VI iv = S::load_i(ib + j);
-        V y = S::load(yb + j);
         if (len == W) {  // writes stay below j + W <= e
           S::compress(yb + w, k, y);
           S::compress(pb + w, k, p);
           S::compress(qb + w, k, q);
+          S::compress(rb + w, k, rv);
           S::compress_i(ib + w, k, iv);
-        } else {  // tail: bounded stores, the next row's segment starts at e
+        } else {  // tail: bounded stores, the next row's segment starts at e (lanes past e: y = -inf, dropped)
           S::compress_n(yb + w, k, y);
           S::compress_n(pb + w, k, p);
           S::compress_n(qb + w, k, q);
+          S::compress_n(rb + w, k, rv);
           S::compress_i_n(ib + w, k, iv);
         }
         w += S::count(k);
@@ -1075,37 +1147,90 @@ struct Kernels {
       r.c = w - b;
       r.F = S::hsum(fa);
       r.Q = S::hsum(qa);
+      r.M2 = S::hsum(m2);
+      r.M3 = S::hsum(m3);
+      r.qmax = S::hmax(qmx);
+      r.rmax = S::hmax(rmx);
+      r.mx3 = S::hmax(mx3);
     }
 
-    // Newton step, or retire the row.  The step is
-    //   du = g(r) / Q,   g(r) = F (1 - F^-a1) / a1 = ((1 + r) - (1 + r)^(1 - a1)) / a1,   r = F - 1;
-    // close to the root (r < 0.05: every step but the first one or two) g is its binomial series
-    // r + c2 r^2 + ... + c5 r^5 (relative error < 5e-8, and below g, so the step stays on the safe
-    // side), which keeps libm calls off the per-row work.
+    // Newton-type step, or retire the row.  With r = F - 1, the Newton step on G = F^a1 - 1 is
+    //   du = g(r) / Q,   g(r) = F (1 - F^-a1) / a1 = ((1 + r) - (1 + r)^(1 - a1)) / a1;
+    // close to the root (|r| < 0.05) g is its binomial series r + c2 r^2 + ... + c5 r^5 (relative
+    // error < 5e-8, and below g, so the step stays on the safe side), which keeps libm calls off the
+    // per-row work.  Further out the step is Halley's (the root of G's quadratic model; G'' from
+    // M2 = sum q r, one more multiply-add per element): third order, about one pass less on dense
+    // rows.  Unlike Newton's it can overshoot the root; the next pass then sees F < 1 and steps back
+    // with Newton from the right (which lands left of the root, G being convex), never below u_lo.
     //
-    // Retiring: at r <= tol the row is converged (output p / F).  At r <= r_fin it is close enough
-    // that the last step needs no new pass: with d -> d - a1 du every p moves by -du q to first order,
-    // and the output [p - du q]_+ (normalised) is off by O(r^2) -- measured in float64 over random,
-    // peaked, flat and spike rows at alpha 1.05-1.97: <= 3e-7 at r <= 1e-3 for alpha <= 1.7, but up
-    // to 1.4e-5 at alpha 1.9, where clipping at 0 (entries leaving the support, p ~ ((2-alpha) du)^k)
-    // dominates; r <= 2e-4 keeps that below 2e-7.  This saves the last of ~3 passes on dense rows.
+    // Retiring: at |r| <= tol the row is converged (output p / F).  Close enough, the last step
+    // needs no new pass: with d -> d - a1 du every p becomes p (1 - du r)^k... to second order
+    //   p (1 - a1 du / d)^(1/a1) = p - du q + (1 - a1)/2 du^2 q r - c du^3 q r^2 + ...
+    // (c = (1 - a1)(1 - 2 a1)/6).  First order (du Newton's): the output [p - du q]_+ (normalised) is
+    // off by O(r^2) -- measured in float64 over random, peaked, flat and spike rows at alpha
+    // 1.05-1.97: <= 3e-7 at r <= 1e-3 for alpha <= 1.7, but up to 1.4e-5 at alpha 1.9, where clipping
+    // at 0 (entries leaving the support, p ~ ((2-alpha) du)^k) dominates; r <= 2e-4 keeps that below
+    // 2e-7.  Second order (float32 only; du the root of F's quadratic model): taken when the
+    // neglected cubic term, bounded from the pass's maxima as |c| du^3 (max q r^2 + max q M3 / Q)
+    // (per entry, plus what the error of du moves), is below Tol::fin2_err and du r <= 1/2 for every
+    // entry (the series converges fast, nothing leaves the support): typically at r ~ 1e-2 for alpha
+    // < 1.5 on dense rows, which saves a pass.
     static void step(Row& r) {
       const double rr = r.F - 1.0;
-      if (!(rr > Tol<T>::newton) || r.it >= kMaxIter) {
+      if (!(std::fabs(rr) > Tol<T>::newton) || r.it >= kMaxIter) {
         r.active = false;
         return;
       }
-      const double g = rr < 0.05 ? rr * (1.0 + rr * (r.c2 + rr * (r.c3 + rr * (r.c4 + rr * r.c5))))
-                                 : -std::expm1(-r.a1 * std::log1p(rr)) * r.F / r.a1;
-      const double du = g / r.Q;
-      if (!(du > 0.0) || !std::isfinite(du)) {
+      const double g = std::fabs(rr) < 0.05 ? rr * (1.0 + rr * (r.c2 + rr * (r.c3 + rr * (r.c4 + rr * r.c5))))
+                                            : -std::expm1(-r.a1 * std::log1p(rr)) * r.F / r.a1;
+      if (rr < 0.0) {  // right of the root (after a Halley step): Newton back, inside [u_lo, u]
+        const double du = g / r.Q;
+        if (!(du < 0.0) || !std::isfinite(du)) {
+          r.active = false;
+          return;
+        }
+        r.u = std::max(r.u + du, r.u_lo);
+        r.lag = false;
+        ++r.it;
+        return;
+      }
+      r.u_lo = r.u;  // F >= 1: left of the root
+      const double dn = g / r.Q;
+      if (!(dn > 0.0) || !std::isfinite(dn)) {
         r.active = false;
         return;
       }
       if (rr <= (r.a1 <= 0.7 ? Tol<T>::fin_low_alpha : Tol<T>::fin_high_alpha)) {
-        r.shift = du;
+        r.shift = dn;
+        r.curv = 0.0;
         r.active = false;
         return;
+      }
+      const double b = 1.0 - r.a1;
+      if (Tol<T>::fin2_err > 0.0 && rr <= 0.02) {
+        const double disc = r.Q * r.Q - 2.0 * b * r.M2 * rr;
+        if (disc > 0.0) {
+          const double du = 2.0 * rr / (r.Q + std::sqrt(disc));
+          const double c3 = std::fabs(b * (1.0 - 2.0 * r.a1)) / 6.0;
+          const double est = c3 * du * du * du * (r.mx3 + r.qmax * r.M3 / r.Q);
+          if (est <= Tol<T>::fin2_err && du * r.rmax <= 0.5) {
+            r.shift = du;
+            r.curv = b / 2.0;
+            r.active = false;
+            return;
+          }
+        }
+      }
+      const double g2 = b * (r.M2 - r.Q * r.Q / r.F);  // G'' (scaled like g), >= 0 by Cauchy-Schwarz
+      const double disc = r.Q * r.Q - 2.0 * g2 * g;
+      double du = dn;
+      r.lag = false;
+      if (g2 > 0.0 && disc > 0.0 && std::isfinite(disc)) {
+        const double dh = 2.0 * g / (r.Q + std::sqrt(disc));
+        if (dh > dn) {
+          du = dh;
+          r.lag = true;
+        }
       }
       r.u += du;
       ++r.it;
@@ -1121,18 +1246,40 @@ struct Kernels {
         fill(yb, b, b + c, -std::numeric_limits<T>::infinity());
         return;
       }
-      if (r.shift > 0.0) {  // first-order corrected finish (see step)
-        const V vs = S::set1(T(r.shift)), zero = S::set1(T(0));
+      if (r.shift > 0.0) {  // corrected finish (see step)
+        const V vs = S::set1(T(r.shift)), vc = S::set1(T(r.curv * r.shift * r.shift)), zero = S::set1(T(0));
+        // Entries near the support's boundary (du r >= 1/4: the first-order finish only) are evaluated
+        // exactly at u + du instead, so that the support is the one the threshold API gives at
+        // t = max + u + du (where 1 - du r <= 0 clips, a1 du r < 1 may still be inside).
+        const bool exact_edge = r.shift * r.rmax >= 0.25;
+        const V edge = S::set1(T(0.25)), va1 = S::set1(T(r.a1)), vk = S::set1(T(1.0 / r.a1)),
+                vu = S::set1(T(r.u + r.shift)), one = S::set1(T(1)), mone = S::set1(T(-1));
+        auto body = [&](V p, V q, V rv, V y) {
+          V pc = S::max(S::fma(vc * q, rv, S::fma(-vs, q, p)), zero);
+          if (exact_edge) {
+            const M near = S::ge(rv * vs, edge);
+            if (S::any(near)) {
+              V t = va1 * (y - vu);
+              M k = S::gt(t, mone);
+              V tc = S::max(t, mone);
+              V d = one + tc;
+              V L = S::fma(tc - (d - one), one / S::select(k, d, one), S::log(S::select(k, d, one)));
+              pc = S::select(near, S::maskz(k, S::exp(vk * L)), pc);
+            }
+          }
+          return pc;
+        };
         V acc = zero;
         int64_t j = b;
         for (; j + W <= b + c; j += W) {
-          V p = S::max(S::load(pb + j) - vs * S::load(qb + j), zero);
+          V p = body(S::load(pb + j), S::load(qb + j), S::load(rb + j), S::load(yb + j));
           S::store(pb + j, p);
           acc = acc + p;
         }
         if (j < b + c) {
           const int len = int(b + c - j);
-          V p = S::max(S::load_n(pb + j, len, T(0)) - vs * S::load_n(qb + j, len, T(0)), zero);
+          V p = body(S::load_n(pb + j, len, T(0)), S::load_n(qb + j, len, T(0)), S::load_n(rb + j, len, T(0)),
+                     S::load_n(yb + j, len, -std::numeric_limits<T>::infinity()));
           S::store_n(pb + j, p, len);
           acc = acc + p;
         }
