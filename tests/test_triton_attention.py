@@ -19,6 +19,7 @@ Two ways to run the kernels:
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
 import os
 import sys
@@ -120,12 +121,15 @@ def padding(B, Nk, *, seed=0, device="cpu"):
 
 
 LEARNED = "learned"  # one alpha per head: (1.0, 1.6) at H = 2, a softmax head's alpha = 1 limit included
+EDGES = "edges"  # one alpha per head at the ends: just above the softmax switch, and sparsemax
 
 
 def alpha_for(kind, H, device="cpu"):
-    if kind != LEARNED:
-        return kind
-    return torch.linspace(1.0, 1.6, H, dtype=torch.float64, device=device)
+    if kind == LEARNED:
+        return torch.linspace(1.0, 1.6, H, dtype=torch.float64, device=device)
+    if kind == EDGES:
+        return torch.tensor([1.0 + 1e-6, 2.0] * (H // 2), dtype=torch.float64, device=device)
+    return kind
 
 
 # float32 kernel vs float64 reference: observed max errors ~2e-6 relative; 2e-5 leaves a margin.
@@ -143,11 +147,12 @@ TOL32 = 2e-5
     [
         (LEARNED, 37, 45, True, False),
         (1.5, 41, 19, True, True),  # Nq > Nk, causal: the first 22 rows see no key
-        (2.0, 23, 70, False, True),
+        (EDGES, 23, 70, False, True),
     ],
 )
 def test_interpreter_core(alpha, Nq, Nk, pad, causal):
-    """Default-run subset: learned per-head alpha with padding, 1.5-entmax and sparsemax causal."""
+    """Default-run subset: learned per-head alphas with padding (one at the softmax limit, one just
+    above the softmax switch, one sparsemax), 1.5-entmax causal."""
     q, k, v = random_inputs(2, 2, Nq, Nk, 16, spread=1.5)
     kpm = padding(2, Nk) if pad else None
     got, want = run_both(q, k, v, alpha_for(alpha, 2), key_padding_mask=kpm, causal=causal)
@@ -156,7 +161,7 @@ def test_interpreter_core(alpha, Nq, Nk, pad, causal):
 
 @interpreter
 @pytest.mark.slow
-@pytest.mark.parametrize("alpha", [1.0, 1.0 + 1e-6, 1.3, 1.5, 2.0, LEARNED])
+@pytest.mark.parametrize("alpha", [1.0, 1.0 + 1e-6, 1.3, 1.5, 2.0, LEARNED, EDGES])
 @pytest.mark.parametrize("pad, causal", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("Nq, Nk", [(33, 33), (17, 70), (51, 9)])
 def test_interpreter_matrix(alpha, pad, causal, Nq, Nk):

@@ -209,8 +209,9 @@ if triton is not None:
     ):  # fmt: skip
         pid_m = tl.program_id(0)
         pid_bh = tl.program_id(1)
-        b = pid_bh // H
-        h = pid_bh % H
+        # int64: b * stride_b overflows int32 for tensors of 2^31 elements or more.
+        b = (pid_bh // H).to(tl.int64)
+        h = (pid_bh % H).to(tl.int64)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, BLOCK_D)
         arange_n = tl.arange(0, BLOCK_N)
@@ -312,8 +313,9 @@ if triton is not None:
     ):  # fmt: skip
         pid_m = tl.program_id(0)
         pid_bh = tl.program_id(1)
-        b = pid_bh // H
-        h = pid_bh % H
+        # int64: b * stride_b overflows int32 for tensors of 2^31 elements or more.
+        b = (pid_bh // H).to(tl.int64)
+        h = (pid_bh % H).to(tl.int64)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, BLOCK_D)
         arange_n = tl.arange(0, BLOCK_N)
@@ -397,8 +399,9 @@ if triton is not None:
     ):  # fmt: skip
         pid_n = tl.program_id(0)
         pid_bh = tl.program_id(1)
-        b = pid_bh // H
-        h = pid_bh % H
+        # int64: b * stride_b overflows int32 for tensors of 2^31 elements or more.
+        b = (pid_bh // H).to(tl.int64)
+        h = (pid_bh % H).to(tl.int64)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         offs_d = tl.arange(0, BLOCK_D)
         arange_m = tl.arange(0, BLOCK_M)
