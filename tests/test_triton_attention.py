@@ -89,8 +89,8 @@ def run_both(q, k, v, alpha, *, dtype=torch.float32, scale=None, key_padding_mas
     for run_dtype, fn in ((dtype, T.entmax_attention), (torch.float64, dense_reference)):
         leaves = [x.detach().to(dtype).to(run_dtype).requires_grad_() for x in (q, k, v)]
         a = alpha
-        if torch.is_tensor(alpha):
-            a = alpha.detach().to(torch.float64 if run_dtype == torch.float64 else torch.float32).requires_grad_()
+        if torch.is_tensor(alpha):  # the kernel computes with float32 alphas: the reference gets those values
+            a = alpha.detach().float().to(torch.float64 if run_dtype == torch.float64 else torch.float32).requires_grad_()
             leaves.append(a)
         out = fn(*leaves[:3], a, scale=scale, key_padding_mask=key_padding_mask, causal=causal)
         grads = torch.autograd.grad((out.to(torch.float64) * grad_out).sum(), leaves)
