@@ -22,8 +22,11 @@
 //     left on G(u) = F(u)^a1 - 1 = ||d(u)||_k - 1 (F = sum p, d = [1 + a1 (y - u)]_+): G is a norm
 //     of convex non-negative functions, hence convex and decreasing, so the steps never overshoot and
 //     every pass may drop the entries that left the support; G is exact in one step for softmax
-//     (G -> log F) and on a fixed support for sparsemax, so rows converge in 2-3 passes at any alpha.
-//     The last step is applied as a first-order correction when it is small (FwdBlock::step).  Rows
+//     (G -> log F) and on a fixed support for sparsemax.  Far from the root the step is Halley's
+//     (bracketed: an overshoot is stepped back from the right, never below the last left point), and
+//     the last step is applied as a first- or second-order correction of the pass's p when its error
+//     bound allows (FwdBlock::step), so dense rows take about 2 transcendental passes at alpha < 1.5
+//     and 2-3 above (the Jensen start also runs Michelot's support iteration).  Rows
 //     are solved in blocks whose survivors share one packed buffer: each Newton round is a single
 //     dense vector pass for the whole block (a sparse row alone would be one vector and a long
 //     dependent chain per pass).
