@@ -49,6 +49,13 @@ def pick_device(name: str) -> torch.device:
     return device
 
 
+def check_impl_device(impl: str, device: torch.device) -> None:
+    """model.attention_impl=triton|adasplash need CUDA (checked here, where the device is known: a login
+    node without a GPU may well compose a job for a GPU node)."""
+    if impl in ("triton", "adasplash") and device.type != "cuda":
+        raise ConfigError(f"model.attention_impl: {impl} needs a CUDA device, and this run is on {device}; valid here: auto, explicit, memory_efficient")
+
+
 def fingerprint(cfg: DictConfig) -> dict[str, Any]:
     flat = flatten(OmegaConf.to_container(cfg, resolve=True))
     return {k: v for k, v in flat.items() if k not in NON_RESULT_KEYS}
@@ -102,6 +109,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
     primary_metric = f"test/{task_families()[cfg.task.family].primary_metric}"
     try:
         device = pick_device(t.device)
+        check_impl_device(cfg.model.get("attention_impl", "auto"), device)
         task = build_task(cfg)
         # Re-seed so the initial weights do not depend on what building the task drew.
         torch.manual_seed(cfg.seed)

@@ -257,3 +257,14 @@ def test_peak_memory_grows_linearly_not_quadratically():
         growth[impl] = float(done.stdout.strip().splitlines()[-1])
     assert growth["explicit"] > 100  # MiB: scores, weights and their gradients
     assert growth["memory_efficient"] < growth["explicit"] / 4, growth
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+@pytest.mark.parametrize("impl", ["triton", "adasplash"])
+def test_gpu_kernels_refused_before_training_on_cpu(tiny_config, tmp_path, impl):
+    from sparse_runner.run import run
+
+    with pytest.raises(ConfigError, match=f"model.attention_impl: {impl} needs a CUDA device") as err:
+        run(tiny_config("model=entmax15", f"model.attention_impl={impl}", "trainer.device=cpu"), tmp_path / "run")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -3,26 +3,27 @@
 The explicit path materialises the (B, H, Nq, Nk) scores and keeps the weights for backward: at LRA
 lengths (4,000 tokens, batch 32, 4 heads) that is ~8 GB per layer before backward. Softmax avoids it
 through SDPA's fused kernels; sparsemax, 1.5-entmax and alpha-entmax have no such kernel in PyTorch.
-Here attention is computed R query rows at a time (R chosen so a block's scores stay a few MiB):
+Here attention is computed block by block, a block being R query rows of some (batch, head) pairs
+(`block_shape`: up to 512 rows of one pair first, so that a block's scores stay ~8 MiB):
 
     forward, per block:  s = (scale q_b) k^T (masked) -> p, (t, F) = entmax_threshold(s, alpha) -> out_b = p v
-    saved:               q, k, v, the per-row threshold parameters (B, H, Nq, 2) and which key blocks
-                         of each query block hold any weight (B, H, Nq / R, Nk / KB) bools
+    saved:               q, k, v, the per-row threshold parameters (B, H, Nq, 2) float64 and, for the
+                         blocks where most key blocks hold no weight, which ones do
     backward, per block: s recomputed -> p = entmax_from_threshold(s, alpha, (t, F)) (no solve, bitwise
                          the forward's weights) -> dV += p^T dO, dP = dO v^T, (dS, dalpha) from the
                          entmax Jacobian, dQ_b = scale dS k, dK += dS^T (scale q_b)
 
-so peak memory is O(B H R Nk) on top of q, k, v instead of O(B H Nq Nk).
+so peak memory is O(block) on top of q, k, v and their gradients instead of O(B H Nq Nk).
 
 Sparsity is used where it is exact: a key block (KB keys) whose weights are zero for every row of a
 query block contributes nothing to p v, and its gradients are zero (the entmax Jacobian is supported on
-the support). When the densest head of a query block keeps at most `SKIP_BELOW` of its key blocks, the
+the support). When the densest pair of a block keeps at most `SKIP_BELOW` of its key blocks, the
 value products, and in backward every product (scores included), run on the gathered active blocks only.
 `count_skipped_blocks()` reports the fraction skipped (the analysis writes it to metrics.json).
 
-Why by hand: PyTorch's fused attention kernels are softmax only, and the `entmax` package and AdaSplash
-materialise the scores (AdaSplash, CUDA only, also fixes alpha). On CUDA a Triton kernel of the same
-algorithm is used when available (kernels/entmax_attention_triton.py); this module is its reference.
+Why by hand: PyTorch's fused attention kernels are softmax only, the `entmax` package materialises the
+scores, and AdaSplash (a fused kernel) runs on CUDA only and for a fixed alpha. On CUDA a Triton kernel
+of the same algorithm is used when available (kernels/entmax_attention_triton.py).
 """
 
 from __future__ import annotations
