@@ -85,3 +85,22 @@ def on_train_batch(patch, task_class, n: int, action) -> None:
 
 def simulated_crash() -> None:
     raise RuntimeError("simulated crash")
+
+
+@pytest.fixture(scope="session")
+def cpp():
+    """The compiled entmax C++ kernel module (built once for all tests), or skip the cpp cases."""
+    from sparse_runner.attention.kernels import entmax_cpu_status, load_entmax_cpu
+
+    module = load_entmax_cpu()
+    if module is None:
+        pytest.skip(f"C++ kernels unavailable: {entmax_cpu_status()}")
+    return module
+
+
+@pytest.fixture(params=["cpp", "torch"])
+def backend(request):
+    """Each entmax backend in turn: 'cpp' (skipped when the kernel cannot be built) and 'torch'."""
+    if request.param == "cpp":
+        request.getfixturevalue("cpp")
+    return request.param

@@ -24,24 +24,6 @@ ALPHAS = [1.01, 1.1, 1.25, 1.5, 1.75, 1.99, 2.0]
 KINDS = ["random", "peaked", "huge", "tied", "masked", "dead", "flat", "spike"]
 
 
-@pytest.fixture(scope="module")
-def cpp():
-    """The compiled kernel module (built once for all tests), or skip the cpp cases."""
-    from sparse_runner.attention.kernels import entmax_cpu_status, load_entmax_cpu
-
-    module = load_entmax_cpu()
-    if module is None:
-        pytest.skip(f"C++ kernels unavailable: {entmax_cpu_status()}")
-    return module
-
-
-@pytest.fixture(params=["cpp", "torch"])
-def backend(request):
-    if request.param == "cpp":
-        request.getfixturevalue("cpp")
-    return request.param
-
-
 def rows(kind: str, n_rows: int = 24, n: int = 37, seed: int = 0) -> torch.Tensor:
     """float64 test rows of one kind (fully masked rows are mixed into 'dead')."""
     g = torch.Generator().manual_seed(seed)

@@ -15,23 +15,6 @@ ALPHAS = [1.0, 1.2, 1.5, 2.0, "head"]
 DTYPES = [torch.float32, torch.float64]
 
 
-@pytest.fixture(scope="module")
-def cpp():
-    from sparse_runner.attention.kernels import entmax_cpu_status, load_entmax_cpu
-
-    module = load_entmax_cpu()
-    if module is None:
-        pytest.skip(f"C++ kernels unavailable: {entmax_cpu_status()}")
-    return module
-
-
-@pytest.fixture(params=["cpp", "torch"])
-def backend(request):
-    if request.param == "cpp":
-        request.getfixturevalue("cpp")
-    return request.param
-
-
 def scores(n: int = 37, dtype=torch.float64, seed: int = 0) -> torch.Tensor:
     """(B=2, H=3, R=5, n) scores with -inf masks, a fully masked row and a single-entry row."""
     g = torch.Generator().manual_seed(seed)

@@ -199,7 +199,11 @@ def normaliser_alpha(normaliser) -> Alpha:
 
 
 class _RowGroups:
-    """The weights of one attention call as `RowGroup`s, one query block at a time (see `block_weights`)."""
+    """The weights of one attention call as `RowGroup`s, one query block at a time (see `block_weights`).
+
+    Each block's scores and thresholds are computed again here rather than kept from the forward pass
+    that produced the output: keeping them would hold the (Nq, Nk) weights this path exists to avoid.
+    Analysis only (evaluation, no gradients)."""
 
     def __init__(self, q, k, alpha, key_padding_mask, mask, causal) -> None:
         self.args = (q, k, alpha)
@@ -212,7 +216,7 @@ class _RowGroups:
             keys = torch.arange(weights.shape[-1], device=q.device)[None]
             if valid is None:
                 valid = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=q.device)
-            valid = valid.expand(b, 1, r1 - r0, weights.shape[-1]) if valid.shape[1] == 1 else valid.all(1, keepdim=True)
+            valid = valid.expand(b, 1, r1 - r0, weights.shape[-1])
             yield RowGroup(torch.arange(r0, r1, device=q.device), keys, weights, valid)
 
 

@@ -128,8 +128,9 @@ class Pattern:
         `memory_efficient_from` keys, go through `memory_efficient` (query blocks, O(N) memory; the weights
         then come back as one lazily computed `RowGroup` per block).
         """
+        # A causal mask is built only where the explicit path needs it (the long path works it out per block).
+        mask = None if self.causal else self.dense_mask(q.shape[-2], k.shape[-2], q.device)
         if not (normaliser.fused_sdpa and not need_weights):
-            mask = None if self.causal else self.dense_mask(q.shape[-2], k.shape[-2], q.device)
             impl = choose_impl(
                 self.impl, self.memory_efficient_from, k.shape[-2], q.device, dropout_p=dropout_p, has_mask=mask is not None
             )
@@ -138,7 +139,8 @@ class Pattern:
                     q, k, v, impl, normaliser=normaliser, key_padding_mask=key_padding_mask, mask=mask, causal=self.causal,
                     dropout_p=dropout_p, need_weights=need_weights,
                 )
-        mask = self.dense_mask(q.shape[-2], k.shape[-2], q.device)
+        if self.causal:
+            mask = self.dense_mask(q.shape[-2], k.shape[-2], q.device)
         record_scores(q.shape[0] * q.shape[1] * q.shape[-2] * k.shape[-2])  # n x n, whatever the mask
         if key_padding_mask is not None:
             pad = key_padding_mask[:, None, None, :]  # (B, 1, 1, Nk)
