@@ -112,7 +112,7 @@ class LanguageModelingTask(Task):
         if t.source == "embedded":
             from sparse_runner.data import load_sotu_en
 
-            docs = {split: [_sentences(text) for text in texts] for split, texts in load_sotu_en().items()}
+            docs = {split: [split_sentences(text) for text in texts] for split, texts in load_sotu_en().items()}
         elif t.source == "files":
             docs = {split: _read_documents(Path(t.data_dir).expanduser(), split) for split in SPLITS}
         else:
@@ -272,7 +272,7 @@ _SENTENCE_END = re.compile(
 )
 
 
-def _sentences(text: str) -> list[str]:
+def split_sentences(text: str) -> list[str]:
     return [sentence for line in text.split("\n") for sentence in _SENTENCE_END.split(line) if sentence.strip()]
 
 
