@@ -22,10 +22,9 @@ distribution (add-one), the floor a model has to beat. A sample of generated tex
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,27 +35,17 @@ from sparse_runner.io import atomic_write_text
 from sparse_runner.models import LM_KEYS, build_lm
 from sparse_runner.tasks.base import StepOutput, Task
 from sparse_runner.tasks.batching import pad_sequences
-from sparse_runner.tasks.hub import hub_splits, load_hub_splits
+from sparse_runner.tasks.documents import SPLITS, DocumentSourceConfig, Document, check_document_source, load_documents, split_sentences  # noqa: F401 (split_sentences: re-exported)
 from sparse_runner.tasks.registry import register_task
-from sparse_runner.tasks.text_source import TextTaskConfig, check_text_source
 from sparse_runner.tokenization import BOS_ID, EOS_ID, PAD_ID, train_or_load
 
-SPLITS = ("train", "val", "test")
 EXAMPLES = ("blocks", "lines")
-# File-name stems tried for each split under task.data_dir (`{stem}.txt`).
-SPLIT_STEMS = {"train": ("train",), "val": ("valid", "val", "dev"), "test": ("test",)}
-TEXT_FILES = "a folder with {train,valid,test}.txt (one sentence or document per line, an empty line between documents)"
-
-Document = list[str]  # its lines
 
 
 @dataclass
-class LanguageModelingTaskConfig(TextTaskConfig):
+class LanguageModelingTaskConfig(DocumentSourceConfig):
     name: str = "sotu_en"
     family: str = "lm"
-    hf_text_field: str = "text"
-    val_size: Optional[int] = None
-    max_train_lines: Optional[int] = None
     examples: str = "blocks"
     block_size: int = 256
     max_length: int = 256
@@ -73,18 +62,16 @@ class LanguageModelingTask(Task):
 
     @classmethod
     def check_config(cls, t) -> None:
-        check_text_source(t, files=TEXT_FILES, hub_example="billion-word-benchmark/lm1b")
+        check_document_source(t, hub_example="billion-word-benchmark/lm1b")
         choice("task.examples", t.examples, EXAMPLES)
         positive("task.block_size", t.block_size)
         if t.max_length < t.block_size:
             fail("task.max_length", f"must be >= task.block_size={t.block_size} (the positions the model needs), got {t.max_length}")
-        for key in ("val_size", "max_train_lines"):
-            positive(f"task.{key}", t[key], allow_none=True)
         positive("task.sample_tokens", t.sample_tokens, allow_zero=True)
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)
-        docs = self._load_documents()
+        docs = load_documents(self.cfg)
         train_lines = [line for doc in docs["train"] for line in doc]
         try:
             self.tokenizer = train_or_load(
@@ -107,42 +94,6 @@ class LanguageModelingTask(Task):
         self.unigram_nll = torch.from_numpy(-np.log(counts / counts.sum()))  # (vocab,) float64, add-one smoothing
 
     # ------------------------------------------------------------------------------ data
-    def _load_documents(self) -> dict[str, list[Document]]:
-        t = self.cfg
-        if t.source == "embedded":
-            from sparse_runner.data import load_sotu_en
-
-            docs = {split: [split_sentences(text) for text in texts] for split, texts in load_sotu_en().items()}
-        elif t.source == "files":
-            docs = {split: _read_documents(Path(t.data_dir).expanduser(), split) for split in SPLITS}
-        else:
-            docs = self._load_hub()
-        docs = {split: [[line.strip() for line in doc if line.strip()] for doc in split_docs] for split, split_docs in docs.items()}
-        docs = {split: [doc for doc in split_docs if doc] for split, split_docs in docs.items()}
-        if t.max_train_lines is not None:
-            docs["train"] = _first_lines(docs["train"], t.max_train_lines)
-        return docs
-
-    def _load_hub(self) -> dict[str, list[Document]]:
-        t = self.cfg
-        where = f"task {t.name}"
-        splits = hub_splits(t.hf_splits, where)
-        if t.val_size is not None:  # the dataset has no validation split (LM1B): carve it from train
-            splits.pop("val")
-        loaded = load_hub_splits(
-            t.hf_path, t.hf_name, splits=splits, revision=t.hf_revision, data_dir=t.hf_data_dir, data_files=t.hf_data_files,
-            where=where, local_files="task.source=files task.data_dir=DIR ({train,valid,test}.txt, one sentence per line)",
-        )
-        lines = {}
-        for split, dataset in loaded.items():
-            if t.hf_text_field not in dataset.column_names:
-                fail("task.hf_text_field", f"{t.hf_path} has no column {t.hf_text_field!r}", ", ".join(dataset.column_names))
-            lines[split] = dataset.with_format("arrow")[t.hf_text_field].to_pylist()
-        if t.val_size is not None:
-            lines["train"], lines["val"] = lines["train"][: -t.val_size], lines["train"][-t.val_size :]
-        # Hub LM corpora (LM1B) are shuffled sentences: no document boundaries, one stream per split.
-        return {split: [split_lines] for split, split_lines in lines.items()}
-
     def _make_examples(self, docs: list[Document]) -> list[np.ndarray]:
         """Token windows: BOS + a line's (lines mode) or a document's (blocks mode) ids, each line ending
         in EOS; windows of block_size + 1 tokens overlapping by one, so each token is predicted once."""
@@ -243,44 +194,3 @@ class LanguageModelingTask(Task):
                 line.append(i)
         texts = self.tokenizer.decode(lines + [line]) if (lines or line) else []
         atomic_write_text(Path(output_dir) / "sample.txt", "".join(text + "\n" for text in texts))
-
-
-def _read_documents(directory: Path, split: str) -> list[Document]:
-    """Documents of `{stem}.txt`: lines, an empty line between documents."""
-    for stem in SPLIT_STEMS[split]:
-        path = directory / f"{stem}.txt"
-        if path.is_file():
-            break
-    else:
-        raise ConfigError(f"task.data_dir: {directory} has no {' / '.join(s + '.txt' for s in SPLIT_STEMS[split])} for the {split} split; valid: {TEXT_FILES}")
-    docs: list[Document] = [[]]
-    with path.open(encoding="utf-8-sig") as handle:  # a BOM is not text
-        for line in handle:
-            line = line.rstrip("\n").rstrip("\r")
-            if line.strip():
-                docs[-1].append(line)
-            elif docs[-1]:
-                docs.append([])
-    return [doc for doc in docs if doc]
-
-
-# A sentence ends at . ! or ? (maybe followed by a closing quote or bracket) before whitespace and a
-# capital letter, digit or opening quote. Crude, but an LM only needs lines of sentence size: EOS
-# placement and sentencepiece training, which skips lines over ~4 kB.
-_SENTENCE_END = re.compile(
-    r"(?:(?<=[.!?])(?<!\bMr\.)(?<!\bMrs\.)(?<!\bDr\.)(?<!\bSt\.)(?<!\bNo\.)(?<!\bU\.S\.)|(?<=[.!?][\"')\]]))\s+(?=[A-Z0-9\"'(\[])"
-)
-
-
-def split_sentences(text: str) -> list[str]:
-    return [sentence for line in text.split("\n") for sentence in _SENTENCE_END.split(line) if sentence.strip()]
-
-
-def _first_lines(docs: list[Document], limit: int) -> list[Document]:
-    out: list[Document] = []
-    for doc in docs:
-        if limit <= 0:
-            break
-        out.append(doc[:limit])
-        limit -= len(out[-1])
-    return out
