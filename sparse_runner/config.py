@@ -80,11 +80,23 @@ class PathsConfig:
 
 
 @dataclass
+class PretrainConfig:
+    """A pre-training stage run before this run (conf/pretrain/): same model, its own task and trainer.
+
+    With a task, the run first trains (or finds finished) the pre-training run of this model, then
+    starts from its encoder, as `model.init_from` would (run.py `pretrain_stage`)."""
+
+    task: Any = None  # a pre-training task node (family mlm); None = no pre-training stage
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+
+@dataclass
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     task: Any = None  # checked against the schema its task.family registered (tasks/registry.py)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     seed: int = 0
 
 
@@ -122,8 +134,39 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ConfigError(describe_omegaconf_error(exc, family)) from None
     _check_values(typed, task_class)
     _resolve_monitor(typed, task_class)
+    _check_pretrain(typed)
     OmegaConf.set_readonly(typed, True)
     return typed
+
+
+PRETRAIN_FAMILIES = ("mlm",)
+
+
+def pretrain_config(cfg: DictConfig) -> DictConfig:
+    """The run config of `cfg`'s pre-training stage: the same model (without init_from), paths and seed,
+    with the stage's task and trainer. Untyped; `validate` it."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    model = {**plain["model"], "init_from": None}
+    return OmegaConf.create({"model": model, "task": plain["pretrain"]["task"], "trainer": plain["pretrain"]["trainer"], "paths": plain["paths"], "seed": plain["seed"]})
+
+
+def _check_pretrain(cfg: DictConfig) -> None:
+    """A pre-training stage must be a valid run of a pre-training family, and excludes model.init_from."""
+    if cfg.pretrain.task is None:
+        return
+    family = cfg.pretrain.task.get("family") if hasattr(cfg.pretrain.task, "get") else None
+    if family not in PRETRAIN_FAMILIES:
+        fail("pretrain.task.family", f"{family!r} is not a pre-training task", ", ".join(PRETRAIN_FAMILIES))
+    if cfg.model.init_from is not None:
+        fail("model.init_from", f"is set ({cfg.model.init_from}) and so is a pretrain stage: start from one or the other", "pretrain=none, or model.init_from=null")
+    try:
+        validate(pretrain_config(cfg))
+    except ConfigError as exc:  # name the key as the user writes it
+        message = str(exc)
+        for node in ("task.", "trainer."):
+            if message.startswith(node):
+                message = "pretrain." + message
+        raise ConfigError(message) from None
 
 
 def monitor_choices(task_class: type[Task]) -> tuple[str, ...]:

@@ -6,6 +6,9 @@ directly with a composed config.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import logging
 import os
 import random
@@ -22,6 +25,7 @@ from sparse_runner.attention import attention_backends
 from sparse_runner.checks import ConfigError, one_line
 from sparse_runner.io import atomic_write_text
 from sparse_runner import run_metrics
+from sparse_runner.pretrained import load_encoder
 from sparse_runner.run_metrics import NON_RESULT_KEYS, MetricsFile, flatten, now
 from sparse_runner.tasks import build_task, task_families
 from sparse_runner.training.distributed import is_main
@@ -93,9 +97,49 @@ def _figures(run_dir: Path, analysis: dict[str, Any]) -> list[str]:
         return []
 
 
+def pretrain_dir(cfg: DictConfig) -> Path:
+    """Where the pre-training stage of `cfg` runs: one directory per pre-training config (model, task,
+    trainer, seed), shared by every fine-tuning run that needs it, under `paths.output_dir/pretrain/`."""
+    from sparse_runner.config import pretrain_config
+
+    pre = pretrain_config(cfg)
+    digest = hashlib.sha256(json.dumps(fingerprint(pre), sort_keys=True, default=str).encode()).hexdigest()[:10]
+    m = pre.model
+    geometry = f"d{m.d_model}_l{m.num_layers}_h{m.num_heads}" + (f"_dp{m.head_size}" if m.head_size is not None else "")
+    return Path(cfg.paths.output_dir).expanduser() / "pretrain" / f"{pre.task.name}_{m.name}_{geometry}_seed{cfg.seed}_{digest}"
+
+
+def pretrain_stage(cfg: DictConfig, meta: dict[str, Any]) -> Path:
+    """Run (or resume, or find finished) the pre-training run of `cfg` and return its directory.
+
+    Jobs of one sweep that share it wait for each other on a lock file, so it is trained once."""
+    from sparse_runner.config import pretrain_config, validate
+
+    directory = pretrain_dir(cfg)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.with_name(directory.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process is killed
+        if _status(directory) != "completed":
+            log.info("pre-training stage: %s", directory)
+            run(validate(pretrain_config(cfg)), directory, {"experiment": meta.get("experiment"), "overrides": [], "stage": "pretrain"})
+    return directory
+
+
+def with_init_from(cfg: DictConfig, path: Path) -> DictConfig:
+    """A read-only copy of `cfg` whose model starts from `path`."""
+    out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    out.model.init_from = str(path)
+    OmegaConf.set_readonly(out, True)
+    return out
+
+
 def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> float:
-    """Train and test one configuration in `run_dir`; return the best validation value of trainer.monitor."""
+    """Train and test one configuration in `run_dir`; return the best validation value of trainer.monitor.
+
+    With a pre-training stage (`cfg.pretrain.task`), that run comes first and this one starts from it."""
     meta = meta or {}
+    if cfg.pretrain.task is not None:
+        cfg = with_init_from(cfg, pretrain_stage(cfg, meta))
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if is_main():  # another rank's deletion could hit rank 0's temporary files mid-write
@@ -114,6 +158,8 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
         # Re-seed so the initial weights do not depend on what building the task drew.
         torch.manual_seed(cfg.seed)
         model = task.build_model(cfg.model)
+        pretrained = getattr(task, "pretrained", None)
+        pretraining = load_encoder(model, pretrained, fingerprint(cfg)) if pretrained is not None else None
         trainer = Trainer(cfg, task, model, run_dir, device, fingerprint=fingerprint(cfg))
         trainer.restore()
     except ConfigError:
@@ -140,6 +186,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
         "attention_backend": ",".join(attention_backends(model)),
         "max_steps": t.max_steps,
         "dataset_sizes": task.sizes(),
+        "pretraining": pretraining,
     }
     record(**common)
     try:

@@ -19,6 +19,9 @@ from sparse_runner.models.seq2seq import TransformerSeq2Seq
 CLASSIFIER_KEYS = ATTENTION_KEYS | {"d_model", "num_layers", "ffn_dim", "dropout", "positions", "norm_first", "pooling", "sar"}
 # A language model is causal whatever model.pattern says, so it does not read the pattern keys.
 LM_KEYS = (ATTENTION_KEYS - {"pattern", "pattern_options"}) | {"d_model", "num_layers", "ffn_dim", "dropout", "positions", "norm_first"}
+# BERT-style models (masked LM, SQuAD, MNLI) start from a pre-trained encoder with `init_from`; their
+# [CLS] is a token, so there is no pooling choice.
+BERT_KEYS = (CLASSIFIER_KEYS - {"pooling"}) | {"init_from"}
 SEQ2SEQ_KEYS = ATTENTION_KEYS | {"d_model", "num_layers", "ffn_dim", "dropout", "norm_first", "decoder_layers", "share_embeddings", "sar"}
 
 
@@ -49,6 +52,7 @@ def build_seq2seq(m: Any, *, vocab_size: int, max_positions: int, pad_id: int) -
 
 
 __all__ = [
+    "BERT_KEYS",
     "CLASSIFIER_KEYS",
     "LM_KEYS",
     "CausalLM",

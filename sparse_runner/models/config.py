@@ -48,6 +48,7 @@ class ModelConfig:
     decoder_layers: Optional[int] = None  # encoder-decoder models; None = num_layers
     share_embeddings: bool = True  # encoder-decoder models: one matrix for source, target and output
     sar: SARConfig = field(default_factory=SARConfig)
+    init_from: Optional[str] = None  # fine-tuning: a finished pre-training run (directory or .pt) whose encoder weights start this model
 
 
 MODEL_KEYS = tuple(f.name for f in fields(ModelConfig))

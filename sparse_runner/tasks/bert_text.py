@@ -1,0 +1,85 @@
+"""What the BERT-style task families (masked LM, SQuAD, MNLI) share: ids, the tokenizer, the pre-trained run.
+
+Ids: the subword tokenizer's (tokenization.py) with its BOS as [CLS] and its EOS as [SEP]; [MASK] is one
+id past the tokenizer's vocabulary, so the model's vocabulary is the tokenizer's plus one and every
+task of the family builds the same embedding table from one tokenizer.
+
+Tokenizer, first that applies: the pre-trained run's (`model.init_from`: the encoder's ids must mean
+what they meant in pre-training), `task.tokenizer` (a sentencepiece .model file), or one trained on the
+task's own training text and cached (`train_or_load`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from sparse_runner.checks import ConfigError, one_line
+from sparse_runner.models import BERT_KEYS
+from sparse_runner.pretrained import PretrainedRun, resolve
+from sparse_runner.tasks.base import Task
+from sparse_runner.tokenization import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer, train_or_load
+
+log = logging.getLogger(__name__)
+
+CLS_ID, SEP_ID = BOS_ID, EOS_ID
+FIRST_PIECE_ID = 4  # ids below are pad, unk, [CLS], [SEP]: never a random replacement in masking
+
+__all__ = ["CLS_ID", "FIRST_PIECE_ID", "PAD_ID", "SEP_ID", "BertTextTask"]
+
+
+class BertTextTask(Task):
+    """Base of the BERT-style families: resolves `model.init_from` and provides the tokenizer.
+
+    After `load_tokenizer`: `tokenizer`, `mask_id` (= tokenizer vocabulary) and `vocab_size` (the
+    model's: tokenizer vocabulary + 1).
+    """
+
+    model_keys = BERT_KEYS
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        # Resolved first: a bad init_from is refused before any data is read or a tokenizer trained.
+        self.pretrained: PretrainedRun | None = resolve(cfg.model.init_from) if cfg.model.init_from else None
+        self._tokenizer_source = ""
+
+    def load_tokenizer(self, training_texts: Callable[[], Sequence[str]]) -> SubwordTokenizer:
+        """The tokenizer (see the module docstring); `training_texts` is called only if one is trained."""
+        t = self.cfg
+        if self.pretrained is not None:
+            path, self._tokenizer_source = self.pretrained.tokenizer, f"pre-trained run {self.pretrained.run_dir}"
+            if t.tokenizer:
+                log.warning("task.tokenizer=%s is not used: the tokenizer comes with model.init_from", t.tokenizer)
+        elif t.tokenizer:
+            path, self._tokenizer_source = Path(t.tokenizer).expanduser(), "task.tokenizer"
+        else:
+            path = None
+        if path is not None:
+            try:
+                tokenizer = SubwordTokenizer(path)
+            except Exception as exc:
+                raise ConfigError(f"task.tokenizer: cannot load {path}: {one_line(exc)}; valid: a sentencepiece .model trained by sparse-run") from None
+        else:
+            self._tokenizer_source = "trained on the task's training text"
+            try:
+                tokenizer = train_or_load(
+                    list(training_texts()), vocab_size=t.vocab_size, character_coverage=t.character_coverage, cache_dir=Path(self.cache_dir).expanduser()
+                )
+            except ValueError as exc:  # e.g. a vocabulary larger than the data can fill
+                raise ConfigError(f"task.vocab_size: {exc}") from None
+        self.tokenizer = tokenizer
+        self.mask_id = tokenizer.vocab_size
+        self.vocab_size = tokenizer.vocab_size + 1
+        return tokenizer
+
+    def tokenizer_info(self) -> dict[str, Any]:
+        return {"type": "sentencepiece-bpe", "vocab_size": self.tokenizer.vocab_size, "model": str(self.tokenizer.path), "source": self._tokenizer_source}
+
+    def pack(self, *parts: Sequence[int]) -> list[int]:
+        """[CLS] a [SEP] (b [SEP] ...): the input layout of every BERT-style task."""
+        out = [CLS_ID]
+        for part in parts:
+            out.extend(int(i) for i in part)
+            out.append(SEP_ID)
+        return out
