@@ -6,7 +6,10 @@ figure with d_p = n marked, and standard (d_p = d/h) against fixed (d_p = n) hea
 shown until such a run exists (`sparse-run experiment=bhojanapalli2020_lowrank`).
 
 The LM1B head sweep (perplexity against heads and parameters, paper Fig. 1/3) is in `bhojanapalli2020_lm`.
-Tables 1 and 2 (SQuAD, MNLI; PAPERS.md B.3) come once the runner has those tasks.
+Tables 1, 2A and 2B (BERT fine-tuned on SQuAD and MNLI against heads and head size, PAPERS.md B.3: published
+numbers, parameter counts, ours from the `bhojanapalli2020_table*` experiments) are in `bhojanapalli2020_bert`;
+they are shown once the report holds a run of the BERT experiments (pre-training, squad or mnli), with the
+published numbers and the commands that fill their empty cells.
 
 Torch-free, like all report code; matplotlib is imported only when there is a figure to draw.
 """
@@ -20,6 +23,7 @@ from pathlib import Path
 from sparse_runner.checks import one_line
 from sparse_runner.io import atomic_open
 from sparse_runner.reporting.console import warn
+from sparse_runner.reporting.papers import bhojanapalli2020_bert
 from sparse_runner.reporting.papers.bhojanapalli2020_lm import lm_sections, lm_tables
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord
@@ -89,7 +93,8 @@ def kl_cell(value: float | None) -> str:
 # ------------------------------------------------------------------------------------------ tables
 def tables(records: list[RunRecord]) -> list[Table]:
     runs = lowrank_runs(records)
-    return (lowrank_tables(runs) if runs else []) + lm_tables(records)
+    bert = bhojanapalli2020_bert.tables(records) if bhojanapalli2020_bert.bert_runs_present(records) else []
+    return (lowrank_tables(runs) if runs else []) + lm_tables(records) + bert
 
 
 def lowrank_tables(runs: list[LowRankRun]) -> list[Table]:
