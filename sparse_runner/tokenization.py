@@ -109,6 +109,67 @@ class SubwordTokenizer:
                 out.append(np.asarray(ids, dtype=np.int32))
         return out
 
+    def encode_with_offsets(
+        self, texts: Sequence[str], *, num_threads: int | None = None
+    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """``encode`` plus where each piece lies in the original text: one ``(ids, starts, ends)`` per text.
+
+        ``ids`` is ``int32`` and equal to ``encode([text])[0]``; ``starts`` and ``ends`` are ``int64``
+        *character* (code point) offsets into the Python string ``text``, so ``text[starts[i]:ends[i]]``
+        is the original text that piece ``i`` was made from (extractive QA maps predicted pieces back to
+        the passage with them). Spans are in order and never overlap.
+
+        sentencepiece reports UTF-8 *byte* offsets (``begin``/``end``), converted here to characters.
+        Their conventions, and what this method changes:
+
+        * A piece that starts a word begins with the whitespace marker ``▁``, and sentencepiece's span
+          for it covers the whitespace *before* the word -- the whole run of it (``"a  word"``:
+          ``▁word`` covers ``"  word"``). That whitespace (any ``str.isspace`` character, or a
+          control / format character such as U+200B that the normaliser turns into ``▁``) is cut from
+          the start of the span of every ``▁`` piece, so ``▁word`` gives ``"word"`` and a piece that is
+          only ``▁`` gives an empty span just before the next word. Whitespace at the very start of the
+          text is in no span (the ``▁`` sentencepiece adds there has an empty span), nor is trailing
+          whitespace.
+        * When normalisation changes a character's length, the pieces made from it share its span:
+          the first ones get an empty span and the last one the whole character (NFKC's ``"½"`` ->
+          ``1 ⁄ 2``: ``1`` and ``⁄`` empty, ``2`` the ``"½"``; ``"ﬁne"``: ``▁f`` empty, ``in`` the
+          ``"ﬁn"``). With ``byte_fallback`` the byte pieces of one character do the same, so every
+          offset lies on a character boundary.
+
+        Empty spans (``starts[i] == ends[i]``) are therefore normal; a span-overlap test such as
+        ``starts < b and ends > a`` treats them as inside ``[a, b)`` only when strictly within it.
+        """
+        if isinstance(texts, str):
+            raise TypeError("SubwordTokenizer.encode_with_offsets takes a list of strings, not one string")
+        threads = int(num_threads) if num_threads else _default_threads()
+        marker = "▁".encode("utf-8")
+        out: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for first in range(0, len(texts), _CHUNK):
+            chunk = list(texts[first:first + _CHUNK])
+            mapped = self.processor.encode(chunk, out_type="offset_mapping", return_bytes=True, num_threads=threads)
+            for text, result in zip(chunk, mapped):
+                ids = np.asarray(result["ids"], dtype=np.int32)
+                offsets = np.asarray(result["offsets"], dtype=np.int64).reshape(-1, 2)
+                starts, ends = offsets[:, 0].copy(), offsets[:, 1].copy()
+                data = text.encode("utf-8")
+                if len(data) != len(text):  # not ASCII: byte offsets -> character offsets
+                    lead = (np.frombuffer(data, dtype=np.uint8) & 0xC0) != 0x80  # first byte of a character
+                    chars_before = np.concatenate([[0], np.cumsum(lead)])  # characters starting before byte k
+                    # a start inside a character moves back to it, an end inside one moves past it
+                    inside = np.zeros(len(data) + 1, dtype=bool)
+                    inside[:-1] = ~lead
+                    starts = chars_before[starts] - inside[starts]
+                    ends = chars_before[ends]
+                for i, piece in enumerate(result["pieces"]):
+                    if piece.startswith(marker):
+                        s, e = int(starts[i]), int(ends[i])
+                        # whitespace, or an invisible character (control, format: not printable)
+                        while s < e and (text[s].isspace() or not text[s].isprintable()):
+                            s += 1
+                        starts[i] = s
+                out.append((ids, starts, ends))
+        return out
+
     def decode(self, ids: Iterable[Sequence[int]]) -> list[str]:
         """Text for each id sequence (list, numpy array or 1-D tensor of ints).
 
