@@ -147,6 +147,7 @@ def test_split_of_file():
         (json.dumps({"sentence1": "a", "sentence2": "b"}), "unlabelled test file"),
         (json.dumps(jsonl_record("maybe", "a", "b", "fiction")), "gold_label 'maybe' is not a label; valid: entailment, neutral, contradiction, -"),
         (json.dumps(jsonl_record("neutral", None, "b", "fiction")), "line 2: sentence1 must be a string"),
+        (json.dumps(jsonl_record(["neutral"], "a", "b", "fiction")), "line 2: gold_label ['neutral'] is not a label"),
     ],
 )
 def test_jsonl_refusals(tmp_path, line, expected):
@@ -392,8 +393,14 @@ def test_overlap_rule_separates_overlap_levels():
 
 def test_baselines_on_substitute(sotu):
     _, pairs = sotu
+    val = pairs["val"]
+    rule = fit_overlap_rule(pairs["train"])  # low overlap -> another speech, high -> the next sentence
+    assert rule.labels == (2, 1, 0) and 0.36 < rule.train_accuracy < 0.6
     for split in ("val", "test"):
         majority = majority_baseline(pairs["train"], pairs[split])
-        overlap = overlap_baseline(pairs["train"], pairs[split])
+        overlap = float(np.mean(rule.predict(pairs[split]) == pairs[split].labels))
         assert majority == pytest.approx(1 / 3)
         assert 0.0 <= overlap <= 1.0 and overlap > majority + 0.03  # shared words are a (weak) cue
+    # overlap_baseline = fit on train, score the split (fitted here on val's first half, scored on the rest)
+    first, rest = val.select(np.arange(len(val) // 2)), val.select(np.arange(len(val) // 2, len(val)))
+    assert overlap_baseline(first, rest) == pytest.approx(np.mean(fit_overlap_rule(first).predict(rest) == rest.labels))

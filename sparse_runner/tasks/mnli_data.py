@@ -247,16 +247,16 @@ def read_multinli_jsonl(path: str | os.PathLike) -> dict[str, PairSplit]:
         if gold == NO_GOLD_LABEL:
             skipped += 1
             continue
-        if gold not in LABEL_IDS:
+        if not isinstance(gold, str) or gold not in LABEL_IDS:
             raise DataFormatError(f"{path}: line {number}: gold_label {_short(gold)} is not a label; valid: {_VALID_GOLD}")
         for key in ("sentence1", "sentence2"):
             if not isinstance(record[key], str):
                 raise DataFormatError(f"{path}: line {number}: {key} must be a string, got {_short(record[key])}")
-        genre = record.get("genre", "")
+        genre = record.get("genre")
         premises.append(record["sentence1"])
         hypotheses.append(record["sentence2"])
         labels.append(LABEL_IDS[gold])
-        genres.append(genre if isinstance(genre, str) else str(genre))
+        genres.append("" if genre is None else str(genre))
     return _finish(path, split, matched, premises, hypotheses, labels, genres, skipped, rows)
 
 
@@ -471,15 +471,15 @@ def sotu_pairs(
 
     Splits: SOTU's own split by whole speeches is kept (train speeches -> train pairs, val -> val, test ->
     test).  A few sentences recur verbatim in other speeches (boilerplate, or a president repeating
-    himself: 29 texts on the shipped corpus); a sentence whose text occurs in another split's documents is
+    himself: 28 texts on the shipped corpus); a sentence whose text occurs in another split's documents is
     never used as a premise or hypothesis (its position still counts for "next"), so no sentence text is
     shared between the pairs of two splits.
 
     Matched / mismatched: every pair is ``matched``, and there is no mismatched split.  MNLI's mismatched
     set holds genres absent from training; SOTU has one genre, and its speech split spreads every era over
     train (train holds 10 to 47 speeches of every half-century from 1790 to 2021, written and spoken
-    messages alike), so neither genre nor era nor president can set some validation speeches apart from
-    training.  Calling some of them "mismatched" would report a domain shift that is not there.
+    messages alike, and a speech of every president of val and test), so neither genre nor era nor
+    president can set some validation speeches apart from training.  Calling some of them "mismatched" would report a domain shift that is not there.
 
     Deterministic: the pairs of a split depend only on `seed`, the split's name, its documents, the options
     and (through the texts left out) the sentences of the other splits; the order of the pairs is shuffled
@@ -530,13 +530,16 @@ def _split_pairs(split: str, docs: list[list[str]], shared: set[str], seed: int,
             chosen = np.sort(rng.choice(len(candidates), size=pairs_per_document // 3, replace=False))
             candidates = [candidates[c] for c in chosen]
         for i in candidates:
-            before = max(0, i - gap + 1)  # positions 0 .. i-gap, then i+gap .. n-1
-            far = lambda k, i=i, before=before: k if k < before else i + gap + (k - before)  # noqa: E731
-            k = _draw(rng, before + max(0, n - i - gap), lambda k: usable[far(k)] and doc[far(k)] not in (doc[i], doc[i + 1]))
+            # neutral: positions 0 .. i-gap, then i+gap .. n-1, numbered 0 .. count-1
+            before = max(0, i - gap + 1)
+            count = before + max(0, n - i - gap)
+            positions = lambda k, i=i, before=before: k if k < before else i + gap + (k - before)  # noqa: E731
+            ok = lambda k, i=i, positions=positions: usable[positions(k)] and doc[positions(k)] not in (doc[i], doc[i + 1])  # noqa: E731
+            k = _draw(rng, count, ok)
             if k is not None:
                 premise_doc.append(d)
                 premise_pos.append(i)
-                neutral_pos.append(far(k))
+                neutral_pos.append(positions(k))
     if not premise_doc:
         raise ConfigError(f"sotu_pairs: split {split!r} gives no pairs ({len(docs)} documents; each needs more than {gap} usable sentences)")
     if len(set(premise_doc)) < 2:
