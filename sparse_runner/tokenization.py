@@ -143,6 +143,11 @@ class SubwordTokenizer:
             raise TypeError("SubwordTokenizer.encode_with_offsets takes a list of strings, not one string")
         threads = int(num_threads) if num_threads else _default_threads()
         marker = "▁".encode("utf-8")
+        # which ids are pieces starting with the whitespace marker (an <unk> piece is its surface text: asked below)
+        starts_word = np.array([self.processor.id_to_piece(i).startswith("▁") for i in range(self.vocab_size)], dtype=bool)
+        # characters cut from the start of a marker piece's span: whitespace, or invisible ones (control,
+        # format: not printable) that the normaliser turns into the marker; a table for ASCII
+        blank_ascii = np.array([chr(c).isspace() or not chr(c).isprintable() for c in range(128)], dtype=bool)
         out: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for first in range(0, len(texts), _CHUNK):
             chunk = list(texts[first:first + _CHUNK])
@@ -152,7 +157,10 @@ class SubwordTokenizer:
                 offsets = np.asarray(result["offsets"], dtype=np.int64).reshape(-1, 2)
                 starts, ends = offsets[:, 0].copy(), offsets[:, 1].copy()
                 data = text.encode("utf-8")
-                if len(data) != len(text):  # not ASCII: byte offsets -> character offsets
+                n = len(text)
+                if len(data) == n:  # ASCII: bytes are characters
+                    blank = blank_ascii[np.frombuffer(data, dtype=np.uint8)]
+                else:  # byte offsets -> character offsets
                     lead = (np.frombuffer(data, dtype=np.uint8) & 0xC0) != 0x80  # first byte of a character
                     chars_before = np.concatenate([[0], np.cumsum(lead)])  # characters starting before byte k
                     # a start inside a character moves back to it, an end inside one moves past it
@@ -160,13 +168,19 @@ class SubwordTokenizer:
                     inside[:-1] = ~lead
                     starts = chars_before[starts] - inside[starts]
                     ends = chars_before[ends]
-                for i, piece in enumerate(result["pieces"]):
-                    if piece.startswith(marker):
-                        s, e = int(starts[i]), int(ends[i])
-                        # whitespace, or an invisible character (control, format: not printable)
-                        while s < e and (text[s].isspace() or not text[s].isprintable()):
-                            s += 1
-                        starts[i] = s
+                    codes = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+                    low = codes < 128
+                    blank = np.zeros(n, dtype=bool)
+                    blank[low] = blank_ascii[codes[low]]
+                    for j in np.flatnonzero(~low).tolist():
+                        blank[j] = text[j].isspace() or not text[j].isprintable()
+                # next_solid[k]: the first position >= k that is not blank (n if none)
+                position = np.append(np.where(blank, n, np.arange(n)), n)
+                next_solid = np.minimum.accumulate(position[::-1])[::-1]
+                word = starts_word[ids]
+                for i in np.flatnonzero(ids == UNK_ID).tolist():
+                    word[i] = result["pieces"][i].startswith(marker)
+                starts = np.where(word, np.minimum(next_solid[starts], ends), starts)
                 out.append((ids, starts, ends))
         return out
 

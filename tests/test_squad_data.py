@@ -234,6 +234,16 @@ def test_encode_with_offsets_non_ascii(which, request):
         assert [text[s:e] for s, e in zip(starts[-3:], ends[-3:])] == ["", "", "€"]
 
 
+@pytest.mark.parametrize("which", ["tokenizer", "byte_tokenizer"])
+def test_encode_with_offsets_on_random_mixed_text(which, request):
+    """Runs of spaces, tabs, NFKC-changed characters (ﬁ, ½, full-width), accents, emoji, unknown ones."""
+    tok = request.getfixturevalue(which)
+    alphabet = list("abcdefghij ABC  .,;5\t\n") + ["ü", "—", "€", "😀", "\u3000", "\xa0", "ﬁ", "½", "Ｆ", "é", "e\u0301"]
+    rng = np.random.default_rng(0)
+    texts = ["".join(rng.choice(alphabet, size=int(rng.integers(0, 40)))) for _ in range(300)]
+    check_offsets(tok, texts)
+
+
 def test_encode_with_offsets_takes_a_list(tokenizer):
     with pytest.raises(TypeError):
         tokenizer.encode_with_offsets("one string")
