@@ -13,7 +13,8 @@ paragraph. Examples come from
            exercises the same model, windows, span decoding and metric as SQuAD, offline, but its
            numbers are not comparable to SQuAD's: a model has to find the sentence and copy the blanked
            span, without the paraphrase and reasoning of crowd-written questions. ``cloze_baselines``
-           gives the floors a model must beat on it.
+           gives the floors a model must beat on it. No package registry ships SQuAD or any other real
+           extractive-QA set; this is the substitute DATA.md (part 4) recommends.
 
 Features (``make_features``) follow BERT's ``run_squad.py`` (Devlin et al. 2019): ``[CLS] question [SEP]
 context-window [SEP]``, the question cut to ``max_query_length`` tokens, the tokenised context cut into
