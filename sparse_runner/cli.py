@@ -91,6 +91,9 @@ def _parse_overrides(overrides: list[str]) -> list[Any]:
         try:
             parsed.extend(parser.parse_overrides([text]))
         except Exception as exc:
+            key, _, value = text.partition("=")
+            if any(c in value for c in "=,") and value[:1] not in "'\"":  # e.g. a run directory's name as a value
+                raise ConfigError(f"cannot parse override {text!r}: a value holding '=' or ',' must be quoted: {key}='{value}'") from None
             raise ConfigError(f"cannot parse override {text!r}: {one_line(exc)} (see Hydra's override grammar)") from None
     return parsed
 
