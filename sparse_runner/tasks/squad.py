@@ -1,0 +1,229 @@
+"""SQuAD v1.1 (Rajpurkar et al. 2016): extractive QA, as Bhojanapalli et al. (2020) fine-tune BERT on it.
+
+A start and an end logit per token (`models/bert.py` SpanExtractor) over `[CLS] question [SEP]
+context-window [SEP]`; contexts longer than a window are split into windows `task.doc_stride` tokens
+apart; the answer is the best-scoring span over all windows of a question (end >= start, at most
+`task.max_answer_length` tokens), cut from the original context through the tokens' character
+offsets. Metrics: the official v1.1 exact match and F1 (`metrics/squad.py`), in percent, as the paper
+reports them. The data layer (readers, windows, span decoding, the cloze substitute) is `squad_data.py`.
+
+Splits: `test` is SQuAD's development set (its test set is hidden); `val` is `task.val_size` training
+articles (whole titles, so no context is shared with train) held out for checkpoint selection.
+
+Sources (`task.source`):
+  hf     `rajpurkar/squad` through `datasets`;
+  files  a folder with the official `train-v1.1.json` and `dev-v1.1.json`;
+  cloze  the offline SUBSTITUTE: cloze questions generated over real text (passages of the embedded
+         State of the Union addresses, one sentence with a span blanked as the question). Real text,
+         generated questions: not comparable with SQuAD, and metrics.json and the report say so. Its
+         trivial baselines (first sentence; first span of the answer's kind) are in task_info.
+
+The test split's predictions go to `outputs/predictions.json` ({question id: answer}, the format the
+official evaluation script reads).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from sparse_runner.checks import ConfigError, choice, existing_dir, fail, positive
+from sparse_runner.io import atomic_write_text
+from sparse_runner.metrics.squad import squad_scores
+from sparse_runner.models.bert import build_span_extractor
+from sparse_runner.tasks import squad_data
+from sparse_runner.tasks.base import StepOutput, TaskConfig
+from sparse_runner.tasks.batching import pad_sequences
+from sparse_runner.tasks.bert_text import CLS_ID, PAD_ID, SEP_ID, BertTextTask
+from sparse_runner.tasks.hub import load_hub_splits
+from sparse_runner.tasks.registry import register_task
+from sparse_runner.tasks.squad_data import QAExample, QAFeature
+
+SOURCES = ("hf", "files", "cloze")
+FILES = "a folder with the official train-v1.1.json and dev-v1.1.json"
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class SquadTaskConfig(TaskConfig):
+    name: str = "squad"
+    family: str = "squad"
+    source: str = "hf"
+    data_dir: Optional[str] = None
+    hf_path: Optional[str] = "rajpurkar/squad"
+    hf_name: Optional[str] = None
+    hf_revision: Optional[str] = None
+    hf_data_dir: Optional[str] = None
+    hf_data_files: Optional[dict[str, Any]] = None
+    hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "test": "validation"})
+    vocab_size: int = 8000
+    character_coverage: float = 1.0
+    tokenizer: Optional[str] = None
+    max_length: int = 128  # tokens per window, question and 3 special tokens included
+    doc_stride: int = 48  # tokens between the starts of consecutive context windows
+    max_query_length: int = 32  # the question is cut to this many tokens
+    max_answer_length: int = 30  # tokens of a predicted answer at most
+    val_size: int = 20  # training articles (titles) held out for checkpoint selection
+    max_train_examples: Optional[int] = None  # only the first N training questions (quick experiments)
+    split_seed: int = 0  # which articles are held out; the cloze questions too
+    passage_sentences: int = 5  # cloze: sentences per passage
+    questions_per_passage: int = 2  # cloze: questions per passage
+
+
+@register_task("squad", config=SquadTaskConfig)
+class SquadTask(BertTextTask):
+    val_metrics = ("f1", "exact_match", "loss")
+    primary_metric = "f1"
+
+    @classmethod
+    def check_config(cls, t) -> None:
+        choice("task.source", t.source, SOURCES)
+        if t.source == "files":
+            if t.data_dir is None:
+                fail("task.data_dir", "task.source=files needs a folder", FILES)
+            existing_dir("task.data_dir", t.data_dir, FILES)
+        if t.source == "hf" and not t.hf_path:
+            fail("task.hf_path", "task.source=hf needs a dataset id", "rajpurkar/squad")
+        if sorted(t.hf_splits) != ["test", "train"]:
+            fail("task.hf_splits", f"must map exactly train and test to dataset splits, got {dict(t.hf_splits)}")
+        for key in ("doc_stride", "max_query_length", "max_answer_length", "val_size", "passage_sentences", "questions_per_passage"):
+            positive(f"task.{key}", t[key])
+        positive("task.max_train_examples", t.max_train_examples, allow_none=True)
+        window = t.max_length - t.max_query_length - 3
+        if window < 1:
+            fail("task.max_length", f"{t.max_length} leaves no context after a question of task.max_query_length={t.max_query_length} and 3 special tokens")
+        if t.doc_stride > window:
+            fail("task.doc_stride", f"{t.doc_stride} exceeds the smallest context window ({window} tokens) and would skip context", f"an int in 1 .. {window}")
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        self.examples, self.data_info = self._load()
+        t = self.cfg
+        if t.max_train_examples is not None:
+            self.examples["train"] = self.examples["train"][: t.max_train_examples]
+        for split in SPLITS:
+            if not self.examples[split]:
+                raise ConfigError(f"task {self.name}: the {split} split has no questions")
+        train = self.examples["train"]
+        self.load_tokenizer(lambda: list(dict.fromkeys(ex.context for ex in train)) + [ex.question for ex in train])
+        self.features = {
+            split: squad_data.make_features(
+                self.examples[split], self.tokenizer, max_length=t.max_length, doc_stride=t.doc_stride, max_query_length=t.max_query_length,
+                cls_id=CLS_ID, sep_id=SEP_ID, train=split == "train",
+            )
+            for split in SPLITS
+        }
+        self._lengths = {split: np.array([len(f.tokens) for f in fs], dtype=np.int64) for split, fs in self.features.items()}
+
+    # ------------------------------------------------------------------------------ data
+    def _load(self) -> tuple[dict[str, list[QAExample]], dict[str, Any]]:
+        t = self.cfg
+        if t.source == "cloze":
+            from sparse_runner.data import load_sotu_en
+            from sparse_runner.tasks.documents import split_sentences
+
+            speeches = load_sotu_en()
+            examples = {
+                split: squad_data.cloze_examples([split_sentences(s) for s in speeches[split]], seed=t.split_seed, passage_sentences=t.passage_sentences,
+                                                 questions_per_passage=t.questions_per_passage, id_prefix=f"sotu-{split}")
+                for split in SPLITS
+            }
+            info = {"name": "sotu_cloze", "source": "substitute", "substitute_for": "SQuAD v1.1",
+                    "description": "cloze questions generated over real text: passages of State of the Union addresses, a sentence with a number, name or long word blanked as the question"}
+            return examples, info
+        if t.source == "files":
+            root = Path(t.data_dir).expanduser()
+            parts = {}
+            for split, name in (("train", "train-v1.1.json"), ("test", "dev-v1.1.json")):
+                if not (root / name).is_file():
+                    raise ConfigError(f"task.data_dir: {root} has no {name}; valid: {FILES}")
+                parts[split] = squad_data.read_squad_json(root / name)
+            info = {"name": "squad", "source": "release", "substitute_for": None, "description": f"SQuAD v1.1 files in {root}"}
+        else:
+            where = f"task {t.name}"
+            loaded = load_hub_splits(t.hf_path, t.hf_name, splits=dict(t.hf_splits), revision=t.hf_revision, data_dir=t.hf_data_dir,
+                                     data_files=t.hf_data_files, where=where, local_files=f"task.source=files task.data_dir=<{FILES}>")
+            parts = {split: squad_data.examples_from_rows(ds, where=f"{t.hf_path} {t.hf_splits[split]}") for split, ds in loaded.items()}
+            info = {"name": "squad", "source": "hub", "substitute_for": None, "description": f"{t.hf_path} through datasets"}
+        titles = sorted({ex.title for ex in parts["train"]})
+        if t.val_size >= len(titles):
+            raise ConfigError(f"task.val_size: {t.val_size} held-out articles leave none to train on (train has {len(titles)})")
+        held_out = {titles[i] for i in np.random.default_rng(t.split_seed).permutation(len(titles))[: t.val_size]}
+        return {
+            "train": [ex for ex in parts["train"] if ex.title not in held_out],
+            "val": [ex for ex in parts["train"] if ex.title in held_out],
+            "test": parts["test"],
+        }, info
+
+    def sizes(self) -> dict[str, int]:
+        return {split: len(x) for split, x in self.examples.items()}
+
+    def lengths(self, split: str) -> np.ndarray:
+        return self._lengths[split]
+
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "data": self.data_info,
+            "questions": self.sizes(),
+            "windows": {split: len(f) for split, f in self.features.items()},
+            "tokenizer": self.tokenizer_info(),
+        }
+        if self.data_info["source"] == "substitute":
+            info["baselines"] = squad_data.cloze_baselines(self.examples["test"])
+        return info
+
+    # ------------------------------------------------------------------------------ model and steps
+    def build_model(self, model_cfg: Any) -> torch.nn.Module:
+        return build_span_extractor(model_cfg, vocab_size=self.vocab_size, max_length=self.cfg.max_length, pad_id=PAD_ID)
+
+    def make_batch(self, split: str, indices: np.ndarray, device: torch.device) -> dict[str, Any]:
+        features: list[QAFeature] = [self.features[split][int(i)] for i in indices]
+        tokens, lengths = pad_sequences([f.tokens for f in features], pad_id=PAD_ID, max_width=self.cfg.max_length)
+        positions = torch.tensor([[f.start_position, f.end_position] for f in features], dtype=torch.long)
+        return {
+            "tokens": tokens.to(device, non_blocking=True),
+            "lengths": None if bool((lengths == tokens.shape[1]).all()) else lengths.to(device, non_blocking=True),
+            "positions": positions.to(device, non_blocking=True),  # (B, 2) start, end token (0, 0: not in this window)
+            "index": np.asarray(indices, dtype=np.int64),
+            "num_tokens": int(lengths.sum()),
+        }
+
+    def _loss(self, start: torch.Tensor, end: torch.Tensor, positions: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        """BERT's: the mean of the start and end cross-entropies."""
+        return (F.cross_entropy(start, positions[:, 0], reduction=reduction) + F.cross_entropy(end, positions[:, 1], reduction=reduction)) / 2
+
+    def forward_loss(self, model, batch) -> StepOutput:
+        start, end = model(batch["tokens"], batch["lengths"])
+        loss = self._loss(start, end, batch["positions"])
+        return StepOutput(loss=loss, logits=torch.stack([start, end], dim=-1), tokens=batch["num_tokens"])
+
+    def eval_step(self, model, batch, split):
+        start, end = model(batch["tokens"], batch["lengths"])
+        loss = float(self._loss(start, end, batch["positions"], reduction="sum"))
+        start, end = start.float().cpu().numpy(), end.float().cpu().numpy()
+        spans = [(int(i), start[row, : len(self.features[split][i].tokens)], end[row, : len(self.features[split][i].tokens)])
+                 for row, i in enumerate(batch["index"])]
+        return {"loss": loss, "count": len(spans), "spans": spans}
+
+    def finalise(self, split: str, sums, output_dir: Path | None = None) -> dict[str, float]:
+        spans = sorted(sums.get("spans", []), key=lambda s: s[0])
+        examples, features = self.examples[split], self.features[split]
+        chosen = [features[i] for i, _, _ in spans]
+        predictions = squad_data.predict_answers(examples, chosen, [(s, e) for _, s, e in spans], self.cfg.max_answer_length)
+        # Scored over the questions that had a window evaluated (all of them unless trainer.eval_max_batches cuts the split).
+        scored = {features[i].example_index for i, _, _ in spans}
+        scores = squad_scores(predictions, {examples[k].id: list(examples[k].answers) for k in scored})
+        if output_dir is not None and split == "test":
+            Path(output_dir).mkdir(parents=True, exist_ok=True)
+            atomic_write_text(Path(output_dir) / "predictions.json", json.dumps(predictions, ensure_ascii=False, indent=0, sort_keys=True))
+        return {
+            f"{split}/f1": scores["f1"],
+            f"{split}/exact_match": scores["exact_match"],
+            f"{split}/loss": sums.get("loss", 0.0) / max(sums.get("count", 0), 1),
+        }
