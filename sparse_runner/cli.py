@@ -117,20 +117,32 @@ def job_override_lists(overrides: list[str], multirun: bool) -> list[list[str]]:
     return [list(job) for job in itertools.product(*choices.values())]
 
 
+def _config_sweeps(overrides: list[str], compose: Any) -> list[str]:
+    """The sweeps a config adds to a multirun (`hydra.sweeper.params`, e.g. an experiment sweeping its
+    fine-tuning tasks), as overrides, for the keys the command line does not sweep itself."""
+    fixed = [o.input_line for o in _parse_overrides(overrides) if not o.is_sweep_override()]
+    try:
+        params = compose(config_name="config", overrides=fixed, return_hydra_config=True).hydra.sweeper.get("params") or {}
+    except Exception:  # the checks below name the problem
+        return []
+    given = {o.get_key_element() for o in _parse_overrides(overrides)}
+    return [f"{key}={value}" for key, value in params.items() if key not in given]
+
+
 def preflight(overrides: list[str], multirun: bool) -> None:
     """Compose and validate every job; raise ConfigError (one line) on the first bad one."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    try:
-        jobs = job_override_lists(overrides, multirun)
-    except ConfigError:
-        raise
-    except Exception as exc:  # Hydra's override grammar errors
-        raise ConfigError(describe_composition_error(exc)) from None
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sparse_run"):
+            try:
+                jobs = job_override_lists(overrides + (_config_sweeps(overrides, compose) if multirun else []), multirun)
+            except ConfigError:
+                raise
+            except Exception as exc:  # Hydra's override grammar errors
+                raise ConfigError(describe_composition_error(exc)) from None
             for job in jobs:
                 try:
                     cfg = compose(config_name="config", overrides=job)

@@ -111,6 +111,7 @@ class MnliTask(BertTextTask):
         if t.source == "sotu_pairs":
             parts = mnli_data.sotu_pairs(mnli_data.sotu_documents(), seed=t.split_seed)
             info = {"name": "sotu_pairs", "source": "substitute", "substitute_for": "MNLI", "description": mnli_data.SUBSTITUTE_DESCRIPTION}
+            self.skipped = 0
             return {"train": parts["train"], "val": parts["val"], "test": parts["test"]}, info
         if t.source == "files":
             parts = mnli_data.read_mnli_dir(Path(t.data_dir).expanduser())
@@ -124,6 +125,7 @@ class MnliTask(BertTextTask):
             )
             parts = {split: mnli_data.from_hub_rows(ds, matched=split != "validation_mismatched", where=f"{t.hf_path} {split}") for split, ds in loaded.items()}
             info = {"name": "mnli", "source": "hub", "substitute_for": None, "description": f"{t.hf_path} through datasets"}
+        self.skipped = sum(part.skipped for part in parts.values())  # rows without a gold label, in the files read
         train = parts["train"]
         held_out = np.random.default_rng(t.split_seed).permutation(len(train))
         if t.val_size >= len(train):
@@ -165,7 +167,7 @@ class MnliTask(BertTextTask):
             "examples": self.sizes(),
             "test_matched": int(test.matched.sum()),
             "test_mismatched": int((~test.matched).sum()),
-            "skipped_without_gold_label": sum(p.skipped for p in self.pairs.values()),
+            "skipped_without_gold_label": self.skipped,
             "tokenizer": self.tokenizer_info(),
             "baselines": baselines,
         }
