@@ -93,8 +93,8 @@ def kl_cell(value: float | None) -> str:
 # ------------------------------------------------------------------------------------------ tables
 def tables(records: list[RunRecord]) -> list[Table]:
     runs = lowrank_runs(records)
-    bert = bhojanapalli2020_bert.tables(records) if bhojanapalli2020_bert.bert_runs_present(records) else []
-    return (lowrank_tables(runs) if runs else []) + lm_tables(records) + bert
+    # Tables 1-2 always: without runs they show the published numbers, our parameter counts and the commands.
+    return (lowrank_tables(runs) if runs else []) + lm_tables(records) + bhojanapalli2020_bert.tables(records)
 
 
 def lowrank_tables(runs: list[LowRankRun]) -> list[Table]:

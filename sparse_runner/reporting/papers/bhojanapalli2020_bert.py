@@ -196,11 +196,6 @@ EXPERIMENTS: dict[str, tuple[PaperTable, str]] = {
 CELL_OVERRIDES = {"experiment", "task", "seed"}
 
 
-def bert_runs_present(records: list[RunRecord]) -> bool:
-    """Whether any run (whatever its status) belongs to the BERT experiments: pre-training, SQuAD, MNLI."""
-    return any(rec.task_family in (SQUAD, MNLI, "mlm") or rec.experiment in EXPERIMENTS for rec in records)
-
-
 # ------------------------------------------------------------------------------------ our runs
 @dataclass(frozen=True)
 class DataInfo:
