@@ -12,13 +12,14 @@ task's own training text and cached (`train_or_load`).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
-from sparse_runner.checks import ConfigError, one_line
+from sparse_runner.checks import ConfigError, choice, existing_dir, fail, one_line
 from sparse_runner.models import BERT_KEYS
 from sparse_runner.pretrained import PretrainedRun, resolve
-from sparse_runner.tasks.base import Task
+from sparse_runner.tasks.base import Task, TaskConfig
 from sparse_runner.tokenization import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer, train_or_load
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,37 @@ log = logging.getLogger(__name__)
 CLS_ID, SEP_ID = BOS_ID, EOS_ID
 FIRST_PIECE_ID = 4  # ids below are pad, unk, [CLS], [SEP]: never a random replacement in masking
 
-__all__ = ["CLS_ID", "FIRST_PIECE_ID", "PAD_ID", "SEP_ID", "BertTextTask"]
+__all__ = ["CLS_ID", "FIRST_PIECE_ID", "PAD_ID", "SEP_ID", "BertTextTask", "FineTuningDataConfig", "check_fine_tuning_data"]
+
+
+@dataclass
+class FineTuningDataConfig(TaskConfig):
+    """The keys SQuAD and MNLI share: where the data come from (a family adds its own offline
+    substitute as a `source` and its `hf_splits`) and the tokenizer used without a pre-trained run."""
+
+    source: str = "hf"
+    data_dir: Optional[str] = None
+    hf_path: Optional[str] = None
+    hf_name: Optional[str] = None
+    hf_revision: Optional[str] = None
+    hf_data_dir: Optional[str] = None
+    hf_data_files: Optional[dict[str, Any]] = None
+    vocab_size: int = 8000
+    character_coverage: float = 1.0
+    tokenizer: Optional[str] = None  # a sentencepiece .model to use instead of training one
+
+
+def check_fine_tuning_data(t: Any, *, sources: Sequence[str], files: str, hub_example: str, splits: Sequence[str]) -> None:
+    """One-line ConfigErrors for a FineTuningDataConfig node; `splits`: the keys `task.hf_splits` must map."""
+    choice("task.source", t.source, sources)
+    if t.source == "files":
+        if t.data_dir is None:
+            fail("task.data_dir", "task.source=files needs a folder", files)
+        existing_dir("task.data_dir", t.data_dir, files)
+    if t.source == "hf" and not t.hf_path:
+        fail("task.hf_path", "task.source=hf needs a dataset id", hub_example)
+    if sorted(t.hf_splits) != sorted(splits):
+        fail("task.hf_splits", f"must map exactly {', '.join(splits)} to dataset splits, got {dict(t.hf_splits)}")
 
 
 class BertTextTask(Task):

@@ -1,12 +1,6 @@
 """Language modelling (Bhojanapalli et al. 2020's LM1B experiment): text -> BPE -> causal LM -> perplexity.
 
-Text comes as documents made of lines:
-  embedded  the State of the Union addresses shipped in the package (`sparse_runner.data.load_sotu_en`),
-            offline: a speech is a document and, as the source has no paragraph breaks, a sentence a line;
-  files     `task.data_dir/{train,valid,test}.txt`, one sentence (or document) per line, an empty line
-            between documents (without empty lines a file is one document);
-  hf        a Hugging Face dataset with a text column (LM1B: `billion-word-benchmark/lm1b`, one sentence
-            per row, no document boundaries).
+Text comes as documents made of lines, from the package, local files or the hub (`tasks/documents.py`).
 Every line ends with EOS and every document starts with BOS. `task.examples=blocks` packs each
 document's tokens into windows of `block_size` predictions that never cross a document boundary (a
 document's last window is shorter); `examples=lines` makes every line its own example, as LM1B

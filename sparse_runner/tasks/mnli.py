@@ -31,12 +31,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sparse_runner.checks import ConfigError, choice, existing_dir, fail, positive
+from sparse_runner.checks import ConfigError, fail, positive
 from sparse_runner.models.bert import build_pair_classifier
 from sparse_runner.tasks import mnli_data
-from sparse_runner.tasks.base import StepOutput, TaskConfig
+from sparse_runner.tasks.base import StepOutput
 from sparse_runner.tasks.batching import pad_sequences
-from sparse_runner.tasks.bert_text import PAD_ID, BertTextTask
+from sparse_runner.tasks.bert_text import PAD_ID, BertTextTask, FineTuningDataConfig, check_fine_tuning_data
 from sparse_runner.tasks.hub import load_hub_splits
 from sparse_runner.tasks.mnli_data import LABELS, PairSplit
 from sparse_runner.tasks.registry import register_task
@@ -49,20 +49,11 @@ FILES = "a folder with multinli_1.0_{train,dev_matched,dev_mismatched}.jsonl or 
 
 
 @dataclass
-class MnliTaskConfig(TaskConfig):
+class MnliTaskConfig(FineTuningDataConfig):
     name: str = "mnli"
     family: str = "mnli"
-    source: str = "hf"
-    data_dir: Optional[str] = None
     hf_path: Optional[str] = "nyu-mll/multi_nli"
-    hf_name: Optional[str] = None
-    hf_revision: Optional[str] = None
-    hf_data_dir: Optional[str] = None
-    hf_data_files: Optional[dict[str, Any]] = None
     hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "matched": "validation_matched", "mismatched": "validation_mismatched"})
-    vocab_size: int = 8000
-    character_coverage: float = 1.0
-    tokenizer: Optional[str] = None
     max_length: int = 128
     val_size: int = 2000  # training pairs held out for checkpoint selection (the test splits stay untouched)
     max_train_examples: Optional[int] = None  # use only the first N training pairs (quick experiments)
@@ -76,15 +67,7 @@ class MnliTask(BertTextTask):
 
     @classmethod
     def check_config(cls, t) -> None:
-        choice("task.source", t.source, SOURCES)
-        if t.source == "files":
-            if t.data_dir is None:
-                fail("task.data_dir", "task.source=files needs a folder", FILES)
-            existing_dir("task.data_dir", t.data_dir, FILES)
-        if t.source == "hf" and not t.hf_path:
-            fail("task.hf_path", "task.source=hf needs a dataset id", "nyu-mll/multi_nli, or nyu-mll/glue with task.hf_name=mnli")
-        if sorted(t.hf_splits) != sorted(HF_SPLIT_KEYS):
-            fail("task.hf_splits", f"must map exactly {', '.join(HF_SPLIT_KEYS)} to dataset splits, got {dict(t.hf_splits)}")
+        check_fine_tuning_data(t, sources=SOURCES, files=FILES, hub_example="nyu-mll/multi_nli, or nyu-mll/glue with task.hf_name=mnli", splits=HF_SPLIT_KEYS)
         if t.max_length < 5:
             fail("task.max_length", f"must hold [CLS] a [SEP] b [SEP], got {t.max_length}", "an int >= 5 (the paper: 128)")
         positive("task.val_size", t.val_size)

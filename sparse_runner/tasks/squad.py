@@ -33,14 +33,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sparse_runner.checks import ConfigError, choice, existing_dir, fail, positive
+from sparse_runner.checks import ConfigError, fail, positive
 from sparse_runner.io import atomic_write_text
 from sparse_runner.metrics.squad import squad_scores
 from sparse_runner.models.bert import build_span_extractor
 from sparse_runner.tasks import squad_data
-from sparse_runner.tasks.base import StepOutput, TaskConfig
+from sparse_runner.tasks.base import StepOutput
 from sparse_runner.tasks.batching import pad_sequences
-from sparse_runner.tasks.bert_text import CLS_ID, PAD_ID, SEP_ID, BertTextTask
+from sparse_runner.tasks.bert_text import CLS_ID, PAD_ID, SEP_ID, BertTextTask, FineTuningDataConfig, check_fine_tuning_data
 from sparse_runner.tasks.hub import load_hub_splits
 from sparse_runner.tasks.registry import register_task
 from sparse_runner.tasks.squad_data import QAExample, QAFeature
@@ -51,20 +51,11 @@ SPLITS = ("train", "val", "test")
 
 
 @dataclass
-class SquadTaskConfig(TaskConfig):
+class SquadTaskConfig(FineTuningDataConfig):
     name: str = "squad"
     family: str = "squad"
-    source: str = "hf"
-    data_dir: Optional[str] = None
     hf_path: Optional[str] = "rajpurkar/squad"
-    hf_name: Optional[str] = None
-    hf_revision: Optional[str] = None
-    hf_data_dir: Optional[str] = None
-    hf_data_files: Optional[dict[str, Any]] = None
     hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "test": "validation"})
-    vocab_size: int = 8000
-    character_coverage: float = 1.0
-    tokenizer: Optional[str] = None
     max_length: int = 128  # tokens per window, question and 3 special tokens included
     doc_stride: int = 48  # tokens between the starts of consecutive context windows
     max_query_length: int = 32  # the question is cut to this many tokens
@@ -83,15 +74,7 @@ class SquadTask(BertTextTask):
 
     @classmethod
     def check_config(cls, t) -> None:
-        choice("task.source", t.source, SOURCES)
-        if t.source == "files":
-            if t.data_dir is None:
-                fail("task.data_dir", "task.source=files needs a folder", FILES)
-            existing_dir("task.data_dir", t.data_dir, FILES)
-        if t.source == "hf" and not t.hf_path:
-            fail("task.hf_path", "task.source=hf needs a dataset id", "rajpurkar/squad")
-        if sorted(t.hf_splits) != ["test", "train"]:
-            fail("task.hf_splits", f"must map exactly train and test to dataset splits, got {dict(t.hf_splits)}")
+        check_fine_tuning_data(t, sources=SOURCES, files=FILES, hub_example="rajpurkar/squad", splits=("train", "test"))
         for key in ("doc_stride", "max_query_length", "max_answer_length", "val_size", "passage_sentences", "questions_per_passage"):
             positive(f"task.{key}", t[key])
         positive("task.max_train_examples", t.max_train_examples, allow_none=True)
