@@ -66,12 +66,11 @@ SCHEMA: dict[str, str] = {
 
 # Config keys that do not change a run's result. conf/hydra/default.yaml reads this list through the
 # `non_result_keys` resolver (registered in config.py) to keep them out of run-directory names.
+_TRAINER_NON_RESULT = ("resume", "device", "progress", "log_every", "num_threads")
 NON_RESULT_KEYS = (
-    "trainer.resume",
-    "trainer.device",
-    "trainer.progress",
-    "trainer.log_every",
-    "trainer.num_threads",
+    *(f"trainer.{key}" for key in _TRAINER_NON_RESULT),
+    # the same keys of a pre-training stage (conf/pretrain/) change none of its results either
+    *(f"pretrain.trainer.{key}" for key in _TRAINER_NON_RESULT),
     "paths.output_dir",
     "paths.cache_dir",
 )
