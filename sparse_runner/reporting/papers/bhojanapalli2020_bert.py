@@ -29,6 +29,7 @@ from typing import Any
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord
 from sparse_runner.reporting.values import as_float, as_str
+from sparse_runner.run_metrics import NON_RESULT_KEYS
 
 CITATION = "Bhojanapalli et al., ICML 2020"
 
@@ -193,7 +194,9 @@ EXPERIMENTS: dict[str, tuple[PaperTable, str]] = {
 }
 # Overrides that say which cell a job fills rather than what model it is: left out of a row's variant.
 # (The swept key is left out per table; `pretrain=none` is the row's init.)
-CELL_OVERRIDES = {"experiment", "task", "seed"}
+# Overrides that say which cell a run fills (the experiment sweeps `finetune`, the recipe of squad or mnli),
+# and keys that change no result (run_metrics.NON_RESULT_KEYS: threads, output folder ...).
+CELL_OVERRIDES = {"experiment", "task", "seed", "finetune", *NON_RESULT_KEYS}
 
 
 # ------------------------------------------------------------------------------------ our runs
