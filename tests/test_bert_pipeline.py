@@ -343,3 +343,12 @@ def test_gpu_presets_have_the_published_parameter_counts(experiment, sweep, publ
         model = build_masked_lm(cfg.model, vocab_size=cfg.pretrain.task.vocab_size + 1, max_length=cfg.pretrain.task.max_positions, pad_id=0)
     count = sum(p.numel() for p in model.parameters())
     assert abs(count - published) / published < 0.01, count
+
+
+def test_rdrop_on_span_logits_stays_finite(pretrained, data, cache_dir, tmp_path):
+    """R-Drop compares the two passes' start and end distributions over positions; padding must not
+    turn the KL into NaN."""
+    cfg = config(cache_dir, *squad_args(data), f"model.init_from={pretrained}", "trainer.regulariser=rdrop", "trainer.max_steps=4")
+    run(cfg, tmp_path)
+    lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines() if "train/loss" in line]
+    assert lines and all(np.isfinite(line["train/loss"]) and np.isfinite(line["train/rdrop_kl"]) for line in lines)

@@ -73,8 +73,9 @@ class MaskedLM(BertEncoder):
 
 
 class SpanExtractor(BertEncoder):
-    """Extractive QA (SQuAD, as BERT): forward(tokens, lengths) -> (start, end) logits, each (B, N).
-    Padding positions get -inf, so no span can start or end there."""
+    """Extractive QA (SQuAD, as BERT): forward(tokens, lengths) -> (start, end) logits, each (B, N), float32.
+    Padding positions get -1e9 (not -inf: a regulariser's KL between two passes stays finite), so no span
+    starts or ends there."""
 
     def __init__(self, vocab_size: int, max_length: int, *, pad_id: int, **encoder: Any) -> None:
         super().__init__(vocab_size, max_length, pad_id=pad_id, **encoder)
@@ -84,7 +85,7 @@ class SpanExtractor(BertEncoder):
         logits = self.span(self.encode(tokens, lengths)).float()  # (B, N, 2)
         mask = _padding_mask(tokens, lengths)
         if mask is not None:
-            logits = logits.masked_fill(~mask[..., None], float("-inf"))
+            logits = logits.masked_fill(~mask[..., None], -1e9)
         start, end = logits.unbind(-1)
         return start, end
 

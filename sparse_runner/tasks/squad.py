@@ -184,7 +184,8 @@ class SquadTask(BertTextTask):
     def forward_loss(self, model, batch) -> StepOutput:
         start, end = model(batch["tokens"], batch["lengths"])
         loss = self._loss(start, end, batch["positions"])
-        return StepOutput(loss=loss, logits=torch.stack([start, end], dim=-1), tokens=batch["num_tokens"])
+        # (B, 2, N): a distribution over positions for the start and for the end (what R-Drop / SAR compare).
+        return StepOutput(loss=loss, logits=torch.stack([start, end], dim=1), tokens=batch["num_tokens"])
 
     def eval_step(self, model, batch, split):
         start, end = model(batch["tokens"], batch["lengths"])
