@@ -352,3 +352,13 @@ def test_rdrop_on_span_logits_stays_finite(pretrained, data, cache_dir, tmp_path
     run(cfg, tmp_path)
     lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines() if "train/loss" in line]
     assert lines and all(np.isfinite(line["train/loss"]) and np.isfinite(line["train/rdrop_kl"]) for line in lines)
+
+
+def test_resume_ignores_keys_declared_result_neutral_since_the_checkpoint():
+    """A run fingerprinted before `pretrain.trainer.num_threads` & co. were declared result-neutral
+    still resumes (they were 'auto', None ... then; they are absent now)."""
+    from sparse_runner.training.trainer import fingerprint_difference
+
+    saved = {"model.d_model": 128, "pretrain.trainer.device": "auto", "pretrain.trainer.num_threads": None, "trainer.progress": "auto"}
+    assert fingerprint_difference(saved, {"model.d_model": 128}) == ""
+    assert "model.d_model" in fingerprint_difference(saved, {"model.d_model": 64})
