@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from sparse_runner.checks import ConfigError, choice, existing_dir, fail, one_line
+from sparse_runner.checks import ConfigError, fail, one_line
 from sparse_runner.models import BERT_KEYS
 from sparse_runner.pretrained import PretrainedRun, resolve
-from sparse_runner.tasks.base import Task, TaskConfig
+from sparse_runner.tasks.base import Task
+from sparse_runner.tasks.text_source import TextTaskConfig, check_source
 from sparse_runner.tokenization import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer, train_or_load
 
 log = logging.getLogger(__name__)
@@ -31,31 +32,17 @@ __all__ = ["CLS_ID", "FIRST_PIECE_ID", "PAD_ID", "SEP_ID", "BertTextTask", "Fine
 
 
 @dataclass
-class FineTuningDataConfig(TaskConfig):
+class FineTuningDataConfig(TextTaskConfig):
     """The keys SQuAD and MNLI share: where the data come from (a family adds its own offline
     substitute as a `source` and its `hf_splits`) and the tokenizer used without a pre-trained run."""
 
     source: str = "hf"
-    data_dir: Optional[str] = None
-    hf_path: Optional[str] = None
-    hf_name: Optional[str] = None
-    hf_revision: Optional[str] = None
-    hf_data_dir: Optional[str] = None
-    hf_data_files: Optional[dict[str, Any]] = None
-    vocab_size: int = 8000
-    character_coverage: float = 1.0
     tokenizer: Optional[str] = None  # a sentencepiece .model to use instead of training one
 
 
 def check_fine_tuning_data(t: Any, *, sources: Sequence[str], files: str, hub_example: str, splits: Sequence[str]) -> None:
-    """One-line ConfigErrors for a FineTuningDataConfig node; `splits`: the keys `task.hf_splits` must map."""
-    choice("task.source", t.source, sources)
-    if t.source == "files":
-        if t.data_dir is None:
-            fail("task.data_dir", "task.source=files needs a folder", files)
-        existing_dir("task.data_dir", t.data_dir, files)
-    if t.source == "hf" and not t.hf_path:
-        fail("task.hf_path", "task.source=hf needs a dataset id", hub_example)
+    """`check_source` for a FineTuningDataConfig node, plus the keys `task.hf_splits` must map (`splits`)."""
+    check_source(t, files=files, hub_example=hub_example, sources=tuple(sources))
     if sorted(t.hf_splits) != sorted(splits):
         fail("task.hf_splits", f"must map exactly {', '.join(splits)} to dataset splits, got {dict(t.hf_splits)}")
 

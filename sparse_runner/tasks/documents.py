@@ -44,12 +44,18 @@ def check_document_source(t: Any, *, hub_example: str) -> None:
         positive(f"task.{key}", t[key], allow_none=True)
 
 
+def sotu_documents(path: Any = None) -> dict[str, list[Document]]:
+    """The embedded State of the Union speeches, each a list of sentences, per split (speeches in
+    chronological order); the text of the masked-LM task and of the SQuAD and MNLI substitutes."""
+    from sparse_runner.data import load_sotu_en
+
+    return {split: [split_sentences(text) for text in texts] for split, texts in load_sotu_en(path).items()}
+
+
 def load_documents(t: Any) -> dict[str, list[Document]]:
     """Each split's documents (lists of non-empty, stripped lines) from a typed DocumentSourceConfig node."""
     if t.source == "embedded":
-        from sparse_runner.data import load_sotu_en
-
-        docs = {split: [split_sentences(text) for text in texts] for split, texts in load_sotu_en().items()}
+        docs = sotu_documents()
     elif t.source == "files":
         docs = {split: _read_documents(Path(t.data_dir).expanduser(), split) for split in SPLITS}
     else:

@@ -120,7 +120,7 @@ class MaskedLMTask(BertTextTask):
         size = self.cfg.max_length - 2
         out, start = [], 0
         for doc in docs:
-            stream = np.concatenate([ids[i] for i in range(start, start + len(doc))]).astype(np.int64) if doc else np.zeros(0, np.int64)
+            stream = np.concatenate(ids[start : start + len(doc)]).astype(np.int64)  # documents are never empty (load_documents)
             start += len(doc)
             for i in range(0, len(stream), size):
                 out.append(np.concatenate([[CLS_ID], stream[i : i + size], [SEP_ID]]))

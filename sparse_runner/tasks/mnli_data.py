@@ -421,10 +421,9 @@ def usable_sentence(sentence: str, min_words: int = MIN_WORDS, max_words: int = 
 def sotu_documents(path: str | os.PathLike | None = None) -> dict[str, list[list[str]]]:
     """The State of the Union speeches as sentences: ``{"train" | "val" | "test": [[sentence, ...], ...]}``,
     speeches in chronological order (the order of ``sparse_runner.data.sotu_en_metadata()`` within a split)."""
-    from sparse_runner.data import load_sotu_en
-    from sparse_runner.tasks.language_modeling import split_sentences  # imports torch: only here
+    from sparse_runner.tasks.documents import sotu_documents as documents  # imports torch: only here
 
-    return {split: [split_sentences(text) for text in speeches] for split, speeches in load_sotu_en(path).items()}
+    return documents(path)
 
 
 def _seed_for(seed: int, split: str, *more: int) -> np.random.Generator:

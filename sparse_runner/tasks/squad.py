@@ -108,12 +108,11 @@ class SquadTask(BertTextTask):
     def _load(self) -> tuple[dict[str, list[QAExample]], dict[str, Any]]:
         t = self.cfg
         if t.source == "cloze":
-            from sparse_runner.data import load_sotu_en
-            from sparse_runner.tasks.documents import split_sentences
+            from sparse_runner.tasks.documents import sotu_documents
 
-            speeches = load_sotu_en()
+            speeches = sotu_documents()
             examples = {
-                split: squad_data.cloze_examples([split_sentences(s) for s in speeches[split]], seed=t.split_seed, passage_sentences=t.passage_sentences,
+                split: squad_data.cloze_examples(speeches[split], seed=t.split_seed, passage_sentences=t.passage_sentences,
                                                  questions_per_passage=t.questions_per_passage, id_prefix=f"sotu-{split}")
                 for split in SPLITS
             }
