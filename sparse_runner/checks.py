@@ -16,6 +16,11 @@ class ConfigError(ValueError):
     """A configuration problem, described in one line."""
 
 
+class DataError(ConfigError):
+    """Input data the run cannot use (a malformed file, an empty split), described in one line that names
+    the file (and line) and what is wrong. Refused like a configuration problem: exit status 2."""
+
+
 def one_line(exc: BaseException | str) -> str:
     """The first non-empty line of an exception's message (its type name if it has none)."""
     text = str(exc).strip()
