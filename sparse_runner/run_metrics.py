@@ -26,7 +26,7 @@ SCHEMA_VERSION = 2
 # before writing it), so a reader treats each one as optional.
 SCHEMA: dict[str, str] = {
     "schema": "SCHEMA_VERSION of the writer",
-    "status": "running | completed | failed | preempted",
+    "status": "running | completed | failed | diverged | preempted",
     "error": "one line: why the run failed or stopped (null otherwise)",
     "run_dir": "absolute run directory when written",
     "task": "cfg.task.name",

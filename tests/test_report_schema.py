@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from sparse_runner import run_metrics
 from sparse_runner.reporting import collect_runs, main
-from sparse_runner.reporting.runs_table import NOISE_KEYS
+from sparse_runner.reporting.runs import NOISE_KEYS
 from sparse_runner.run_metrics import SCHEMA, SCHEMA_VERSION, MetricsFile, flatten, primary_metric, validation_metric
 from test_report import write_run as write_listops_run
 from test_report_translation import CPU_SIZE, write_run as write_translation_run

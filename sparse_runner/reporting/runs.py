@@ -6,6 +6,7 @@ may rename or move them. A run that never wrote metrics.json is read from `.hydr
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import os
 from dataclasses import dataclass, field
@@ -20,13 +21,24 @@ from sparse_runner.reporting.values import as_float, as_str
 # Folders that never contain runs of their own; hidden folders (.hydra, .git, ...) are skipped as well.
 SKIP_DIRS = {"checkpoints", "tb"}
 
-# Display status -> sort rank: finished work first, then work that stopped, then what never ran.
-STATUS_ORDER = ["completed", "preempted", "unfinished", "failed", "not started", "unreadable", "unknown"]
+# Display status -> sort rank: finished work first, then work that stopped, then what never ran. `diverged`:
+# the loss became non-finite, a failure of the training itself rather than of the machinery.
+STATUS_ORDER = ["completed", "preempted", "unfinished", "failed", "diverged", "not started", "unreadable", "unknown"]
 _STATUS_RANK = {status: rank for rank, status in enumerate(STATUS_ORDER)}
+
+# Config keys that differ between runs without changing the result: the runner's own list, plus what the
+# report shows elsewhere (`model.name`/`task.name` have their own columns, and a runs table holds one task)
+# and where files go. Neither a column of the runs tables nor a difference between seeds of one group.
+NOISE_KEYS = {*run_metrics.NON_RESULT_KEYS, "run_dir", "model.name", "task.name"}
+NOISE_PATTERNS = ("paths.*", "hydra.*", "*_dir", "*.dir", "*_path", "*.path")
 
 
 def status_rank(status: str) -> int:
     return _STATUS_RANK.get(status, len(STATUS_ORDER))
+
+
+def is_noise(key: str) -> bool:
+    return key in NOISE_KEYS or any(fnmatch.fnmatchcase(key, pattern) for pattern in NOISE_PATTERNS)
 
 
 @dataclass
@@ -35,7 +47,7 @@ class RunRecord:
 
     path: Path                         # absolute run directory
     display: str                       # how the run is named in tables (relative to the walked root)
-    status: str                        # completed | preempted | unfinished | failed | not started | unreadable | ...
+    status: str                        # one of STATUS_ORDER, or whatever else metrics.json says
     task: str | None = None
     task_family: str | None = None
     model: str | None = None
@@ -70,6 +82,14 @@ class RunRecord:
         return best if best is not None else self.metric(name)
 
     @property
+    def minimises(self) -> bool:
+        """Whether lower is better for the primary metric (perplexity, loss): the run's checkpoint selection
+        minimised its validation counterpart."""
+        selection = self.data.get("selection")
+        return (isinstance(selection, dict) and selection.get("mode") == "min" and self.primary_metric is not None
+                and selection.get("metric") == run_metrics.validation_metric(self.primary_metric))
+
+    @property
     def validation_value(self) -> float | None:
         """The best validation value of the primary metric (val/accuracy for test/accuracy, ...)."""
         return self.best_value(run_metrics.validation_metric(self.primary_metric)) if self.primary_metric else None
@@ -99,17 +119,22 @@ def completed(records: Iterable[RunRecord], family: str, metric: str) -> list[Ru
             if rec.task_family == family and rec.status == "completed" and rec.primary_metric == metric]
 
 
-def pick_best(candidates: list[RunRecord]) -> RunRecord:
-    """The run shown when several match a cell: the best on validation.
+def ranking(minimises: bool, validation: float | None, test: float | None) -> tuple[float, float]:
+    """How runs (and groups of runs) compete for a cell, higher is better: the validation score, then the test
+    score to break ties; negated when lower is better, -inf when missing.
 
     Chosen on the validation score, not the test score, so that the reported test number is not itself
-    chosen on the test set; the test score only breaks ties, then the run name keeps it deterministic.
+    chosen on the test set.
     """
-    def key(rec: RunRecord) -> tuple[float, float, str]:
-        val, test = rec.validation_value, rec.primary_value
-        return (-math.inf if val is None else val, -math.inf if test is None else test, rec.display)
+    sign = -1.0 if minimises else 1.0
+    return (-math.inf if validation is None else sign * validation, -math.inf if test is None else sign * test)
 
-    return max(candidates, key=key)
+
+def pick_best(candidates: list[RunRecord]) -> RunRecord:
+    """The best of several runs by `ranking`, the run name keeping it deterministic: which of a seed's
+    repeated runs counts, which run of a group stands for it in a figure."""
+    return max(candidates, key=lambda rec: (*ranking(rec.minimises, rec.validation_value, rec.primary_value),
+                                            rec.display))
 
 
 def _load_hydra(run_dir: Path) -> tuple[dict | None, list[str] | None]:

@@ -1,24 +1,19 @@
 """One runs table per task: every run with its status, the config values that vary between the runs, its
-primary test metric, best validation value, attention statistics, size, speed and wall time."""
+primary test metric, best validation value, attention statistics, size, speed and wall time. Completed runs
+that differ only in their seed share a row (seeds.py: mean ± std (n)); every other run has a row of its own."""
 
 from __future__ import annotations
 
-import fnmatch
 from collections import Counter
 from typing import Any
 
-from sparse_runner.run_metrics import NON_RESULT_KEYS, validation_metric
+from sparse_runner.run_metrics import validation_metric
+from sparse_runner.reporting import seeds
 from sparse_runner.reporting.render import Table
-from sparse_runner.reporting.runs import RunRecord, sort_key
-from sparse_runner.reporting.values import as_float, as_str, fmt_number, fmt_value, pct, score, slug
+from sparse_runner.reporting.runs import RunRecord, is_noise, sort_key
+from sparse_runner.reporting.seeds import SeedGroup, distinct, summary
+from sparse_runner.reporting.values import as_float, as_str, fmt_number, fmt_value, number_format, pct, score, slug
 
-# Config keys that differ between runs without changing the result: the runner's own list, plus what the
-# report shows elsewhere (`model.name`/`task.name` have their own columns, and a runs table holds one task)
-# and where files go.
-NOISE_KEYS = {*NON_RESULT_KEYS, "run_dir", "model.name", "task.name"}
-NOISE_PATTERNS = ("paths.*", "hydra.*", "*_dir", "*.dir", "*_path", "*.path")
-
-_MISSING = ""  # how an absent config key shows in a table
 _UNKNOWN_TASK = "(unknown)"
 
 # Headers of the test column for the metrics our tasks declare; any other metric is headed by its name.
@@ -29,10 +24,6 @@ _SCORES = {"test/bleu", "test/sacrebleu", "test/chrf"}
 # A table none of whose runs has a primary metric (nothing readable, so no value to show) still needs a
 # test column header: accuracy's, as before schema 2.
 _DEFAULT_TEST_METRIC = "test/accuracy"
-
-
-def is_noise(key: str) -> bool:
-    return key in NOISE_KEYS or any(fnmatch.fnmatchcase(key, pattern) for pattern in NOISE_PATTERNS)
 
 
 def varying_keys(records: list[RunRecord]) -> list[str]:
@@ -62,24 +53,26 @@ def _metric_cell(metric: str, value: Any) -> str:
     return score(value) if metric in _SCORES else fmt_number(value, ".4g")
 
 
-def _validation_cell(metric: str, value: Any) -> str:
-    """A best validation value; named unless it is an accuracy, as it may not be the test column's metric."""
-    if metric.endswith("accuracy"):
-        return pct(as_float(value))
-    number = fmt_number(value, ".4g")
-    return f"{number} ({metric})" if metric and number else number
-
-
-def _best_val(rec: RunRecord) -> str:
-    """The value the run's checkpoint was selected on; without a selection, the validation counterpart of
-    its primary metric."""
+def _best_val(rec: RunRecord) -> tuple[str, float | None]:
+    """(metric, value): the value the run's checkpoint was selected on; without a selection, the validation
+    counterpart of its primary metric."""
     selection = rec.data.get("selection")
     if isinstance(selection, dict) and as_float(selection.get("best_value")) is not None:
-        return _validation_cell(str(selection.get("metric") or ""), selection["best_value"])
+        return str(selection.get("metric") or ""), as_float(selection["best_value"])
     if rec.primary_metric is None:
-        return ""
+        return "", None
     metric = validation_metric(rec.primary_metric)
-    return _validation_cell(metric, rec.best_value(metric))
+    return metric, rec.best_value(metric)
+
+
+def _best_val_cell(group: SeedGroup) -> str:
+    """Named unless it is an accuracy, as it may not be the test column's metric."""
+    metric = _best_val(group.first)[0]
+    values = group.values(lambda rec: _best_val(rec)[1])
+    if metric.endswith("accuracy"):
+        return summary(values, pct)
+    number = summary(values, number_format(".4g"))
+    return f"{number} ({metric})" if metric and number else number
 
 
 def _note(rec: RunRecord) -> str:
@@ -92,7 +85,7 @@ def _note(rec: RunRecord) -> str:
     if error:
         error = " ".join(error.split())
         return error if len(error) <= 100 else error[:97] + "..."
-    if rec.status in ("unfinished", "preempted", "unknown"):
+    if rec.status in ("unfinished", "preempted", "diverged", "unknown"):
         step, max_steps = rec.data.get("step"), rec.data.get("max_steps")
         if as_float(step) is not None:
             return f"step {step}/{max_steps}" if as_float(max_steps) is not None else f"step {step}"
@@ -104,14 +97,21 @@ def runs_tables(records: list[RunRecord]) -> list[Table]:
     by_task: dict[str, list[RunRecord]] = {}
     for rec in records:
         by_task.setdefault(rec.task or _UNKNOWN_TASK, []).append(rec)
-    return [_runs_table(task, sorted(by_task[task], key=sort_key))
-            for task in sorted(by_task, key=lambda t: (t == _UNKNOWN_TASK, t))]
+    return [_runs_table(task, by_task[task]) for task in sorted(by_task, key=lambda t: (t == _UNKNOWN_TASK, t))]
+
+
+def _rows(runs: list[RunRecord]) -> list[SeedGroup]:
+    """A row per group of completed runs that differ only in their seed, and per run that did not complete
+    (it has no result to average), in (status, run name) order."""
+    rows = seeds.seed_groups(runs) + [SeedGroup([rec]) for rec in runs if rec.status != "completed"]
+    return sorted(rows, key=lambda group: sort_key(group.first))
 
 
 def _runs_table(task: str, runs: list[RunRecord]) -> Table:
+    groups = _rows(runs)
     varied = varying_keys(runs)
     show_experiment = len({rec.experiment or "" for rec in runs}) > 1
-    notes = [_note(rec) for rec in runs]
+    notes = [distinct((_note(rec) for rec in group.runs), sep="; ") for group in groups]
     metric = column_metric(runs)
     headers = ["run", "status", "model"] + (["experiment"] if show_experiment else []) + varied
     first_numeric = len(headers)
@@ -121,22 +121,26 @@ def _runs_table(task: str, runs: list[RunRecord]) -> Table:
     if any(notes):
         headers.append("note")
     rows = []
-    for rec, note in zip(runs, notes):
-        row = [rec.display, rec.status, rec.model or ""]
+    for group, note in zip(groups, notes):
+        rec = group.first
+        row = [group.display, rec.status, rec.model or ""]
         if show_experiment:
             row.append(rec.experiment or "")
-        row += [fmt_value(rec.config[key]) if key in rec.config else _MISSING for key in varied]
+        row += [group.config_text(key) for key in varied]
         row += [
-            _metric_cell(metric, rec.metric(metric)),
-            _best_val(rec),
-            fmt_number(rec.attention_mean("mean_density"), ".3f"),
-            fmt_number(rec.attention_mean("js_mean"), ".3f"),
-            fmt_number(rec.data.get("num_parameters"), ".0f"),
-            fmt_number(rec.data.get("tokens_per_second"), ".0f"),
-            fmt_number(rec.data.get("wall_time_s"), ".1f"),
+            group.text(metric, lambda value: _metric_cell(metric, value)),
+            _best_val_cell(group),
+            group.text(lambda r: r.attention_mean("mean_density"), number_format(".3f")),
+            group.text(lambda r: r.attention_mean("js_mean"), number_format(".3f")),
+            # the config fixes the size: the same for every seed
+            distinct(fmt_number(r.data.get("num_parameters"), ".0f") for r in group.runs),
+            group.text(lambda r: r.data.get("tokens_per_second"), number_format(".0f")),
+            group.text(lambda r: r.data.get("wall_time_s"), number_format(".1f")),
         ]
         if any(notes):
             row.append(note)
         rows.append(row)
     label = "unknown task (no readable config)" if task == _UNKNOWN_TASK else f"task={task}"
-    return Table(slug=f"runs_{slug(task)}", title=f"Runs: {label}", headers=headers, rows=rows, numeric=numeric)
+    grouped = any(len(group.runs) > 1 or group.repeats for group in groups)
+    return Table(slug=f"runs_{slug(task)}", title=f"Runs: {label}", headers=headers, rows=rows, numeric=numeric,
+                 notes=[seeds.NOTE] if grouped else [])

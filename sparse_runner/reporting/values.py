@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, Callable
 
 
 def as_float(value: Any) -> float | None:
@@ -33,6 +33,11 @@ def fmt_number(value: Any, spec: str) -> str:
     if not math.isfinite(number):
         return str(number)
     return format(number, spec)
+
+
+def number_format(spec: str) -> Callable[[Any], str]:
+    """fmt_number with its format fixed: how a column writes its numbers, and a mean ± std of them."""
+    return lambda value: fmt_number(value, spec)
 
 
 def pct(value: float | None) -> str:

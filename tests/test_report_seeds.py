@@ -1,0 +1,90 @@
+"""Seed sweeps in sparse-report: completed runs that differ only in their seed show as mean ± sample std (n) in
+every table, one run as its value alone, and failed or diverged runs are never averaged in."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from sparse_runner.reporting import collect_runs, main, seeds
+from sparse_runner.reporting.render import Table
+from sparse_runner.reporting.runs import STATUS_ORDER
+from sparse_runner.reporting.runs_table import runs_tables
+from sparse_runner.reporting.values import pct
+from test_report import write_run
+
+ACCURACIES = (0.40, 0.42, 0.47)   # three seeds; mean 43.00, sample std 3.61 (population std would be 2.94)
+MEAN_STD = "43.00 ± 3.61 (n=3)"
+
+
+def as_dicts(table: Table) -> list[dict[str, str]]:
+    return [dict(zip(table.headers, row)) for row in table.rows]
+
+
+def test_summary_is_mean_and_sample_std_with_n() -> None:
+    assert seeds.summary([0.40, 0.42, 0.47], pct) == MEAN_STD
+    assert f"{statistics.stdev(ACCURACIES) * 100:.2f}" == "3.61"
+    assert seeds.summary([0.4], pct) == "40.00"                      # one run: no ±, no n
+    assert seeds.summary([], pct) == ""
+    assert seeds.summary([1.0, -1.0], lambda v: f"{v:+.2f}", lambda v: f"{v:.2f}") == "+0.00 ± 1.41 (n=2)"
+
+
+def test_diverged_is_a_status_of_its_own_next_to_failed() -> None:
+    assert STATUS_ORDER.index("diverged") == STATUS_ORDER.index("failed") + 1
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    """`sparse-run -m seed=0,1,2,3,4`: three seeds completed, one failed and one diverged (with numbers that
+    would move any mean), plus one run of another configuration."""
+    root = tmp_path / "outputs"
+    for seed, acc in enumerate(ACCURACIES):
+        write_run(root / f"seed={seed}", config_updates={"seed": seed}, overrides=[f"seed={seed}"], test_acc=acc,
+                  val_acc=acc - 0.01, tokens_per_second=1000.0 + 100 * seed)
+    write_run(root / "seed=3", status="failed", error="CUDA out of memory", config_updates={"seed": 3},
+              test_acc=0.99, val_acc=0.99)
+    write_run(root / "seed=4", status="diverged", error="loss became non-finite at step 12",
+              config_updates={"seed": 4}, test_acc=0.99, val_acc=0.99, step=12)
+    write_run(root / "heads=8", config_updates={"model.num_heads": 8}, test_acc=0.5)
+    return root
+
+
+def test_runs_table_has_a_row_per_seed_group(sweep: Path) -> None:
+    [table] = runs_tables(collect_runs([sweep]))
+    rows = as_dicts(table)
+    assert [(r["run"], r["status"]) for r in rows] == [
+        ("heads=8", "completed"), ("seed=0; seed=1; seed=2", "completed"), ("seed=3", "failed"),
+        ("seed=4", "diverged")]
+    lone, group, failed, diverged = rows
+    assert group["seed"] == "0,1,2" and group["model.num_heads"] == "4"
+    assert group["test acc (%)"] == MEAN_STD
+    assert group["best val"] == "42.00 ± 3.61 (n=3)"
+    assert group["tokens/s"] == "1100 ± 100 (n=3)"
+    assert group["params"] == "123456"              # the config fixes it: shown once
+    assert lone["test acc (%)"] == "50.00" and "±" not in "".join(lone.values())
+    assert failed["test acc (%)"] == "99.00" and "CUDA out of memory" in failed["note"]
+    assert diverged["test acc (%)"] == "99.00" and "non-finite" in diverged["note"]
+    assert table.notes == [seeds.NOTE] and "ddof=1" in seeds.NOTE
+
+
+def test_a_seed_run_twice_counts_once(tmp_path: Path) -> None:
+    write_run(tmp_path / "a", test_acc=0.40, val_acc=0.40)
+    write_run(tmp_path / "a_again", test_acc=0.90, val_acc=0.10)   # seed 0 again, worse on validation
+    [table] = runs_tables(collect_runs([tmp_path]))
+    [row] = as_dicts(table)
+    assert row["run"] == "a (not counted, a seed run again: a_again)" and row["test acc (%)"] == "40.00"
+
+
+def test_single_runs_need_no_legend(tmp_path: Path) -> None:
+    write_run(tmp_path / "a")
+    [table] = runs_tables(collect_runs([tmp_path]))
+    assert table.notes == []
+
+
+def test_report_summary_counts_diverged_runs(sweep: Path, capsys) -> None:
+    assert main([str(sweep), "--formats", "md"]) == 0
+    md = capsys.readouterr().out
+    assert "6 run(s) under" in md and "4 completed, 1 failed, 1 diverged." in md
+    assert f"| seed=0; seed=1; seed=2 | completed | softmax | 4 | 0,1,2 | {MEAN_STD} |" in md
