@@ -3,17 +3,20 @@ every table, one run as its value alone, and failed or diverged runs are never a
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
 import pytest
 
 from sparse_runner.reporting import collect_runs, main, seeds
+from sparse_runner.reporting.papers import lra
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import STATUS_ORDER
 from sparse_runner.reporting.runs_table import runs_tables
 from sparse_runner.reporting.values import pct
 from test_report import write_run
+from test_report_lra import FAMILIES, write_lra_run
 
 ACCURACIES = (0.40, 0.42, 0.47)   # three seeds; mean 43.00, sample std 3.61 (population std would be 2.94)
 MEAN_STD = "43.00 ± 3.61 (n=3)"
@@ -88,3 +91,47 @@ def test_report_summary_counts_diverged_runs(sweep: Path, capsys) -> None:
     md = capsys.readouterr().out
     assert "6 run(s) under" in md and "4 completed, 1 failed, 1 diverged." in md
     assert f"| seed=0; seed=1; seed=2 | completed | softmax | 4 | 0,1,2 | {MEAN_STD} |" in md
+
+
+# ------------------------------------------------------------------------------------ LRA Table 1
+def write_lra_seeds(root: Path, family: str = "listops", model: str = "softmax", **kwargs) -> None:
+    """Three completed seeds of a paper-preset LRA run, one failed and one diverged (at 99 %)."""
+    experiment = lra.SETTINGS["paper"]["experiments"][family]
+    for seed, acc in enumerate(ACCURACIES):
+        run = write_lra_run(root / f"{family}_{model}_s{seed}", family, experiment=experiment, model=model,
+                            test_acc=acc, val_acc=acc, overrides=(f"experiment={experiment}", f"seed={seed}"), **kwargs)
+        set_seed(run, seed)
+    for seed, status in ((3, "failed"), (4, "diverged")):
+        set_seed(write_lra_run(root / f"{family}_{model}_{status}", family, experiment=experiment, model=model,
+                               test_acc=0.99, val_acc=0.99, status=status, **kwargs), seed)
+
+
+def set_seed(run_dir: Path, seed: int) -> None:
+    path = run_dir / "metrics.json"
+    data = json.loads(path.read_text())
+    data["config"]["seed"] = seed
+    path.write_text(json.dumps(data))
+
+
+def test_lra_cells_and_runs_table_average_the_seeds(tmp_path: Path) -> None:
+    write_lra_seeds(tmp_path)
+    write_lra_run(tmp_path / "text", "lra_text", experiment="lra_text", test_acc=0.6)
+    table1, runs = lra.tables(collect_runs([tmp_path]))
+    ours = next(dict(zip(table1.headers, r)) for r in table1.rows if r[1] == "ours: paper presets")
+    assert ours["ListOps"] == MEAN_STD and ours["Text"] == "60.00"
+    assert seeds.NOTE in table1.notes and seeds.NOTE in runs.notes
+    listops, text = as_dicts(runs)
+    assert listops["test acc"] == MEAN_STD and listops["best val acc"] == MEAN_STD
+    assert listops["run"] == "listops_softmax_s0; listops_softmax_s1; listops_softmax_s2"
+    assert listops["overrides"] == "experiment=lra_listops seed=0,1,2" and listops["majority floor"] == "10.00"
+    assert text["test acc"] == "60.00"
+
+
+def test_lra_avg_is_the_mean_of_the_cell_means(tmp_path: Path) -> None:
+    write_lra_seeds(tmp_path)
+    for family in FAMILIES[1:]:
+        write_lra_run(tmp_path / family, family, experiment=lra.SETTINGS["paper"]["experiments"][family],
+                      test_acc=0.43)
+    ours = next(dict(zip(t.headers, r)) for t in [lra.tables(collect_runs([tmp_path]))[0]] for r in t.rows
+                if r[1] == "ours: paper presets")
+    assert ours["Avg"] == "43.00"

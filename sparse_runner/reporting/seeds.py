@@ -95,6 +95,13 @@ class SeedGroup:
         """A config value as a cell: the seed key lists every seed (`0,1,2`), any other key is shared."""
         return distinct((fmt_value(rec.config[key]) for rec in self.runs if key in rec.config), sep=",")
 
+    @property
+    def overrides(self) -> list[str]:
+        """The group's overrides as the multirun that makes it gives them, its seeds last (`seed=0,1,2`)."""
+        others = [item for item in self.first.overrides if item.lstrip("+~").partition("=")[0] != SEED_KEY]
+        seeded = len(self.runs) > 1 or len(others) < len(self.first.overrides)
+        return others + ([f"{SEED_KEY}={self.config_text(SEED_KEY)}"] if seeded else [])
+
     def rank(self) -> tuple[float, float, int]:
         """runs.ranking of the means, then more seeds."""
         validation = self.mean(lambda rec: rec.validation_value)

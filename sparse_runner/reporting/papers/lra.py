@@ -4,10 +4,11 @@ Two tables:
 - `lra_table1`: Table 1 as the paper prints it (ListOps, Text, Retrieval, Image, Pathfinder, Avg), the 11
   published rows, then our rows: one per (model, setting), where the setting is the paper presets
   (`experiment=lra_<task>`), the CPU presets (`experiment=lra_<task>_cpu`) or, for any other run, its task
-  config. Each cell is the best completed run of that column in that row; an empty cell we know how to fill
-  shows the command that fills it; a cell measured on substitute data carries a dagger.
-- `lra_table1_runs`: every completed LRA run behind it, with its scale, data, majority-class floor and
-  overrides (only when there is one).
+  config. Each cell is the mean ± std (n) of the completed runs of that column in that row that differ only in
+  their seed (seeds.py), the best such group where several configurations compete; an empty cell we know how
+  to fill shows the command that fills it; a cell measured on substitute data carries a dagger.
+- `lra_table1_runs`: every completed LRA run behind it, a row per group of seeds, with its scale, data,
+  majority-class floor and overrides (only when there is one).
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import statistics
+
+from sparse_runner.reporting import seeds
 from sparse_runner.reporting.render import Table
-from sparse_runner.reporting.runs import RunRecord, completed, pick_best
+from sparse_runner.reporting.runs import RunRecord, completed
+from sparse_runner.reporting.seeds import SeedGroup, best_group, distinct, seed_groups
 from sparse_runner.reporting.values import as_float, as_str, pct
 
 CITATION = "Tay et al., ICLR 2021, Table 1"
@@ -52,6 +57,9 @@ LRA_TABLE1: dict = {
 METRIC = "test/accuracy"
 # The accuracy of always predicting the most frequent training label, which the LRA tasks write beside it.
 MAJORITY_METRIC = "test/majority_accuracy"
+# Config keys that change no test accuracy (the shifted test is measured beside it, on the same model): runs
+# that differ only in them and in their seed share a cell.
+POOLED_KEYS = ("trainer.test_topology_shift",)
 
 # Which column of Table 1 a run belongs to, keyed by metrics.json "task_family" (cfg.task.family), in the
 # paper's column order. Path-X is left out: every published model FAILed it and we have no such task.
@@ -186,7 +194,12 @@ class OurRow:
     setting: str
     experiment: str | None = None     # "other" rows only
     task: str | None = None           # "other" rows only
-    cells: dict[str, RunRecord] = field(default_factory=dict)   # column -> the run shown
+    candidates: dict[str, list[SeedGroup]] = field(default_factory=dict)   # column -> its configurations
+
+    @property
+    def cells(self) -> dict[str, SeedGroup]:
+        """Column -> the group shown (seeds.best_group)."""
+        return best_groups(self.candidates)
 
     @property
     def model_label(self) -> str:
@@ -216,12 +229,15 @@ def lra_runs(records: list[RunRecord]) -> list[RunRecord]:
     return [rec for family in COLUMNS for rec in completed(records, family, METRIC)]
 
 
-def _best(candidates: list[RunRecord]) -> RunRecord:
-    """The run a cell shows: a run on the official data (or our generator of it) before any on substitute
-    data, since validation accuracies on two datasets say nothing about which run is better; then the best
-    on validation (runs.pick_best)."""
-    official = [rec for rec in candidates if not data_info(rec).is_substitute]
-    return pick_best(official or candidates)
+def cell_groups(runs: list[RunRecord]) -> list[SeedGroup]:
+    """The configurations competing for one cell: its runs that differ only in their seed (and POOLED_KEYS)
+    pooled."""
+    return seed_groups(runs, ignore=POOLED_KEYS)
+
+
+def best_groups(candidates: dict[str, list[SeedGroup]]) -> dict[str, SeedGroup]:
+    """Column -> the group a cell shows: official data first, then the best on validation (seeds.best_group)."""
+    return {column: best_group(groups) for column, groups in candidates.items()}
 
 
 def _row_key(rec: RunRecord) -> tuple:
@@ -247,9 +263,8 @@ def our_rows(records: list[RunRecord]) -> list[OurRow]:
     for (model, setting, experiment, task), runs in groups.items():
         row = OurRow(model=model, setting=setting, experiment=experiment, task=task)
         for family, column in COLUMNS.items():
-            candidates = [rec for rec in runs if rec.task_family == family]
-            if candidates:
-                row.cells[column] = _best(candidates)
+            if groups := cell_groups([rec for rec in runs if rec.task_family == family]):
+                row.candidates[column] = groups
         rows.append(row)
     return sorted(rows, key=OurRow.sort_key)
 
@@ -258,7 +273,7 @@ def our_rows(records: list[RunRecord]) -> list[OurRow]:
 def tables(records: list[RunRecord]) -> list[Table]:
     """Table 1 (always: without runs its empty cells say what to run), and our runs behind it if any."""
     rows = our_rows(records)
-    runs = runs_table(records, rows)
+    runs = runs_table(rows)
     return [table1(rows)] + ([runs] if runs else [])
 
 
@@ -271,22 +286,30 @@ def _published_cell(value) -> str:
 
 
 def _our_cell(row: OurRow, family: str, column: str) -> str:
-    rec = row.cells.get(column)
-    if rec is not None:
-        return pct(rec.primary_value) + (f" {SUBSTITUTE}" if data_info(rec).is_substitute else "")
+    group = row.cells.get(column)
+    if group is not None:
+        return group_cell(group)
     command = fill_command(family, row.setting, row.model)
     return f"run: {command}" if command else ""
 
 
-def _our_avg(row: OurRow) -> str:
-    """The mean of the five test accuracies, only when all five are there (the paper's Avg has five terms);
-    marked when any of them is measured on substitute data."""
-    runs = [row.cells.get(column) for column in COLUMNS.values()]
-    values = [rec.primary_value if rec else None for rec in runs]
-    if any(value is None for value in values):
+def group_cell(group: SeedGroup, metric: str = METRIC) -> str:
+    """`36.50 ± 0.42 (n=3)`, marked when measured on substitute data."""
+    return group.text(metric, pct) + (f" {SUBSTITUTE}" if group.substitute else "")
+
+
+def avg_value(cells: dict[str, SeedGroup]) -> float | None:
+    """The mean of the five cell means, only when all five are there (the paper's Avg has five terms)."""
+    means = [cells[column].mean(METRIC) if column in cells else None for column in COLUMNS.values()]
+    return None if None in means else statistics.fmean(means)
+
+
+def avg_cell(cells: dict[str, SeedGroup]) -> str:
+    """avg_value, marked when any of its cells is measured on substitute data."""
+    value = avg_value(cells)
+    if value is None:
         return ""
-    mean = pct(sum(values) / len(values))
-    return mean + (f" {SUBSTITUTE}" if any(data_info(rec).is_substitute for rec in runs) else "")
+    return pct(value) + (f" {SUBSTITUTE}" if any(group.substitute for group in cells.values()) else "")
 
 
 def table1(rows: list[OurRow]) -> Table:
@@ -302,7 +325,7 @@ def table1(rows: list[OurRow]) -> Table:
             rules.add(len(body))
             previous = row.setting
         body.append([row.model_label, row.setting_label,
-                     *(_our_cell(row, family, column) for family, column in COLUMNS.items()), _our_avg(row)])
+                     *(_our_cell(row, family, column) for family, column in COLUMNS.items()), avg_cell(row.cells)])
     return Table(
         slug="lra_table1",
         title="LRA Table 1: published vs ours (test accuracy %)",
@@ -318,16 +341,18 @@ def _table1_notes(rows: list[OurRow]) -> list[str]:
         "FAILed it (chance level) and we have no Path-X task.",
         *(f"{PRINTED_AVG} {name}: {text}." for name, text in LRA_TABLE1["notes"].items()),
         "Ours: one row per model (softmax reproduces LRA's vanilla Transformer, bigbird BigBird, local Local "
-        "Attention; any other model is a row of our own) and setting. Each cell is the completed run of that "
-        "column with the best validation accuracy (its test accuracy is shown); runs on official data come "
-        "before runs on substitute data; failed and unfinished runs never fill a cell."
-        + (" Every completed run is listed in 'LRA Table 1: our runs'." if any(row.cells for row in rows) else ""),
+        "Attention; any other model is a row of our own) and setting. Each cell is the test accuracy of the "
+        "completed runs of that column that differ only in their seed (and `trainer.test_topology_shift`, which "
+        "changes no test accuracy); where runs of several configurations compete, the one on official data with "
+        "the best mean validation accuracy; failed, diverged and unfinished runs never fill a cell."
+        + (" Every completed run is listed in 'LRA Table 1: our runs'." if any(row.candidates for row in rows) else ""),
+        seeds.NOTE,
         "Settings: `paper presets` = `experiment=lra_<task>` (LRA's released configs; GPU-sized), the rows to "
         "compare with the published ones where their data is the official one; `CPU presets` = "
         "`experiment=lra_<task>_cpu` (small models and data that train in minutes on a CPU): they check the "
         "pipeline and are NOT comparable with the published numbers; `task=...` rows = runs without either "
         "preset, one row per task config, also not comparable.",
-        "Avg of ours: the mean of the five cells, shown only when all five are filled.",
+        "Avg of ours: the mean of the five cell means, shown only when all five are filled.",
         "Official data: " + "; ".join(f"{column}: {text}" for column, text in OFFICIAL_DATA.items()) + ".",
     ]
     notes += _data_notes(rows)
@@ -344,15 +369,15 @@ def _data_notes(rows: list[OurRow]) -> list[str]:
     substitutes = []
     for row in rows:
         cells = []
-        for column, rec in row.cells.items():
-            info = data_info(rec)
+        for column, group in row.cells.items():
+            info = data_info(group.first)
             labels = per_column.setdefault(column, [])
             if info.label not in labels:
                 labels.append(info.label)
             if info.is_substitute:
                 cells.append(f"{column} = {info.name or '?'} for {info.substitute_for or '?'}")
         if cells:
-            avg = "; its Avg includes them" if _our_avg(row) else ""
+            avg = "; its Avg includes them" if avg_value(row.cells) is not None else ""
             substitutes.append(f"{row.model_label}, {row.setting_label}: {', '.join(cells)}{avg}")
     notes = []
     if per_column:
@@ -385,37 +410,37 @@ def _scale(rec: RunRecord) -> str:
     return ", ".join(parts)
 
 
-def runs_table(records: list[RunRecord], rows: list[OurRow]) -> Table | None:
-    """Every completed LRA run, by column and row; None when there is none."""
-    shown = {id(rec) for row in rows for rec in row.cells.values()}
-    runs = lra_runs(records)
-    if not runs:
+def runs_table(rows: list[OurRow]) -> Table | None:
+    """Every completed LRA run, a row per group of seeds, by column and row; None when there is none."""
+    columns = list(COLUMNS.values())
+    listed = []   # (column, row, group, shown) in Table 1's order: by column, then row, the group shown first
+    for rank, row in enumerate(rows):
+        shown = row.cells
+        for column, groups in row.candidates.items():
+            listed += [(columns.index(column), rank, group is not shown[column], group.first.display, row, group)
+                       for group in groups]
+    if not listed:
         return None
-    # Runs in Table 1's order: by column, then by the row they belong to, the run shown first.
-    rank = {(row.model, row.setting, row.experiment, row.task): i for i, row in enumerate(rows)}
-    columns = list(COLUMNS)
-
-    def key(rec: RunRecord) -> tuple:
-        return (columns.index(rec.task_family), rank[_row_key(rec)], id(rec) not in shown, rec.display)
-
     body = []
     descriptions: dict[str, str] = {}
-    for rec in sorted(runs, key=key):
-        info = data_info(rec)
+    for index, _, hidden, _, row, group in sorted(listed, key=lambda item: item[:4]):
+        info = data_info(group.first)
         if info.name and info.description:
             descriptions.setdefault(info.name, info.description)
-        group = OurRow(*_row_key(rec))
         body.append([
-            COLUMNS[rec.task_family], group.model_label, group.setting_label, info.label,
-            pct(rec.primary_value), pct(rec.validation_value), pct(rec.metric(MAJORITY_METRIC)),
-            _scale(rec), "yes" if id(rec) in shown else "", rec.display, " ".join(rec.overrides),
+            columns[index], row.model_label, row.setting_label, info.label,
+            group.text(METRIC, pct), group.text(lambda rec: rec.validation_value, pct),
+            distinct(pct(rec.metric(MAJORITY_METRIC)) for rec in group.runs),
+            distinct(_scale(rec) for rec in group.runs), "" if hidden else "yes", group.display,
+            " ".join(group.overrides),
         ])
     notes = [
-        "Every completed LRA run; `in Table 1` marks the run shown in its cell (of its row and column: official "
-        "data first, then the best validation accuracy). Scale: layers, d_model, heads, task max length, "
-        "steps trained.",
+        "Every completed LRA run, a row per configuration (its runs differ only in their seed); `in Table 1` marks "
+        "the one shown in its cell (of its row and column: official data first, then the best mean validation "
+        "accuracy). Scale: layers, d_model, heads, task max length, steps trained.",
         "majority floor = test accuracy of always predicting the most frequent training label: a run near it has "
         "learned nothing.",
+        seeds.NOTE,
     ]
     if descriptions:
         notes.append("Data: " + "; ".join(f"{name}: {text}" for name, text in descriptions.items()) + ".")
