@@ -227,7 +227,7 @@ def test_robustness_table(tmp_path: Path) -> None:
         ["w/o SAR (HST)", "published: Liu et al. 2022", "n/p", "n/p", "75.25", "n/p"]]
     assert row(table, ERNIE, OURS_CPU) == {
         "model": ERNIE, "source": OURS_CPU, "shift": "1", "test acc": "71.00 ± 1.41 (n=2)",
-        "shifted test acc": "68.50 ± 0.71 (n=2)", "change (points)": "-2.50 ± 0.71"}
+        "shifted test acc": "68.50 ± 0.71 (n=2)", "change (points)": "-2.50 ± 0.71 (n=2)"}
     assert row(table, HST, OURS_CPU)["shifted test acc"] == \
         "run: sparse-run experiment=lra_pathfinder_cpu model=hst trainer.test_topology_shift=1"
     assert row(table, ERNIE, OURS_PAPER)["shifted test acc"] == \

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from sparse_runner.reporting import collect_runs, main, seeds
-from sparse_runner.reporting.papers import lra
+from sparse_runner.reporting.papers import ernie_sparse, lra
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import STATUS_ORDER
 from sparse_runner.reporting.runs_table import runs_tables
 from sparse_runner.reporting.values import pct
 from test_report import write_run
+from test_report_ernie_sparse import write_run as write_ernie_run
 from test_report_lra import FAMILIES, write_lra_run
 
 ACCURACIES = (0.40, 0.42, 0.47)   # three seeds; mean 43.00, sample std 3.61 (population std would be 2.94)
@@ -135,3 +136,36 @@ def test_lra_avg_is_the_mean_of_the_cell_means(tmp_path: Path) -> None:
     ours = next(dict(zip(t.headers, r)) for t in [lra.tables(collect_runs([tmp_path]))[0]] for r in t.rows
                 if r[1] == "ours: paper presets")
     assert ours["Avg"] == "43.00"
+
+
+# ---------------------------------------------------------------------------------- ERNIE-Sparse
+def test_ernie_sparse_tables_average_the_seeds(tmp_path: Path) -> None:
+    for seed, acc in enumerate(ACCURACIES):
+        write_ernie_run(tmp_path, f"e{seed}", "pathfinder", seed=seed, acc=acc, shifted=acc - 0.1 * (seed + 1),
+                        shift=1)
+    for seed, status in ((3, "failed"), (4, "diverged")):
+        write_ernie_run(tmp_path, f"e_{status}", "pathfinder", seed=seed, acc=0.99, shifted=0.99, shift=1,
+                        status=status)
+    write_ernie_run(tmp_path, "h", "pathfinder", model="hst", acc=0.35)
+    tables = {t.slug: t for t in ernie_sparse.tables(collect_runs([tmp_path]))}
+    cpu = lra.SETTINGS["cpu"]["label"]
+
+    def ours(table: Table, label: str) -> dict[str, str]:
+        return next(d for d in as_dicts(table) if d[table.headers[0]].startswith(label) and cpu in d.values())
+
+    assert ours(tables["ernie_sparse_lra"], "ERNIE-Sparse")["Pathfinder"] == MEAN_STD
+    assert ours(tables["ernie_sparse_lra"], "w/o SAR")["Pathfinder"] == "35.00"
+    robustness = ours(tables["ernie_sparse_robustness"], "ERNIE-Sparse")
+    assert robustness["test acc"] == MEAN_STD and robustness["shifted test acc"] == "23.00 ± 6.56 (n=3)"
+    assert robustness["change (points)"] == "-20.00 ± 10.00 (n=3)"
+    assert all(seeds.NOTE in table.notes for table in tables.values() if table.slug != "ernie_sparse_ablation")
+
+
+def test_ernie_sparse_ablation_shows_both_cells(tmp_path: Path) -> None:
+    for seed, acc in enumerate(ACCURACIES):
+        write_ernie_run(tmp_path, f"e{seed}", seed=seed, acc=acc)
+    write_ernie_run(tmp_path, "e_diverged", seed=3, acc=0.99, status="diverged")
+    write_ernie_run(tmp_path, "h", model="hst", acc=0.35)
+    ablation = ernie_sparse.tables(collect_runs([tmp_path]))[1]
+    [row] = [r for r in ablation.rows if r[0].startswith("ERNIE-Sparse minus w/o SAR (")]
+    assert row[2] == f"+8.00 ({MEAN_STD} vs 35.00)"

@@ -8,30 +8,41 @@ task), so that a report without one stays short:
 
 - `ernie_sparse_lra`: ListOps .. Pathfinder and Avg. Published: ERNIE-Sparse (Avg only) and the LRA Table 1
   rows of its baselines (taken from `lra.LRA_TABLE1`). Ours: one row per variant = (model, SAR on, trainer
-  regulariser) and setting (LRA Table 1's paper / CPU presets, or a task config); a cell is the mean ± std
-  over runs that differ only in their seed. The core rows are there even without runs, their empty cells
-  showing the command that fills them.
+  regulariser) and setting (LRA Table 1's paper / CPU presets, or a task config); a cell is the mean ± std (n)
+  over runs that differ only in their seed (seeds.py, as LRA Table 1's). The core rows are there even without
+  runs, their empty cells showing the command that fills them.
 - `ernie_sparse_ablation`: ERNIE-Sparse (HST + SAR) minus "w/o HST" (BigBird + SAR) and minus "w/o SAR"
   (HST) on ListOps and Avg, ours beside the published differences.
 - `ernie_sparse_robustness`: Pathfinder test accuracy with every block boundary shifted
   (`trainer.test_topology_shift`, metric `test_shifted/accuracy`), with and without SAR.
 
-The LRA machinery (columns, settings, data, commands) is `lra`'s; this module only groups differently.
+The LRA machinery (columns, settings, data, commands, cells) is `lra`'s; this module only groups differently.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparse_runner.reporting import seeds
 from sparse_runner.reporting.papers import lra
-from sparse_runner.reporting.papers.lra import COLUMNS, LRA_TABLE1, METRIC, OTHER, SETTINGS, SUBSTITUTE, data_info
+from sparse_runner.reporting.papers.lra import (
+    COLUMNS,
+    LRA_TABLE1,
+    METRIC,
+    OTHER,
+    SETTINGS,
+    SUBSTITUTE,
+    avg_cell,
+    avg_value,
+    best_groups,
+    cell_groups,
+    group_cell,
+)
 from sparse_runner.reporting.render import Table
-from sparse_runner.reporting.runs import RunRecord, completed, pick_best
-from sparse_runner.reporting.runs_table import is_noise
-from sparse_runner.reporting.values import as_float, as_str, fmt_value, pct
+from sparse_runner.reporting.runs import RunRecord, completed
+from sparse_runner.reporting.seeds import SeedGroup, summary
+from sparse_runner.reporting.values import as_float, as_str, pct
 
 CITATION = "Liu et al., arXiv 2203.12276, 2022"
 PUBLISHED = "published: Liu et al. 2022"
@@ -60,8 +71,6 @@ NO_REGULARISER = "none"
 
 SHIFTED_METRIC = "test_shifted/accuracy"   # the trainer's test_shifted/* twin of METRIC
 ROBUSTNESS_SHIFT = 1                        # the shift the robustness commands ask for (SAR's default)
-# Keys that may differ between runs of one cell: the seed, and whether the shifted test was also measured.
-SEED_KEYS = {"seed", "trainer.test_topology_shift"}
 SEEDS = "0,1,2"
 
 
@@ -128,70 +137,8 @@ def study_started(records: list[RunRecord]) -> bool:
     return False
 
 
-# ------------------------------------------------------------------------------------------ cells
-@dataclass
-class Cell:
-    """Runs that differ only in their seed (one per seed), summarised as mean ± sample std."""
-
-    runs: list[RunRecord]
-    metric: str = METRIC
-
-    def values(self, metric: str | None = None) -> list[float]:
-        values = [rec.metric(metric or self.metric) for rec in self.runs]
-        return [value for value in values if value is not None]
-
-    @property
-    def mean(self) -> float | None:
-        values = self.values()
-        return statistics.fmean(values) if values else None
-
-    @property
-    def substitute(self) -> bool:
-        return any(data_info(rec).is_substitute for rec in self.runs)
-
-    def text(self, metric: str | None = None) -> str:
-        return summary(self.values(metric)) + (f" {SUBSTITUTE}" if self.substitute else "")
-
-    def validation(self) -> float:
-        values = [rec.validation_value for rec in self.runs if rec.validation_value is not None]
-        return statistics.fmean(values) if values else -math.inf
-
-
-def summary(values: list[float]) -> str:
-    """`36.50` for one value, `36.50 ± 0.42 (n=3)` for several (accuracies in [0, 1] shown as %)."""
-    if not values:
-        return ""
-    if len(values) == 1:
-        return pct(values[0])
-    return f"{pct(statistics.fmean(values))} ± {pct(statistics.stdev(values))} (n={len(values)})"
-
-
 def signed(points: float) -> str:
     return f"{points:+.2f}"
-
-
-def _signature(rec: RunRecord) -> tuple:
-    """What runs of one cell must share: every result-changing config value but the seed, and the data."""
-    config = sorted((key, fmt_value(value)) for key, value in rec.config.items()
-                    if key not in SEED_KEYS and not is_noise(key))
-    info = data_info(rec)
-    return (tuple(config), rec.experiment, info.source, info.name)
-
-
-def seed_groups(runs: list[RunRecord], metric: str = METRIC) -> list[Cell]:
-    """`runs` split into groups that differ only in their seed; a seed run twice counts once (its best run
-    on validation, as `runs.pick_best` chooses)."""
-    groups: dict[tuple, dict[str, list[RunRecord]]] = {}
-    for rec in sorted(runs, key=lambda r: r.display):
-        groups.setdefault(_signature(rec), {}).setdefault(fmt_value(rec.config.get("seed")), []).append(rec)
-    return [Cell([pick_best(same) for same in by_seed.values()], metric) for by_seed in groups.values()]
-
-
-def best_group(groups: list[Cell]) -> Cell:
-    """The group a cell shows: official data before substitutes (lra's rule), then the best mean validation
-    accuracy, then the most seeds."""
-    official = [cell for cell in groups if not cell.substitute] or groups
-    return max(official, key=lambda cell: (cell.validation(), len(cell.runs)))
 
 
 # --------------------------------------------------------------------------------------- our rows
@@ -204,8 +151,11 @@ class VariantRow:
     experiment: str | None = None
     task: str | None = None
     shift: int | None = None                                   # robustness rows only
-    cells: dict[str, Cell] = field(default_factory=dict)       # column -> the group shown
-    configurations: dict[str, int] = field(default_factory=dict)  # column -> groups it was chosen from
+    candidates: dict[str, list[SeedGroup]] = field(default_factory=dict)   # column -> its configurations
+
+    @property
+    def cells(self) -> dict[str, SeedGroup]:
+        return best_groups(self.candidates)
 
     @property
     def where(self) -> tuple:
@@ -231,24 +181,15 @@ class VariantRow:
             return None
         return " ".join([lra.row_command(self.setting, self.variant.model), *overrides, f"seed={SEEDS}"])
 
-    def avg_value(self) -> float | None:
-        """The mean of the five cell means, when all five are there (the published Avg has five terms)."""
-        if len(self.cells) < len(COLUMNS):
-            return None
-        means = [cell.mean for cell in self.cells.values()]
-        return None if None in means else statistics.fmean(means)
-
 
 def _where(rec: RunRecord) -> tuple:
     setting = lra.setting_of(rec)
     return (setting, *((rec.experiment, rec.task) if setting == OTHER else (None, None)))
 
 
-def _fill(row: VariantRow, column: str, runs: list[RunRecord], metric: str = METRIC) -> None:
-    groups = seed_groups(runs, metric)
-    if groups:
-        row.cells[column] = best_group(groups)
-        row.configurations[column] = len(groups)
+def _fill(row: VariantRow, column: str, runs: list[RunRecord]) -> None:
+    if groups := cell_groups(runs):
+        row.candidates[column] = groups
 
 
 def our_rows(records: list[RunRecord]) -> list[VariantRow]:
@@ -284,18 +225,11 @@ def sections(records: list[RunRecord], out_dir: Path) -> tuple[list[str], list[P
 
 
 def _our_cell(row: VariantRow, family: str, column: str) -> str:
-    cell = row.cells.get(column)
-    if cell is not None:
-        return cell.text()
+    group = row.cells.get(column)
+    if group is not None:
+        return group_cell(group)
     command = row.command(family)
     return f"run: {command}" if command else ""
-
-
-def _our_avg(row: VariantRow) -> str:
-    value = row.avg_value()
-    if value is None:
-        return ""
-    return pct(value) + (f" {SUBSTITUTE}" if any(cell.substitute for cell in row.cells.values()) else "")
 
 
 def lra_table(rows: list[VariantRow]) -> Table:
@@ -309,7 +243,7 @@ def lra_table(rows: list[VariantRow]) -> Table:
             rules.add(len(body))
             previous = row.where
         body.append([row.variant.label, row.setting_label,
-                     *(_our_cell(row, family, column) for family, column in COLUMNS.items()), _our_avg(row)])
+                     *(_our_cell(row, family, column) for family, column in COLUMNS.items()), avg_cell(row.cells)])
     return Table(
         slug="ernie_sparse_lra",
         title="ERNIE-Sparse (Liu et al. 2022) on LRA: published vs ours (test accuracy %)",
@@ -341,15 +275,16 @@ def _lra_notes(rows: list[VariantRow]) -> list[str]:
         "SAR on BigBird's topology (`model=bigbird_sar`); R-Drop rows (`trainer.regulariser=rdrop`) appear once "
         "such runs exist. Settings as in LRA Table 1: paper presets (`experiment=lra_<task>`) compare with the "
         "published rows; CPU presets (`experiment=lra_<task>_cpu`) and task=... rows are NOT comparable.",
-        "A cell of ours: mean ± sample std of the test accuracy over completed runs that differ only in their "
-        "seed (n = how many; one run: its value alone; a seed run twice counts once, its best on validation). "
-        "Runs that differ in anything else are other configurations: the cell shows the one on official data "
-        "with the best mean validation accuracy. Failed and unfinished runs never fill a cell.",
+        "A cell of ours: the test accuracy of the completed runs that differ only in their seed (and "
+        "`trainer.test_topology_shift`, which changes no test accuracy). Runs that differ in anything else are "
+        "other configurations: the cell shows the one on official data with the best mean validation accuracy. "
+        "Failed, diverged and unfinished runs never fill a cell.",
+        seeds.NOTE,
         f"Avg of ours: the mean of the five cell means, only when all five are filled. {SUBSTITUTE}: measured on "
         "substitute data (see LRA Table 1's notes for which data), not comparable with the published task.",
     ]
-    several = [f"{column} of {row.variant.label}, {row.setting_label}: {count}"
-               for row in rows for column, count in row.configurations.items() if count > 1]
+    several = [f"{column} of {row.variant.label}, {row.setting_label}: {len(groups)}"
+               for row in rows for column, groups in row.candidates.items() if len(groups) > 1]
     if several:
         notes.append("Cells chosen among several configurations (every run is in 'LRA Table 1: our runs'): "
                      + "; ".join(several) + ".")
@@ -362,17 +297,21 @@ def _lra_notes(rows: list[VariantRow]) -> list[str]:
 
 # --------------------------------------------------------------------------------------- ablation
 def _difference(full: VariantRow | None, ablated: VariantRow | None, column: str) -> str:
-    """`+1.20 (37.00 vs 35.80)`: ERNIE-Sparse minus the ablated model, in points; "" without both."""
+    """`+1.20 (37.00 ± 1.00 (n=3) vs 35.80)`: ERNIE-Sparse minus the ablated model in points, the two cells in
+    brackets; "" without both. Avg: the two averages, which have no std."""
     if full is None or ablated is None:
         return ""
     if column == "Avg":
-        ours, theirs = full.avg_value(), ablated.avg_value()
+        ours, theirs = avg_value(full.cells), avg_value(ablated.cells)
+        sides = f"{pct(ours)} vs {pct(theirs)}"
+    elif column in full.cells and column in ablated.cells:
+        ours, theirs = full.cells[column].mean(METRIC), ablated.cells[column].mean(METRIC)
+        sides = f"{group_cell(full.cells[column])} vs {group_cell(ablated.cells[column])}"
     else:
-        ours = full.cells[column].mean if column in full.cells else None
-        theirs = ablated.cells[column].mean if column in ablated.cells else None
+        return ""
     if ours is None or theirs is None:
         return ""
-    return f"{signed(100 * (ours - theirs))} ({pct(ours)} vs {pct(theirs)})"
+    return f"{signed(100 * (ours - theirs))} ({sides})"
 
 
 ABLATION_COLUMNS = ("ListOps", "Avg")
@@ -406,8 +345,8 @@ def ablation_table(rows: list[VariantRow]) -> Table:
         notes=[
             "Published (the review of the paper, PAPERS.md C.3): removing HST costs 1.00 point of LRA average and "
             f"1.78 on ListOps; the w/o SAR numbers are not known ({NOT_PUBLISHED}).",
-            "Ours: the difference of two cells of the table above (means over seeds), with the two means in "
-            "brackets; a row appears for a setting once one of its differences has both cells (Avg: both rows "
+            "Ours: the difference of two cells of the table above (their means over seeds), with the two cells "
+            "in brackets; a row appears for a setting once one of its differences has both cells (Avg: both rows "
             "complete). Fill the missing cells with the commands of the table above.",
         ],
     )
@@ -433,20 +372,16 @@ def robustness_rows(records: list[RunRecord]) -> list[VariantRow]:
     rows = []
     for (variant, setting, experiment, task, shift), runs in groups.items():
         row = VariantRow(variant, setting, experiment, task, shift=shift)
-        _fill(row, "Pathfinder", runs, SHIFTED_METRIC)
+        _fill(row, "Pathfinder", runs)
         rows.append(row)
     return sorted(rows, key=VariantRow.sort_key)
 
 
-def _change(cell: Cell) -> str:
-    """Shifted minus plain test accuracy of the same runs, in points (mean ± std when several)."""
-    changes = [100 * (s - t) for rec in cell.runs
+def _change(group: SeedGroup) -> str:
+    """Shifted minus plain test accuracy of the same runs, in points."""
+    changes = [100 * (s - t) for rec in group.runs
                if (s := rec.metric(SHIFTED_METRIC)) is not None and (t := rec.metric(METRIC)) is not None]
-    if not changes:
-        return ""
-    if len(changes) == 1:
-        return signed(changes[0])
-    return f"{signed(statistics.fmean(changes))} ± {statistics.stdev(changes):.2f}"
+    return summary(changes, signed, lambda std: f"{std:.2f}")
 
 
 def robustness_table(records: list[RunRecord]) -> Table:
@@ -464,7 +399,8 @@ def robustness_table(records: list[RunRecord]) -> Table:
             command = row.command("pathfinder", f"trainer.test_topology_shift={row.shift}")
             body.append([row.variant.label, row.setting_label, shift, "", f"run: {command}" if command else "", ""])
         else:
-            body.append([row.variant.label, row.setting_label, shift, cell.text(METRIC), cell.text(), _change(cell)])
+            body.append([row.variant.label, row.setting_label, shift, group_cell(cell), group_cell(cell, SHIFTED_METRIC),
+                         _change(cell)])
     return Table(
         slug="ernie_sparse_robustness",
         title="ERNIE-Sparse robustness: Pathfinder test accuracy % under a shifted attention topology",
@@ -477,7 +413,8 @@ def robustness_table(records: list[RunRecord]) -> Table:
             f"and the accuracies before it, are not known ({NOT_PUBLISHED}; PAPERS.md C.2).",
             "Ours: the test set measured again with every block boundary moved right by `shift` tokens "
             f"(`trainer.test_topology_shift`, metric `{SHIFTED_METRIC}`) on the same runs; change = shifted minus "
-            "plain test accuracy. Cells: mean ± sample std over runs that differ only in their seed, as in the "
-            "LRA table. " + _assumptions(),
+            "plain test accuracy. Cells: over runs that differ only in their seed, as in the LRA table. "
+            + _assumptions(),
+            seeds.NOTE,
         ],
     )
