@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sparse_runner.reporting import collect_runs, main, seeds
-from sparse_runner.reporting.papers import ernie_sparse, lra
+from sparse_runner.reporting.papers import correia2019, ernie_sparse, lra
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import STATUS_ORDER
 from sparse_runner.reporting.runs_table import runs_tables
@@ -18,6 +18,7 @@ from sparse_runner.reporting.values import pct
 from test_report import write_run
 from test_report_ernie_sparse import write_run as write_ernie_run
 from test_report_lra import FAMILIES, write_lra_run
+from test_report_translation import CPU_SIZE, write_run as write_translation_run
 
 ACCURACIES = (0.40, 0.42, 0.47)   # three seeds; mean 43.00, sample std 3.61 (population std would be 2.94)
 MEAN_STD = "43.00 ± 3.61 (n=3)"
@@ -169,3 +170,23 @@ def test_ernie_sparse_ablation_shows_both_cells(tmp_path: Path) -> None:
     ablation = ernie_sparse.tables(collect_runs([tmp_path]))[1]
     [row] = [r for r in ablation.rows if r[0].startswith("ERNIE-Sparse minus w/o SAR (")]
     assert row[2] == f"+8.00 ({MEAN_STD} vs 35.00)"
+
+
+# ------------------------------------------------------------------------------ Correia et al. 2019
+def test_correia2019_tables_average_the_seeds(tmp_path: Path) -> None:
+    for seed, acc in enumerate(ACCURACIES):
+        write_translation_run(tmp_path, f"s{seed}", model="softmax", size=CPU_SIZE, seed=seed, test_bleu=100 * acc,
+                              val_bleu=100 * acc, tokens_per_second=1000.0 + 100 * seed, analysis=False)
+    for seed, status in ((3, "failed"), (4, "diverged")):
+        write_translation_run(tmp_path, status, model="softmax", size=CPU_SIZE, seed=seed, status=status,
+                              test_bleu=99.0, val_bleu=99.0, analysis=False)
+    write_translation_run(tmp_path, "e", model="entmax", size=CPU_SIZE, test_bleu=40.0, tokens_per_second=880.0,
+                          analysis=False)
+    table1, runs = correia2019.tables(collect_runs([tmp_path]))
+    bible = {r[0]: r[-1] for r in table1.rows}
+    assert bible["softmax"] == MEAN_STD and bible["α-entmax"] == "40.00"
+    softmax, entmax = as_dicts(runs)
+    assert softmax["BLEU (tok.)"] == MEAN_STD and softmax["tokens/s"] == "1100 ± 100 (n=3)"
+    assert softmax["run"] == "s0; s1; s2" and softmax["speed vs softmax (%)"] == "100"
+    assert entmax["BLEU (tok.)"] == "40.00" and entmax["speed vs softmax (%)"] == "80"   # 880 / mean 1100
+    assert seeds.NOTE in table1.notes and seeds.NOTE in runs.notes

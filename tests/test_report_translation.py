@@ -165,8 +165,10 @@ def build_runs(root: Path) -> None:
     write_run(root, "e", model="entmax15", test_bleu=29.25, val_bleu=30.1, tokens_per_second=18000.0,
               analysis=False, **paper)
     write_run(root, "f", model="entmax", test_bleu=29.5, val_bleu=30.2, tokens_per_second=15000.0, **paper)
-    # Better test BLEU but worse validation BLEU than "d": not chosen; listed as another run.
-    write_run(root, "g", model="softmax", test_bleu=31.0, val_bleu=29.0, tokens_per_second=20000.0, seed=1, **paper)
+    # Another configuration (smaller batches), better test BLEU but worse validation BLEU than "d": not
+    # chosen; listed as another run.
+    write_run(root, "g", model="softmax", test_bleu=31.0, val_bleu=29.0, tokens_per_second=20000.0,
+              **{**paper, "size": {**PAPER_SIZE, "batch_tokens": 4096}})
     # Failed and unfinished runs never fill a cell, whatever they score.
     write_run(root, "h", model="entmax", status="failed", test_bleu=99.0, val_bleu=99.0, **paper)
     write_run(root, "i", model="softmax", status="running", test_bleu=98.0, val_bleu=98.0, **paper)

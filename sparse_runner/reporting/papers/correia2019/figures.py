@@ -1,5 +1,6 @@
 """Correia et al. (2019) Section 5 analysis figures comparing our models per task+experiment (PNG in
-`figures/`, linked from the markdown), drawn from the runs Table 1 shows."""
+`figures/`, linked from the markdown), drawn from the runs Table 1 shows: one per model, the best of its
+seeds on validation (statistics of several seeds' attention do not add up to one figure)."""
 
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ def analysis_figures(picks: Picks, out_dir: Path) -> tuple[list[str], list[Path]
     """
     sections: list[str] = []
     written: list[Path] = []
-    for (task, experiment), runs in sorted(picks.items(), key=lambda item: tuple(map(str, item[0]))):
+    for (task, experiment), groups in sorted(picks.items(), key=lambda item: tuple(map(str, item[0]))):
+        runs = {model: group.best for model, group in groups.items()}
         analysed = {row_label(model): rec for model, rec in runs.items() if rec.analysis("attention")}
         if not analysed:
             continue

@@ -1,5 +1,5 @@
-"""Which of our runs stands for each model of a task+experiment: the one Table 1, the runs table behind it
-and the analysis figures all show."""
+"""Which of our runs stand for each model of a task+experiment: the group of seeds Table 1, the runs table
+behind it and the analysis figures all show."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from sparse_runner.reporting.papers.correia2019.published import (
     TRANSLATION_MODEL_ROWS,
     canonical_task,
 )
-from sparse_runner.reporting.runs import RunRecord, completed, pick_best
+from sparse_runner.reporting.runs import RunRecord, completed
+from sparse_runner.reporting.seeds import SeedGroup, best_group, seed_groups
 
-# (task, experiment) -> {model: our run of it}, models in Table 1 row order.
-Picks = dict[tuple[str | None, str | None], dict[str, RunRecord]]
+# (task, experiment) -> {model: our runs of it}, models in Table 1 row order.
+Picks = dict[tuple[str | None, str | None], dict[str, SeedGroup]]
 
 
 def model_rank(model: str) -> tuple[int, str]:
@@ -27,26 +28,28 @@ def row_label(model: str) -> str:
     return TRANSLATION_MODEL_ROWS.get(model, model)
 
 
-def paper_runs(records: list[RunRecord]) -> list[RunRecord]:
-    """Completed translation runs scored on Table 1's metric: failed, unfinished and unreadable runs never
-    stand for a model."""
-    return completed(records, FAMILY, METRIC)
+def paper_groups(records: list[RunRecord]) -> list[SeedGroup]:
+    """Completed translation runs scored on Table 1's metric, those that differ only in their seed together:
+    failed, diverged, unfinished and unreadable runs never stand for a model."""
+    return seed_groups(completed(records, FAMILY, METRIC))
 
 
 def translation_picks(records: list[RunRecord]) -> Picks:
-    """Our run of each model for every task+experiment, chosen on validation BLEU (runs.pick_best)."""
-    groups: dict[tuple[str | None, str | None], dict[str, list[RunRecord]]] = {}
-    for rec in paper_runs(records):
+    """Our runs of each model for every task+experiment: among several configurations, the best on
+    validation BLEU (seeds.best_group)."""
+    candidates: dict[tuple[str | None, str | None], dict[str, list[SeedGroup]]] = {}
+    for group in paper_groups(records):
+        rec = group.first
         if rec.model:
-            groups.setdefault((canonical_task(rec.task), rec.experiment), {}).setdefault(rec.model, []).append(rec)
+            candidates.setdefault((canonical_task(rec.task), rec.experiment), {}).setdefault(rec.model, []).append(group)
     return {
-        key: {model: pick_best(models[model]) for model in sorted(models, key=model_rank)}
-        for key, models in groups.items()
+        key: {model: best_group(models[model]) for model in sorted(models, key=model_rank)}
+        for key, models in candidates.items()
     }
 
 
-def column_runs(picks: Picks, column: str) -> dict[str, RunRecord]:
-    """The runs of a Table 1 column: those of its task with its experiment."""
+def column_runs(picks: Picks, column: str) -> dict[str, SeedGroup]:
+    """The runs of a Table 1 column: those of its task with its experiment, by model."""
     spec = TRANSLATION_COLUMNS[column]
     return picks.get((spec["tasks"][0], spec["experiment"]), {})
 

@@ -1,11 +1,13 @@
 """Correia et al. (2019) Table 1, published BLEU beside ours with the scale our runs trained at, and the
-table of our translation runs behind it (sacreBLEU, chrF, speed against softmax, scale)."""
+table of our translation runs behind it (sacreBLEU, chrF, speed against softmax, scale). A cell of ours is
+the mean ± std (n) over runs that differ only in their seed (seeds.py)."""
 
 from __future__ import annotations
 
 from typing import Any, Iterable
 
-from sparse_runner.reporting.papers.correia2019.picks import Picks, column_runs, paper_runs, row_label, table1_models
+from sparse_runner.reporting import seeds
+from sparse_runner.reporting.papers.correia2019.picks import Picks, column_runs, paper_groups, row_label, table1_models
 from sparse_runner.reporting.papers.correia2019.published import (
     CORREIA2019_MODEL_SIZE,
     CORREIA2019_SPEED,
@@ -17,7 +19,8 @@ from sparse_runner.reporting.papers.correia2019.published import (
 )
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord
-from sparse_runner.reporting.values import as_float, as_str, fmt_number, score
+from sparse_runner.reporting.seeds import SeedGroup, distinct
+from sparse_runner.reporting.values import as_float, as_str, fmt_number, number_format, score
 
 
 def _steps(value: Any) -> str:
@@ -48,11 +51,16 @@ def translation_scale(rec: RunRecord) -> str:
     return text + " (stopped early)" if rec.data.get("stopped_early") is True else text
 
 
-def _speed_vs_softmax(rec: RunRecord, picks: Picks) -> str:
-    """Training tokens/s in % of our softmax run of the same task and experiment (the paper's comparison)."""
-    softmax = picks.get((canonical_task(rec.task), rec.experiment), {}).get("softmax")
-    ours = as_float(rec.data.get("tokens_per_second"))
-    base = as_float(softmax.data.get("tokens_per_second")) if softmax else None
+def _tokens_per_second(rec: RunRecord) -> float | None:
+    return as_float(rec.data.get("tokens_per_second"))
+
+
+def _speed_vs_softmax(group: SeedGroup, picks: Picks) -> str:
+    """Mean training tokens/s in % of our softmax runs' of the same task and experiment (the paper's
+    comparison): a ratio of two means, without a std."""
+    softmax = picks.get((canonical_task(group.first.task), group.first.experiment), {}).get("softmax")
+    ours = group.mean(_tokens_per_second)
+    base = softmax.mean(_tokens_per_second) if softmax else None
     return f"{100.0 * ours / base:.0f}" if ours is not None and base else ""
 
 
@@ -67,6 +75,11 @@ def _task_info_values(runs: Iterable[RunRecord], key: str) -> list[str]:
     return values
 
 
+def _shown_runs(picks: Picks) -> list[RunRecord]:
+    """Every run behind a cell of Table 1."""
+    return [rec for column in TRANSLATION_COLUMNS for group in column_runs(picks, column).values() for rec in group.runs]
+
+
 def table1(picks: Picks) -> Table:
     """Per language pair the published BLEU and ours, rows = models; a cell we have no run for says which
     command fills it. The last row says at which scale our runs trained."""
@@ -74,8 +87,8 @@ def table1(picks: Picks) -> Table:
     published_rows = CORREIA2019_TABLE1["rows"]
     headers, scale_row = ["model"], ["scale"]
     for column in columns:
-        runs = column_runs(picks, column).values()
-        scales = "; ".join(dict.fromkeys(translation_scale(rec) for rec in runs))
+        groups = column_runs(picks, column).values()
+        scales = distinct((translation_scale(rec) for group in groups for rec in group.runs), sep="; ")
         if TRANSLATION_COLUMNS[column]["published"]:
             headers.append(f"{column} published")
             scale_row.append("")  # the paper's scale is in the caption
@@ -89,12 +102,12 @@ def table1(picks: Picks) -> Table:
         for column in columns:
             if TRANSLATION_COLUMNS[column]["published"]:
                 row.append(fmt_number(published_rows.get(label, {}).get(column), ".2f"))
-            run = column_runs(picks, column).get(model)
-            if run is None:
+            group = column_runs(picks, column).get(model)
+            if group is None:
                 row.append(f"run: {translation_fill_command(column, model)}")
                 missing.append(column)
             else:
-                row.append(score(run.primary_value))
+                row.append(group.text(METRIC, score))
         rows.append(row)
     return Table(
         slug="correia2019_table1",
@@ -106,15 +119,17 @@ def table1(picks: Picks) -> Table:
 
 def _table1_notes(picks: Picks, missing: list[str]) -> list[str]:
     """The caption of Table 1: sources, how our cells are chosen and scored, and how to fill the gaps."""
-    used = [rec for column in TRANSLATION_COLUMNS for rec in column_runs(picks, column).values()]
+    used = _shown_runs(picks)
     tokenization = _task_info_values(used, "bleu_tokenization")
     signatures = _task_info_values(used, "sacrebleu_signature")
     notes = [
         f"Published: {CORREIA2019_TABLE1['citation']}: test BLEU, tokenized (Moses-tokenised, "
         "multi-bleu.perl style); single runs. es→en Bible is our own CPU-size pair, not in the paper.",
-        "Ours: per cell, the completed run of the column's experiment (`experiment=correia2019_<pair>`; "
-        "es→en Bible: `experiment=mt_cpu`) and the row's model with the best validation BLEU; its test BLEU "
-        f"(metrics.json `{METRIC}`) is shown, rounded to 2 decimals.",
+        f"Ours: per cell, the test BLEU (metrics.json `{METRIC}`, rounded to 2 decimals) of the completed runs of "
+        "the column's experiment (`experiment=correia2019_<pair>`; es→en Bible: `experiment=mt_cpu`) and the row's "
+        "model that differ only in their seed; where runs of several configurations compete, the one with the best "
+        "mean validation BLEU.",
+        seeds.NOTE,
         "Tokenized BLEU of ours: " + (" | ".join(tokenization) if tokenization else "no run yet") + ".",
         "sacreBLEU signature of ours (detokenized BLEU, in the runs table below): "
         + (" | ".join(signatures) if signatures else "no run yet") + ".",
@@ -130,20 +145,22 @@ def _table1_notes(picks: Picks, missing: list[str]) -> list[str]:
 
 
 def runs_table(picks: Picks, records: list[RunRecord]) -> Table | None:
-    """Every completed translation run behind Table 1 with sacreBLEU, chrF, speed and scale; our other
-    completed translation runs below a rule. None when there are no completed translation runs."""
-    cells = [(column, rec) for column in TRANSLATION_COLUMNS for rec in column_runs(picks, column).values()]
-    used = {id(rec) for _, rec in cells}
-    extra = sorted((rec for rec in paper_runs(records) if id(rec) not in used), key=lambda rec: rec.display)
+    """Every completed translation run behind Table 1 with sacreBLEU, chrF, speed and scale, a row per group of
+    seeds; our other completed translation runs below a rule. None when there are no completed translation runs."""
+    cells = [(column, group) for column in TRANSLATION_COLUMNS for group in column_runs(picks, column).values()]
+    used = {id(group.first) for _, group in cells}
+    extra = [group for group in paper_groups(records) if id(group.first) not in used]
     if not cells and not extra:
         return None
-    rows = [_run_row(column, rec, picks) for column, rec in cells]
-    rows += [_run_row(f"not in Table 1: task={rec.task}, experiment={rec.experiment}", rec, picks) for rec in extra]
+    rows = [_run_row(column, group, picks) for column, group in cells]
+    rows += [_run_row(f"not in Table 1: task={group.first.task}, experiment={group.first.experiment}", group, picks)
+             for group in extra]
     notes = [
         "BLEU (tok.) is Table 1's metric; sacreBLEU is detokenized BLEU (signature in Table 1's caption); "
-        "chrF in sacreBLEU's default setting. Best val BLEU chose the run.",
-        "Speed: training tokens/s in % of our softmax run of the same task and experiment; published: "
+        "chrF in sacreBLEU's default setting. Best val BLEU chose among configurations.",
+        "Speed: mean training tokens/s in % of our softmax runs' of the same task and experiment; published: "
         "α-entmax 75 %, 1.5-entmax 90 % of softmax (Correia et al. 2019; PAPERS.md A.3).",
+        seeds.NOTE,
     ]
     if extra:
         notes.append("Rows below the rule are our other completed translation runs (another experiment, or "
@@ -157,16 +174,16 @@ def runs_table(picks: Picks, records: list[RunRecord]) -> Table | None:
     )
 
 
-def _run_row(column: str, rec: RunRecord, picks: Picks) -> list[str]:
-    label = row_label(rec.model or "?")
+def _run_row(column: str, group: SeedGroup, picks: Picks) -> list[str]:
+    label = row_label(group.first.model or "?")
     published_speed = CORREIA2019_SPEED.get(label)
     return [
         column, label,
-        # BLEU (tok.) is the run's primary metric (paper_runs), sacreBLEU and chrF are reported beside it
-        score(rec.primary_value), score(rec.metric("test/sacrebleu")), score(rec.metric("test/chrf")),
-        score(rec.validation_value),
-        fmt_number(rec.data.get("tokens_per_second"), ".0f"),
-        _speed_vs_softmax(rec, picks),
+        # BLEU (tok.) is the runs' primary metric (paper_groups), sacreBLEU and chrF are reported beside it
+        group.text(METRIC, score), group.text("test/sacrebleu", score), group.text("test/chrf", score),
+        group.text(lambda rec: rec.validation_value, score),
+        group.text(_tokens_per_second, number_format(".0f")),
+        _speed_vs_softmax(group, picks),
         "" if published_speed is None else f"{100.0 * published_speed:.0f}",
-        translation_scale(rec), rec.display,
+        distinct((translation_scale(rec) for rec in group.runs), sep="; "), group.display,
     ]
