@@ -9,10 +9,12 @@ from __future__ import annotations
 import logging
 import os
 import random
+import shutil
 
 import numpy as np
 import pytest
 
+from sparse_runner.checks import ConfigError, DataError
 from sparse_runner.tasks import listops_data as ld
 
 # Small settings: hundreds of examples in milliseconds.
@@ -175,16 +177,26 @@ def test_generator_is_deterministic_per_seed():
 
 def test_impossible_window_fails_instead_of_looping():
     # Only single digits have length 1: at most 10 distinct examples exist.
-    with pytest.raises(RuntimeError, match="rejected"):
+    # The settings are at fault, so it is a ConfigError (exit 2 on the command line), not a crash.
+    with pytest.raises(ConfigError, match="rejected") as excinfo:
         ld.generate_examples(11, min_length=0, max_length=2, max_depth=10, max_args=10, seed=0,
                              max_consecutive_rejects=10_000)
+    assert_one_line_error(excinfo, "after 10 of 11", "min_length=0", "max_length=2", "widen the length window")
 
 
-def test_generator_rejects_bad_parameters():
-    with pytest.raises(ValueError):
-        ld.generate_examples(1, min_length=10, max_length=10, max_depth=10, max_args=10, seed=0)
-    with pytest.raises(ValueError):
-        ld.generate_examples(1, min_length=1, max_length=10, max_depth=10, max_args=1, seed=0)
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        (dict(num_examples=1, min_length=10, max_length=10, max_depth=10, max_args=10), "min_length < max_length"),
+        (dict(num_examples=1, min_length=1, max_length=10, max_depth=10, max_args=1), "max_args must be >= 2"),
+        (dict(num_examples=1, min_length=1, max_length=10, max_depth=0, max_args=3), "max_depth must be >= 1"),
+        (dict(num_examples=-1, min_length=1, max_length=10, max_depth=3, max_args=3), "num_examples must be >= 0"),
+    ],
+)
+def test_generator_rejects_bad_parameters(kwargs, needle):
+    with pytest.raises(ConfigError) as excinfo:
+        ld.generate_examples(seed=0, **kwargs)
+    assert_one_line_error(excinfo, needle)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -215,32 +227,62 @@ def test_read_official_format_written_by_hand(tmp_path):
         assert stack_value(ld.tokenize(source)) == label
 
 
-@pytest.mark.parametrize(
-    "content, line",
-    [
-        ("", 1),
-        ("( ( ( [MAX 2 ) 9 ) ] )\t9\n", 1),  # no header
-        ("Source,Target\n", 1),
-        ("Source\tTarget\n( ( ( [MAX 2 ) 9 ) ] )\t9\n[MAX 1 ]\n", 3),  # one field
-        ("Source\tTarget\n[MAX 1 2 ]\t2\textra\n", 2),  # three fields
-        ("Source\tTarget\n[MAX 1 2 ]\t10\n", 2),
-        ("Source\tTarget\n[MAX 1 2 ]\tx\n", 2),
-        ("Source\tTarget\n[MAX 1 2 ]\t\n", 2),
-        ("Source\tTarget\n[MAX 1 2 ]\t2\n\n", 3),  # blank line
-    ],
-)
-def test_malformed_tsv_is_one_line_error_naming_file_and_line(tmp_path, content, line):
+# (content, line, what the message must say): each names the problem and what is expected.
+MALFORMED_TSV = [
+    ("", 1, ["the file is empty", "expected the header 'Source<TAB>Target'"]),
+    ("( ( ( [MAX 2 ) 9 ) ] )\t9\n", 1, ["expected the header 'Source<TAB>Target'", "got '( ( ( [MAX"]),  # no header
+    ("Source,Target\n[MAX 1 2 ]\t2\n", 1, ["expected the header", "got 'Source,Target'"]),
+    ("Source\tTarget\n( ( ( [MAX 2 ) 9 ) ] )\t9\n[MAX 1 ]\n", 3, ["1 tab-separated fields", "expected 'Source<TAB>Target' rows"]),
+    ("Source\tTarget\n[MAX 1 2 ]\t2\textra\n", 2, ["3 tab-separated fields", "expected 'Source<TAB>Target' rows"]),
+    ("Source\tTarget\n[MAX 1 2 ]\t10\n", 2, ["label 10 is out of range", "expected an integer 0-9"]),
+    ("Source\tTarget\n[MAX 1 2 ]\t-1\n", 2, ["label -1 is out of range", "expected an integer 0-9"]),
+    ("Source\tTarget\n[MAX 1 2 ]\tx\n", 2, ["label 'x' is not an integer", "expected an integer 0-9"]),
+    ("Source\tTarget\n[MAX 1 2 ]\t2.0\n", 2, ["label '2.0' is not an integer", "expected an integer 0-9"]),
+    ("Source\tTarget\n[MAX 1 2 ]\t\n", 2, ["label '' is not an integer", "expected an integer 0-9"]),
+    ("Source\tTarget\n \t2\n", 2, ["empty Source", "expected 'Source<TAB>Target' rows"]),
+    ("Source\tTarget\n[MAX 1 2 ]\t2\n\n", 3, ["an empty line", "expected 'Source<TAB>Target' rows"]),  # blank line
+]
+
+
+@pytest.mark.parametrize("content, line, needles", MALFORMED_TSV)
+def test_malformed_tsv_is_one_line_data_error_naming_file_and_line(tmp_path, content, line, needles):
     path = tmp_path / "bad.tsv"
     path.write_text(content)
-    with pytest.raises(ValueError) as excinfo:
+    with pytest.raises(DataError) as excinfo:
         ld.read_tsv(path)
-    assert_one_line_error(excinfo, f"{path}:{line}:")
+    assert_one_line_error(excinfo, f"{path}:{line}:", *needles)
 
 
-def test_missing_tsv_is_value_error(tmp_path):
-    with pytest.raises(ValueError) as excinfo:
+def test_header_only_tsv_is_refused(tmp_path):
+    # Read as zero examples, it trained on nothing and reported accuracy 0.0 over 0 examples.
+    for ending in ("\n", "\r\n", ""):
+        path = tmp_path / "header_only.tsv"
+        path.write_text("Source\tTarget" + ending, newline="")
+        with pytest.raises(DataError) as excinfo:
+            ld.read_tsv(path)
+        assert str(excinfo.value).startswith(f"{path}: no examples (only the header); expected ")
+        assert_one_line_error(excinfo)
+
+
+def test_non_utf8_tsv_names_the_line(tmp_path):
+    path = tmp_path / "latin1.tsv"
+    path.write_bytes(b"Source\tTarget\n( ( ( [MAX 2 ) 9 ) ] )\t9\n( ( ( [MAX 2 ) 9 ) ] )\xe9\t9\n")
+    with pytest.raises(DataError) as excinfo:
+        ld.read_tsv(path)
+    assert_one_line_error(excinfo, f"{path}:3:", "not UTF-8")
+
+
+def test_tolerated_variants_of_the_release_format(tmp_path):
+    # A byte-order mark before the header and a label written with a leading zero are still a 0-9 label.
+    path = tmp_path / "variants.tsv"
+    path.write_bytes("\ufeffSource\tTarget\r\n( ( ( [MAX 2 ) 9 ) ] )\t09\r\n".encode("utf-8"))
+    assert ld.read_tsv(path) == [("( ( ( [MAX 2 ) 9 ) ] )", 9)]
+
+
+def test_missing_tsv_is_data_error(tmp_path):
+    with pytest.raises(DataError) as excinfo:
         ld.read_tsv(tmp_path / "nope.tsv")
-    assert_one_line_error(excinfo, "nope.tsv")
+    assert_one_line_error(excinfo, "nope.tsv", "not found", "expected a file with the header")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -273,7 +315,7 @@ def test_tokenized_split_rejects_inconsistent_arrays(tmp_path):
     np.savez(path, tokens=np.zeros(3, np.uint8), offsets=np.array([0, 2, 5]), labels=np.array([1, 2]))
     with pytest.raises(ValueError, match="broken.npz"):
         ld.TokenizedSplit.load(path)
-    with pytest.raises(ValueError, match="row 1"):
+    with pytest.raises(DataError, match="row 1"):
         ld.TokenizedSplit.from_rows([("1", 1), ("[FIRST 1 2 ]", 1)])
 
 
@@ -313,16 +355,27 @@ def test_official_files_are_read_and_not_truncated(tmp_path):
 
 def test_missing_official_file_names_expected_files(tmp_path):
     write_official(tmp_path / "lra", {"train": OFFICIAL["train"], "test": OFFICIAL["test"]})
-    with pytest.raises(FileNotFoundError) as excinfo:
+    with pytest.raises(DataError) as excinfo:
         prepare(tmp_path, data_dir=tmp_path / "lra")
-    assert_one_line_error(excinfo, "basic_train.tsv", "basic_val.tsv", "basic_test.tsv")
+    assert_one_line_error(excinfo, f"missing {tmp_path / 'lra' / 'basic_val.tsv'};", "basic_train.tsv", "basic_test.tsv")
 
 
 def test_bad_token_in_official_file_names_file_and_line(tmp_path):
     write_official(tmp_path / "lra", dict(OFFICIAL, val=[("( ( ( [SM 5 ) 7 ) ] )", 2), ("[FIRST 1 2 ]", 1)]))
-    with pytest.raises(ValueError) as excinfo:
+    with pytest.raises(DataError) as excinfo:
         prepare(tmp_path, data_dir=tmp_path / "lra")
-    assert_one_line_error(excinfo, "basic_val.tsv:3:", "'[FIRST'")
+    assert_one_line_error(excinfo, f"{tmp_path / 'lra' / 'basic_val.tsv'}:3:", "'[FIRST'", "valid tokens are")
+    assert not (tmp_path / "cache" / "listops").exists() or not list((tmp_path / "cache" / "listops").iterdir())
+
+
+@pytest.mark.parametrize("split", ld.SPLITS)
+def test_official_file_with_only_a_header_is_refused(tmp_path, split):
+    write_official(tmp_path / "lra", dict(OFFICIAL, **{split: []}))
+    path = tmp_path / "lra" / f"basic_{split}.tsv"
+    with pytest.raises(DataError) as excinfo:
+        prepare(tmp_path, data_dir=tmp_path / "lra")
+    assert_one_line_error(excinfo)
+    assert str(excinfo.value).startswith(f"{path}: no examples (only the header); expected ")
 
 
 def test_official_cache_is_reused_and_a_changed_file_is_reread(tmp_path, monkeypatch):
@@ -388,6 +441,59 @@ def test_generated_cache_is_reused_without_generating(tmp_path, monkeypatch, cap
     # Other parameters are another cache entry (so they do call the generator).
     with pytest.raises(AssertionError, match="cache should have been used"):
         prepare(tmp_path, seed=8)
+
+
+@pytest.mark.parametrize("split", ld.SPLITS)
+def test_generated_split_without_examples_is_refused(tmp_path, split):
+    with pytest.raises(ConfigError) as excinfo:
+        prepare(tmp_path, **{f"num_{split}": 0})
+    assert_one_line_error(excinfo, f"num_{split} must be >= 1", "got 0")
+
+
+def test_impossible_generator_window_is_a_config_error(tmp_path):
+    # Only the ten digits are shorter than 2 tokens: 60 distinct examples cannot exist.
+    with pytest.raises(ConfigError) as excinfo:
+        prepare(tmp_path, min_length=0, max_length=2)
+    assert_one_line_error(excinfo, "rejected", "widen the length window")
+
+
+# ----------------------------------------------------------------------------------------------------
+# prepare_listops: a damaged cache
+# ----------------------------------------------------------------------------------------------------
+
+
+def _damage(directory, how):
+    target = directory / "tokens_val.npz"
+    if how == "missing":
+        target.unlink()
+    elif how == "garbage":
+        target.write_bytes(b"not an npz file")
+    elif how == "truncated":
+        target.write_bytes(target.read_bytes()[:100])
+    elif how == "empty_split":  # as a cache written before header-only files were refused
+        ld.TokenizedSplit(np.zeros(0, np.uint8), np.zeros(1, np.int64), np.zeros(0, np.int64)).save(target)
+
+
+@pytest.mark.parametrize("how, needle", [
+    ("missing", "is incomplete (missing tokens_val.npz)"),
+    ("garbage", "is unreadable"),
+    ("truncated", "is unreadable"),
+    ("empty_split", "holds no val examples"),
+])
+@pytest.mark.parametrize("source", ["generated", "official"])
+def test_damaged_cache_is_one_line_data_error_saying_what_to_delete(tmp_path, how, needle, source):
+    data_dir = None
+    if source == "official":
+        data_dir = tmp_path / "lra"
+        write_official(data_dir)
+    prepare(tmp_path, data_dir=data_dir)
+    (directory,) = (tmp_path / "cache" / "listops").glob(f"{source}-*")
+    _damage(directory, how)
+    with pytest.raises(DataError) as excinfo:
+        prepare(tmp_path, data_dir=data_dir)
+    assert_one_line_error(excinfo, f"ListOps cache {directory} ", needle, f"delete that directory (rm -r {directory})")
+    shutil.rmtree(directory)  # doing what the message says is enough
+    assert len(prepare(tmp_path, data_dir=data_dir)["val"]) == (1 if source == "official" else 10)
 
 
 def test_same_params_same_data_different_seed_different_data(tmp_path):

@@ -1,7 +1,9 @@
 """LRA ListOps: 10-way classification of nested MIN/MAX/MED/SM expressions (Tay et al. 2021).
 
 The data come from `listops_data` (the generator and the official release reader); batching, model,
-loss and scoring are the generic sequence classification's.
+loss and scoring are the generic sequence classification's. Unusable release files stop the run with a
+one-line `DataError` naming the file and line; generator settings that too few distinct trees satisfy,
+with a `ConfigError` naming `task.generator`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from sparse_runner.checks import existing_dir, fail, positive
+from sparse_runner.checks import ConfigError, DataError, existing_dir, fail, positive
 from sparse_runner.tasks import listops_data
 from sparse_runner.tasks.base import TaskConfig
 from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
@@ -55,25 +57,30 @@ class ListOpsTask(SequenceClassificationTask):
         for key in ("num_train", "num_val", "num_test", "max_length", "max_depth"):
             positive(f"task.generator.{key}", g[key])
         positive("task.generator.min_length", g.min_length, allow_zero=True)
-        if g.max_args < 3:
-            fail("task.generator.max_args", f"must be >= 3 (children are drawn from 2..max_args-1), got {g.max_args}")
+        if g.max_args < 2:
+            fail("task.generator.max_args", f"must be >= 2 (an operator has 2..max_args children), got {g.max_args}")
         if g.max_length - g.min_length < 2:
             fail("task.generator.max_length", f"must exceed min_length + 1 (lengths are strict bounds), got {g.min_length}..{g.max_length}")
 
     def load_data(self) -> ClassificationData:
         g = self.cfg.generator
-        splits = listops_data.prepare_listops(
-            data_dir=os.path.expanduser(self.cfg.data_dir) if self.cfg.data_dir else None,
-            cache_dir=os.path.expanduser(self.cache_dir),
-            num_train=g.num_train,
-            num_val=g.num_val,
-            num_test=g.num_test,
-            min_length=g.min_length,
-            max_length=g.max_length,
-            max_depth=g.max_depth,
-            max_args=g.max_args,
-            seed=g.seed,
-        )
+        try:
+            splits = listops_data.prepare_listops(
+                data_dir=os.path.expanduser(self.cfg.data_dir) if self.cfg.data_dir else None,
+                cache_dir=os.path.expanduser(self.cache_dir),
+                num_train=g.num_train,
+                num_val=g.num_val,
+                num_test=g.num_test,
+                min_length=g.min_length,
+                max_length=g.max_length,
+                max_depth=g.max_depth,
+                max_args=g.max_args,
+                seed=g.seed,
+            )
+        except DataError:
+            raise
+        except ConfigError as err:  # the generator's parameters: name the keys they came from
+            raise ConfigError(f"task.generator: {err}") from None
         if self.cfg.data_dir:
             info = {"name": "listops", "source": "release", "substitute_for": None, "description": f"LRA release files in {self.cfg.data_dir}"}
         else:

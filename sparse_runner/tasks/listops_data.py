@@ -21,6 +21,13 @@ A leaf is an ``int`` 0-9. An operator node is a tuple ``(op, children)`` with ``
 ``OPERATORS`` (without the ``[``) and ``children`` a tuple of at least two subtrees. This is more
 direct to evaluate than LRA's binary nesting, which only matters for the serialised text.
 
+Errors
+------
+Anything wrong with the input (a malformed or empty TSV file, an unknown token, an incomplete cache)
+raises ``sparse_runner.checks.DataError``, and an impossible generator setting a ``ConfigError``: one
+line naming the file (and line) or the parameter, the problem and what is expected, which the command
+line prints as a refusal (exit status 2) rather than a crash.
+
 Pure Python + numpy on purpose: data preparation must not depend on torch.
 """
 
@@ -33,12 +40,14 @@ import operator
 import os
 import random
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Union
 
 import numpy as np
 
+from sparse_runner.checks import ConfigError, DataError, one_line
 from sparse_runner.io import atomic_directory, atomic_open
 from sparse_runner.tasks.sequence_splits import PackedSplit
 
@@ -220,9 +229,9 @@ def tree_to_string(tree: Tree) -> str:
 
 def _check_tree_params(*, max_depth: int, max_args: int) -> None:
     if max_depth < 1:
-        raise ValueError(f"max_depth must be >= 1, got {max_depth}")
+        raise ConfigError(f"max_depth must be >= 1, got {max_depth}")
     if max_args < 2:
-        raise ValueError(f"max_args must be >= 2 (an operator has 2..max_args children), got {max_args}")
+        raise ConfigError(f"max_args must be >= 2 (an operator has 2..max_args children), got {max_args}")
 
 
 def generate_examples(
@@ -241,13 +250,14 @@ def generate_examples(
     not been seen before. Examples are returned in generation order, so the result is a deterministic
     function of the arguments (LRA instead split in set-iteration order, which is not reproducible).
 
-    Raises ``RuntimeError`` if ``max_consecutive_rejects`` trees in a row are rejected, which means the
-    length window is (nearly) impossible for these tree parameters or its distinct trees are exhausted.
+    Raises ``ConfigError`` for a parameter out of range, and if ``max_consecutive_rejects`` trees in a row
+    are rejected, which means the length window is (nearly) impossible for these tree parameters or its
+    distinct trees are exhausted.
     """
     if num_examples < 0:
-        raise ValueError(f"num_examples must be >= 0, got {num_examples}")
+        raise ConfigError(f"num_examples must be >= 0, got {num_examples}")
     if not 0 <= min_length < max_length:
-        raise ValueError(f"need 0 <= min_length < max_length, got min_length={min_length}, max_length={max_length}")
+        raise ConfigError(f"need 0 <= min_length < max_length, got min_length={min_length}, max_length={max_length}")
     _check_tree_params(max_depth=max_depth, max_args=max_args)
 
     rng = random.Random(seed)
@@ -272,10 +282,11 @@ def generate_examples(
                 examples.append((text, evaluate(tree)))
                 rejects = 0
         if rejects >= max_consecutive_rejects:
-            raise RuntimeError(
+            # The settings, not the code, are at fault: too few distinct trees fit the window.
+            raise ConfigError(
                 f"ListOps generator rejected {rejects} trees in a row after {len(examples)} of {num_examples} "
                 f"examples (min_length={min_length}, max_length={max_length}, max_depth={max_depth}, "
-                f"max_args={max_args}); widen the length window or ask for fewer examples"
+                f"max_args={max_args}): too few distinct trees fit; widen the length window or ask for fewer examples"
             )
     return examples
 
@@ -323,36 +334,66 @@ def write_tsv(path: str | os.PathLike, rows: Iterable[tuple[str, int]]) -> None:
             handle.write(f"{source}\t{int(label)}\n")
 
 
+_EXPECTED_ROW = "expected 'Source<TAB>Target' rows: a ListOps expression, a tab, a label 0-9"
+
+
 def _iter_tsv(path: str | os.PathLike) -> Iterator[tuple[int, str, int]]:
-    """Yield ``(line_number, source, label)`` of a release-format TSV file, validating as it goes."""
+    """Yield ``(line_number, source, label)`` of a release-format TSV file, validating as it goes.
+
+    Every problem raises ``DataError`` naming the file and, where there is one, the line."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path}: ListOps TSV file not found (expected a file with header 'Source<TAB>Target')")
-    # Text mode with universal newlines: the official files were written by csv.writer and end their
-    # lines with "\r\n".
-    with open(path, encoding="utf-8") as handle:
-        header = handle.readline().rstrip("\n")
-        if header != TSV_HEADER:
-            what = "the file is empty" if header == "" else f"got {header[:60]!r}"
-            raise ValueError(f"{path}:1: expected the header 'Source<TAB>Target', {what}")
-        for line_number, line in enumerate(handle, start=2):
-            fields = line.rstrip("\n").split("\t")
+        raise DataError(f"{path}: ListOps TSV file not found; expected a file with the header 'Source<TAB>Target'")
+    # Binary lines decoded one by one, so that a bad byte is reported with its line number. The official
+    # files were written by csv.writer and end their lines with "\r\n"; "\n" alone is accepted too.
+    line_number = 0
+    with open(path, "rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(f"{path}:{line_number}: not UTF-8 text ({err.reason} at byte {err.start}); {_EXPECTED_ROW}") from None
+            line = line.rstrip("\n").removesuffix("\r")
+            if line_number == 1:
+                header = line.removeprefix("\ufeff")  # a byte-order mark some editors write
+                if header != TSV_HEADER:
+                    raise DataError(f"{path}:1: expected the header 'Source<TAB>Target', got {header[:60]!r}")
+                continue
+            fields = line.split("\t")
             if len(fields) != 2:
-                raise ValueError(
-                    f"{path}:{line_number}: expected 2 tab-separated fields (Source, Target), got {len(fields)}"
-                )
+                what = "an empty line" if line.strip() == "" else f"{len(fields)} tab-separated fields"
+                raise DataError(f"{path}:{line_number}: {what}; {_EXPECTED_ROW}")
             source, label_text = fields
+            if source.strip() == "":
+                raise DataError(f"{path}:{line_number}: empty Source; {_EXPECTED_ROW}")
             label = _LABEL_TEXT.get(label_text)
             if label is None:
-                raise ValueError(f"{path}:{line_number}: expected an integer label 0-9 in Target, got {label_text[:20]!r}")
+                label = _parse_label(label_text, f"{path}:{line_number}")
             yield line_number, source, label
+    if line_number == 0:
+        raise DataError(f"{path}:1: the file is empty; expected the header 'Source<TAB>Target' and one row per example")
+    if line_number == 1:
+        # A split without examples would train on nothing or score 0 of 0 as accuracy 0.0.
+        raise DataError(f"{path}: no examples (only the header); {_EXPECTED_ROW}, one per line")
+
+
+def _parse_label(text: str, where: str) -> int:
+    """A label written other than as one digit ("05", " 5"), or the DataError saying why it is none."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise DataError(f"{where}: label {text[:20]!r} is not an integer; expected an integer 0-9 in Target") from None
+    if not 0 <= value < NUM_CLASSES:
+        raise DataError(f"{where}: label {value} is out of range; expected an integer 0-9 in Target")
+    return value
 
 
 def read_tsv(path: str | os.PathLike) -> list[tuple[str, int]]:
     """Read a release-format TSV file into ``(source, label)`` pairs.
 
-    A missing file, a missing or wrong header, a line without exactly 2 tab-separated fields, or a label
-    that is not an integer 0-9 raises ``ValueError`` naming the file and line.
+    A missing or empty file, a missing or wrong header, no example row, a line without exactly 2
+    tab-separated fields, an empty source, or a label that is not an integer 0-9 raises ``DataError``
+    (a ``ValueError``) naming the file and line.
     """
     return [(source, label) for _, source, label in _iter_tsv(path)]
 
@@ -387,7 +428,7 @@ class TokenizedSplit(PackedSplit):
 
     @classmethod
     def from_rows(cls, rows: Iterable[tuple[str, int]]) -> "TokenizedSplit":
-        """Tokenise ``(source, label)`` pairs."""
+        """Tokenise ``(source, label)`` pairs (``DataError`` naming the row for an unknown token)."""
         return cls._from_numbered(((i, source, label) for i, (source, label) in enumerate(rows)), where="row ")
 
     @classmethod
@@ -401,7 +442,7 @@ class TokenizedSplit(PackedSplit):
             try:
                 tokens.extend(_source_token_ids(source))
             except ValueError as err:
-                raise ValueError(f"{where}{number}: {err}") from None
+                raise DataError(f"{where}{number}: {err}") from None
             offsets.append(len(tokens))
             labels.append(label)
         return cls(np.frombuffer(bytes(tokens), dtype=np.uint8).copy(), np.array(offsets), np.array(labels))
@@ -426,10 +467,27 @@ def _load_cache(directory: Path) -> dict[str, TokenizedSplit] | None:
         return None
     paths = {split: directory / f"tokens_{split}.npz" for split in SPLITS}
     missing = [p.name for p in paths.values() if not p.is_file()]
+    # An incomplete or unreadable cache cannot come from this module (directories are renamed into place
+    # only when complete): a file was deleted or damaged from outside. The directory is rebuilt once gone.
     if missing:
-        # Cannot come from this module (directories are renamed into place only when complete).
-        raise RuntimeError(f"ListOps cache {directory} is incomplete (missing {', '.join(missing)}); delete it and rerun")
-    splits = {split: TokenizedSplit.load(path) for split, path in paths.items()}
+        raise DataError(
+            f"ListOps cache {directory} is incomplete (missing {', '.join(missing)}); "
+            f"delete that directory (rm -r {directory}) and rerun to rebuild it"
+        )
+    try:
+        splits = {split: TokenizedSplit.load(path) for split, path in paths.items()}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise DataError(
+            f"ListOps cache {directory} is unreadable ({one_line(err)}); "
+            f"delete that directory (rm -r {directory}) and rerun to rebuild it"
+        ) from None
+    empty = [split for split, data in splits.items() if len(data) == 0]
+    if empty:
+        # Written before files without examples were refused; rebuilding reports the file itself.
+        raise DataError(
+            f"ListOps cache {directory} holds no {'/'.join(empty)} examples; "
+            f"delete that directory (rm -r {directory}) and rerun to rebuild it"
+        )
     logger.info("ListOps: loaded cache from %s (%s examples)", directory, "/".join(str(len(s)) for s in splits.values()))
     return splits
 
@@ -438,9 +496,9 @@ def _prepare_official(data_dir: Path, cache_root: Path) -> dict[str, TokenizedSp
     files = _official_files(data_dir)
     missing = [str(p) for p in files.values() if not p.is_file()]
     if missing:
-        raise FileNotFoundError(
-            f"ListOps data_dir {data_dir} must hold {', '.join(p.name for p in files.values())} "
-            f"(the LRA release names); missing: {', '.join(missing)}"
+        raise DataError(
+            f"ListOps data_dir {data_dir}: missing {', '.join(missing)}; expected "
+            f"{', '.join(p.name for p in files.values())} (the LRA release names)"
         )
     # Path, size and modification time identify the file content cheaply; a rewritten file gets a new
     # cache directory (old ones are left for the user to delete).
@@ -521,14 +579,18 @@ def prepare_listops(
 ) -> dict[str, TokenizedSplit]:
     """Tokenised ``{"train", "val", "test"}`` splits of ListOps, from the release files or generated.
 
-    With ``data_dir``: reads ``basic_{train,val,test}.tsv`` there (``FileNotFoundError`` if one is missing);
-    the counts and generator parameters are ignored, and sequences longer than ``max_length`` are kept
-    (truncation is the model's job). Arrays are cached under ``cache_dir/listops/official-<hash>/``, the
-    hash covering each file's path, size and mtime.
+    With ``data_dir``: reads ``basic_{train,val,test}.tsv`` there; the counts and generator parameters are
+    ignored, and sequences longer than ``max_length`` are kept (truncation is the model's job). Arrays are
+    cached under ``cache_dir/listops/official-<hash>/``, the hash covering each file's path, size and mtime.
+    A missing, malformed or example-less file raises ``DataError`` naming it (and the line).
 
     Without: generates ``num_train + num_val + num_test`` distinct examples with ``seed`` and caches TSV
     files and arrays under ``cache_dir/listops/generated-<hash of the parameters>/``. A later call with
-    the same parameters loads that directory and generates nothing.
+    the same parameters loads that directory and generates nothing. The keyword arguments are the
+    ``task.generator`` keys; a value out of range, or a length window too few distinct trees fit, raises
+    ``ConfigError``.
+
+    A damaged cache directory raises ``DataError`` saying which directory to delete.
     """
     cache_root = Path(cache_dir) / "listops"
     if data_dir is not None:
@@ -545,4 +607,9 @@ def prepare_listops(
             params[name] = operator.index(value)  # accepts numpy ints, rejects floats and strings
         except TypeError:
             raise TypeError(f"prepare_listops: {name} must be an int, got {value!r}") from None
+    for split in SPLITS:
+        if params[f"num_{split}"] < 1:
+            raise ConfigError(
+                f"num_{split} must be >= 1 (a split without examples cannot be trained on or scored), got {params[f'num_{split}']}"
+            )
     return _prepare_generated(cache_root, params)
