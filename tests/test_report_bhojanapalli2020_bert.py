@@ -80,7 +80,7 @@ CPU_GEOMETRY = dict(d_model=128, num_layers=2, ffn_dim=256)
 @pytest.fixture
 def runs(tmp_path: Path) -> Path:
     root = tmp_path / "outputs"
-    # Table 1, GPU preset, 8 heads: two seeds of squad (mean 89.00, n=2), one mnli; pre-trained.
+    # Table 1, GPU preset, 8 heads: two seeds of squad (mean 89.00, sample std 1.41, n=2), one mnli; pre-trained.
     write_bert_run(root / "t1/h8_squad_s0", "squad", experiment=T1, heads=8, seed=0, scores=(88.0, 80.0))
     write_bert_run(root / "t1/h8_squad_s1", "squad", experiment=T1, heads=8, seed=1, scores=(90.0, 82.5))
     write_bert_run(root / "t1/h8_mnli", "mnli", experiment=T1, heads=8, scores=(0.8412, 0.8301))
@@ -168,7 +168,7 @@ def test_cells_land_in_their_rows(runs: Path) -> None:
     tables = by_slug(bert.tables(collect_runs([runs])))
     t1, t2a, t2b = tables.values()
     h8 = row(t1, "GPU preset, pre-trained", "8", "128")
-    assert h8["SQuAD F1 ours"] == "89.00 (n=2)" and h8["SQuAD EM ours"] == "81.25 (n=2)"
+    assert h8["SQuAD F1 ours"] == "89.00 ± 1.41 (n=2)" and h8["SQuAD EM ours"] == "81.25 ± 1.77 (n=2)"
     assert h8["MNLI-m ours"] == "84.12" and h8["MNLI-mm ours"] == "83.01"
     assert h8["SQuAD F1 published"] == "90.89 ± 0.15"
     scratch = row(t1, "GPU preset, from scratch", "8", "128")  # right under its pre-trained twin, not averaged in
@@ -226,7 +226,7 @@ def test_substitute_runs_are_not_averaged_with_official_ones(tmp_path: Path) -> 
     t1 = bert.tables(collect_runs([root]))[0]
     h16 = row(t1, "GPU preset, pre-trained", "16", "64")
     assert h16["SQuAD F1 ours"] == "80.00"
-    assert "1 run(s) on substitute data beside runs on the official data" in notes(t1)
+    assert "1 run(s) of another configuration (substitute data beside the official data" in notes(t1)
 
 
 # ------------------------------------------------------------------------------------ in the report
@@ -242,7 +242,7 @@ def test_sparse_report_writes_the_tables(runs: Path, tmp_path: Path, capsys) -> 
     assert main([str(runs), "--out", str(tmp_path / "report")]) == 0
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## Bhojanapalli et al. 2020, Table 1: BERT-large" in report
-    assert "| GPU preset, pre-trained | 8 | 128 | 336 | 335.17 | 90.89 ± 0.15 | 89.00 (n=2) |" in report
+    assert "| GPU preset, pre-trained | 8 | 128 | 336 | 335.17 | 90.89 ± 0.15 | 89.00 ± 1.41 (n=2) |" in report
     assert "Table 2B: 8 heads, d 512" in report
     csv = (tmp_path / "report" / "bhojanapalli2020_table2a.csv").read_text()
     assert csv.startswith('"ours (setting, init)",heads,head size,') and "168,167.42,89.6" in csv

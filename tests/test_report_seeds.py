@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from sparse_runner.reporting import collect_runs, main, seeds
-from sparse_runner.reporting.papers import correia2019, ernie_sparse, lra
+from sparse_runner.reporting.papers import bhojanapalli2020_bert as bert, correia2019, ernie_sparse, lra
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import STATUS_ORDER
 from sparse_runner.reporting.runs_table import runs_tables
 from sparse_runner.reporting.values import pct
 from test_report import write_run
+from test_report_bhojanapalli2020_bert import write_bert_run
 from test_report_ernie_sparse import write_run as write_ernie_run
 from test_report_lra import FAMILIES, write_lra_run
 from test_report_translation import CPU_SIZE, write_run as write_translation_run
@@ -190,3 +191,19 @@ def test_correia2019_tables_average_the_seeds(tmp_path: Path) -> None:
     assert softmax["run"] == "s0; s1; s2" and softmax["speed vs softmax (%)"] == "100"
     assert entmax["BLEU (tok.)"] == "40.00" and entmax["speed vs softmax (%)"] == "80"   # 880 / mean 1100
     assert seeds.NOTE in table1.notes and seeds.NOTE in runs.notes
+
+
+# ------------------------------------------------------------------------ Bhojanapalli et al. 2020
+def test_bert_tables_average_the_seeds(tmp_path: Path) -> None:
+    for seed, acc in enumerate(ACCURACIES):
+        write_bert_run(tmp_path / f"squad_s{seed}", "squad", experiment=bert.TABLE1.experiment, heads=16, seed=seed,
+                       scores=(100 * acc, 100 * acc - 10))
+    for seed, status in ((3, "failed"), (4, "diverged")):
+        write_bert_run(tmp_path / f"squad_{status}", "squad", experiment=bert.TABLE1.experiment, heads=16,
+                       seed=seed, status=status)
+    write_bert_run(tmp_path / "mnli", "mnli", experiment=bert.TABLE1.experiment, heads=16, scores=(0.84, 0.83))
+    table = bert.tables(collect_runs([tmp_path]))[0]
+    h16 = next(d for d in as_dicts(table) if d["heads"] == "16" and d["ours (setting, init)"] == "GPU preset, pre-trained")
+    assert h16["SQuAD F1 ours"] == MEAN_STD and h16["SQuAD EM ours"] == "33.00 ± 3.61 (n=3)"
+    assert h16["MNLI-m ours"] == "84.00" and h16["MNLI-mm ours"] == "83.00"
+    assert seeds.NOTE in table.notes

@@ -9,8 +9,8 @@ Three tables, shown even without runs (the published numbers, the parameter coun
     Table 2B  d 512, 8 heads, head size 32/64/128/256            experiment=bhojanapalli2020_table2b
 
 One row per head geometry. Ours come from completed fine-tuning runs (task family `squad` or `mnli`) of the
-table's experiment: a squad run and an mnli run of one geometry fill one row; several runs of a cell (seeds)
-are averaged and counted. Pre-trained runs (metrics.json `pretraining` set) and runs from scratch
+table's experiment: a squad run and an mnli run of one geometry fill one row; runs of a cell that differ only
+in their seed show as mean ± std (n) (seeds.py). Pre-trained runs (metrics.json `pretraining` set) and runs from scratch
 (`pretrain=none`) are separate rows, never averaged together; so are runs with other overrides than the
 sweep's (`+ trainer.max_steps=100` in the row label). Runs of the CPU-sized presets
 (`experiment=bhojanapalli2020_table*_cpu`) are rows of their own below a rule, geometry read from their
@@ -26,9 +26,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparse_runner.reporting import seeds
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord
-from sparse_runner.reporting.values import as_float, as_str
+from sparse_runner.reporting.seeds import SeedGroup, best_group, seed_groups
+from sparse_runner.reporting.values import as_float, as_str, number_format, pct
 from sparse_runner.run_metrics import NON_RESULT_KEYS
 
 CITATION = "Bhojanapalli et al., ICML 2020"
@@ -316,12 +318,10 @@ class OurRow:
         parts = [setting, self.init] + ([f"+ {' '.join(self.key.variant)}"] if self.key.variant else [])
         return ", ".join(parts)
 
-    def shown(self, family: str) -> list[RunRecord]:
-        """The runs a cell averages: those on the official data when there are any (a mean over two
-        datasets measures nothing), else all of them."""
-        runs = self.runs[family]
-        official = [rec for rec in runs if not data_info(rec).is_substitute]
-        return official or runs
+    def shown(self, family: str) -> SeedGroup | None:
+        """The runs a cell averages: those that differ only in their seed; among several configurations, one
+        on the official data (a mean over two datasets measures nothing), the best on validation."""
+        return best_group(seed_groups(self.runs[family]))
 
     @property
     def complete(self) -> bool:
@@ -363,12 +363,13 @@ def our_rows(records: list[RunRecord], paper: PaperTable) -> list[OurRow]:
 
 
 # ------------------------------------------------------------------------------------------ cells
-def _mean_cell(runs: list[RunRecord], read, scale: float = 1.0) -> str:
-    values = [v for v in (read(rec) for rec in runs) if v is not None]
-    if not values:
+def _cell(group: SeedGroup | None, read, fmt) -> str:
+    if group is None:
         return ""
-    text = f"{scale * sum(values) / len(values):.2f}" + (f" (n={len(values)})" if len(values) > 1 else "")
-    return text + (f" {SUBSTITUTE}" if any(data_info(rec).is_substitute for rec in runs) else "")
+    return group.text(read, fmt) + (f" {SUBSTITUTE}" if group.substitute else "")
+
+
+_PERCENT = number_format(".2f")   # SQuAD F1 and EM are percentages already; MNLI accuracies are fractions (pct)
 
 
 def _matched(rec: RunRecord) -> float | None:
@@ -408,10 +409,10 @@ def table_rows(rows: list[OurRow], paper: PaperTable) -> tuple[list[list[str]], 
             row.label(),
             str(g.num_heads) if g else "", str(g.head_size) if g else "",
             f"{pub.params_m:g}" if pub else "", params_cell(row, paper),
-            _published(pub.f1, pub.f1_std) if pub else "", _mean_cell(squad, lambda r: r.metric(SQUAD_F1)),
-            _published(pub.em) if pub else "", _mean_cell(squad, lambda r: r.metric(SQUAD_EM)),
-            _published(pub.mnli, pub.mnli_std) if pub else "", _mean_cell(mnli, _matched, 100.0),
-            _mean_cell(mnli, lambda r: r.metric(MNLI_MISMATCHED), 100.0),
+            _published(pub.f1, pub.f1_std) if pub else "", _cell(squad, SQUAD_F1, _PERCENT),
+            _published(pub.em) if pub else "", _cell(squad, SQUAD_EM, _PERCENT),
+            _published(pub.mnli, pub.mnli_std) if pub else "", _cell(mnli, _matched, pct),
+            _cell(mnli, MNLI_MISMATCHED, pct),
         ])
     return body, rules
 
@@ -482,7 +483,8 @@ def _data_notes(rows: list[OurRow]) -> list[str]:
     left_out = []
     for row in rows:
         for family in (SQUAD, MNLI):
-            shown = row.shown(family)
+            group = row.shown(family)
+            shown = group.runs if group else []
             for rec in shown:
                 info = data_info(rec)
                 group = labels.setdefault((family, row.key.setting), [])
@@ -496,8 +498,9 @@ def _data_notes(rows: list[OurRow]) -> list[str]:
                     if text not in texts:
                         texts.append(text)
             if len(shown) < len(row.runs[family]):
-                left_out.append(f"{row.label()}, {family}: {len(row.runs[family]) - len(shown)} run(s) on substitute "
-                                "data beside runs on the official data")
+                left_out.append(f"{row.label()}, {family}: {len(row.runs[family]) - len(shown)} run(s) of another "
+                                "configuration (substitute data beside the official data, or other config values) "
+                                "or a seed run again")
     notes = []
     if labels:
         notes.append("Data of our cells: " + "; ".join(
@@ -513,7 +516,8 @@ def _data_notes(rows: list[OurRow]) -> list[str]:
     if descriptions:
         notes.append("Data: " + "; ".join(f"{name}: {text}" for name, text in descriptions.items()) + ".")
     if left_out:
-        notes.append("Not averaged in (the cell shows the official data only): " + "; ".join(left_out) + ".")
+        notes.append("Not averaged in (a cell shows one configuration: official data first, then the best on "
+                     "validation): " + "; ".join(left_out) + ".")
     return notes
 
 
@@ -539,10 +543,10 @@ def _command_notes(rows: list[OurRow], paper: PaperTable) -> list[str]:
                      f"`{paper.command(setting, values, scratch=not pretrained, variant=variant)}`")
     if not lines:
         every = paper.command(GPU, [paper.swept_value(paper.geometry(pub)) for pub in paper.rows])
-        return [f"Every row of ours is filled. More seeds: `{every} seed=0,1,2` (a cell shows their mean and n)."]
+        return [f"Every row of ours is filled. More seeds: `{every} seed=0,1,2` (a cell shows their mean ± std (n))."]
     return ["Empty cells of ours, and the command that fills them (each experiment job fine-tunes on squad or "
             "mnli, both in one multirun; a row with one task done reruns both): " + "; ".join(lines) + ". Add "
-            "`seed=0,1,2` for several seeds (a cell then shows their mean and n)."]
+            "`seed=0,1,2` for several seeds (a cell then shows their mean ± std (n))."]
 
 
 def paper_table(records: list[RunRecord], paper: PaperTable) -> Table:
@@ -560,7 +564,8 @@ def paper_table(records: list[RunRecord], paper: PaperTable) -> Table:
         "models on small data that train on a CPU: a check of the pipeline, NOT comparable with the published "
         "numbers). A squad run and an mnli run of one geometry fill a row; `pre-trained` rows fine-tune a masked LM "
         "pre-trained by the experiment, `from scratch` rows (`pretrain=none`) do not. F1/EM in percent; MNLI-m / "
-        "MNLI-mm = test accuracy on the matched / mismatched set, percent. `(n=k)`: the mean of k runs (seeds).",
+        "MNLI-mm = test accuracy on the matched / mismatched set, percent.",
+        seeds.NOTE,
         "params (M) ours of other rows: the pre-trained masked LM's count recorded by the runs, else "
         "`bert_parameters` of the run's config and vocabulary; blank when neither is known.",
         *_measured_note(rows),
