@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 
 from sparse_runner.reporting import collect_runs, main, seeds
-from sparse_runner.reporting.papers import bhojanapalli2020_bert as bert, correia2019, ernie_sparse, lra
+from sparse_runner.reporting.papers import bhojanapalli2020_bert as bert
+from sparse_runner.reporting.papers import bhojanapalli2020_lm, correia2019, ernie_sparse, lra
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import STATUS_ORDER
 from sparse_runner.reporting.runs_table import runs_tables
 from sparse_runner.reporting.values import pct
 from test_report import write_run
 from test_report_bhojanapalli2020_bert import write_bert_run
+from test_report_bhojanapalli2020_lm import write_lm_run
 from test_report_ernie_sparse import write_run as write_ernie_run
 from test_report_lra import FAMILIES, write_lra_run
 from test_report_translation import CPU_SIZE, write_run as write_translation_run
@@ -103,17 +105,19 @@ def write_lra_seeds(root: Path, family: str = "listops", model: str = "softmax",
     for seed, acc in enumerate(ACCURACIES):
         run = write_lra_run(root / f"{family}_{model}_s{seed}", family, experiment=experiment, model=model,
                             test_acc=acc, val_acc=acc, overrides=(f"experiment={experiment}", f"seed={seed}"), **kwargs)
-        set_seed(run, seed)
+        write_seed(run, seed)
     for seed, status in ((3, "failed"), (4, "diverged")):
-        set_seed(write_lra_run(root / f"{family}_{model}_{status}", family, experiment=experiment, model=model,
+        write_seed(write_lra_run(root / f"{family}_{model}_{status}", family, experiment=experiment, model=model,
                                test_acc=0.99, val_acc=0.99, status=status, **kwargs), seed)
 
 
-def set_seed(run_dir: Path, seed: int) -> None:
+def write_seed(run_dir: Path, seed: int) -> Path:
+    """The seed into a metrics.json written by a helper that has no seed argument."""
     path = run_dir / "metrics.json"
     data = json.loads(path.read_text())
     data["config"]["seed"] = seed
     path.write_text(json.dumps(data))
+    return run_dir
 
 
 def test_lra_cells_and_runs_table_average_the_seeds(tmp_path: Path) -> None:
@@ -207,3 +211,14 @@ def test_bert_tables_average_the_seeds(tmp_path: Path) -> None:
     assert h16["SQuAD F1 ours"] == MEAN_STD and h16["SQuAD EM ours"] == "33.00 ± 3.61 (n=3)"
     assert h16["MNLI-m ours"] == "84.00" and h16["MNLI-mm ours"] == "83.00"
     assert seeds.NOTE in table.notes
+
+
+def test_lm_head_sweep_averages_the_seeds(tmp_path: Path) -> None:
+    for seed, ppl in enumerate((40.0, 42.0, 47.0)):
+        write_seed(write_lm_run(tmp_path / f"h2_s{seed}", heads=2, head_size=None, ppl=ppl), seed)
+    for seed, status in ((3, "failed"), (4, "diverged")):
+        write_seed(write_lm_run(tmp_path / f"h2_{status}", heads=2, head_size=None, ppl=1.0, status=status), seed)
+    write_lm_run(tmp_path / "h8", heads=8, head_size=None, ppl=30.0)
+    [table] = bhojanapalli2020_lm.lm_tables(collect_runs([tmp_path]))
+    assert [row[:2] for row in table.rows] == [["2", "43.00 ± 3.61 (n=3)"], ["8", "30.00"]]
+    assert seeds.NOTE in " ".join(table.notes)

@@ -3,8 +3,9 @@ one line per head geometry (standard head size d/h against a fixed head size d_p
 
 Built from completed language-model runs (task family `lm`) of one task and experiment that differ in
 their heads: `sparse-run -m experiment=bhojanapalli2020_lm_cpu model=standard_heads,fixed_head
-model.num_heads=2,4,8,16,32`. The paper gives these results only as plots (PAPERS.md B.3), so there are
-no published numbers to print beside ours. Torch-free; matplotlib is imported only to draw.
+model.num_heads=2,4,8,16,32`; runs that differ only in their seed are one point, their mean (± std (n) in the
+table, seeds.py). The paper gives these results only as plots (PAPERS.md B.3), so there are no published
+numbers to print beside ours. Torch-free; matplotlib is imported only to draw.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from pathlib import Path
 
 from sparse_runner.checks import one_line
 from sparse_runner.io import atomic_open
+from sparse_runner.reporting import seeds
 from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord
-from sparse_runner.reporting.values import as_float
+from sparse_runner.reporting.seeds import SeedGroup, best_group, distinct, seed_groups
+from sparse_runner.reporting.values import as_float, number_format
 
 LM_FAMILY = "lm"
 METRIC = "test/ppl"
@@ -27,9 +30,9 @@ SWEEP_COMMAND = "sparse-run -m experiment=bhojanapalli2020_lm_cpu model=standard
 @dataclass(frozen=True)
 class Point:
     heads: int
-    ppl: float
-    parameters: float | None
-    rec: RunRecord
+    ppl: float                  # the mean over the group's seeds
+    parameters: float | None    # the config fixes it: the same for every seed
+    group: SeedGroup
 
 
 def _int(rec: RunRecord, key: str) -> int | None:
@@ -44,19 +47,29 @@ def geometry(rec: RunRecord) -> str:
 
 
 def sweeps(records: list[RunRecord]) -> dict[tuple[str | None, str | None], dict[str, list[Point]]]:
-    """(task, experiment) -> geometry -> points sorted by heads, for groups where the heads vary."""
-    groups: dict[tuple[str | None, str | None], dict[str, list[Point]]] = {}
-    for rec in records:
-        heads, ppl = _int(rec, "model.num_heads"), rec.metric(METRIC)
-        if rec.task_family != LM_FAMILY or rec.status != "completed" or heads is None or ppl is None:
-            continue
-        point = Point(heads, ppl, as_float(rec.data.get("num_parameters")), rec)
-        groups.setdefault((rec.task, rec.experiment), {}).setdefault(geometry(rec), []).append(point)
+    """(task, experiment) -> geometry -> points sorted by heads, for groups where the heads vary. A point is
+    one group of seeds; among several configurations of one geometry and heads, the best on validation."""
+    candidates: dict[tuple[str | None, str | None], dict[str, dict[int, list[SeedGroup]]]] = {}
+    for group in seed_groups(rec for rec in records if rec.task_family == LM_FAMILY):
+        heads = _int(group.first, "model.num_heads")
+        if heads is not None and group.values(METRIC):
+            lines = candidates.setdefault((group.first.task, group.first.experiment), {})
+            lines.setdefault(geometry(group.first), {}).setdefault(heads, []).append(group)
     out = {}
-    for key, lines in groups.items():
-        if len({p.heads for points in lines.values() for p in points}) > 1:
-            out[key] = {name: sorted(points, key=lambda p: p.heads) for name, points in sorted(lines.items())}
+    for key, lines in candidates.items():
+        if len({heads for points in lines.values() for heads in points}) > 1:
+            out[key] = {name: [_point(heads, best_group(points[heads])) for heads in sorted(points)]
+                        for name, points in sorted(lines.items())}
     return out
+
+
+def _point(heads: int, group: SeedGroup) -> Point:
+    return Point(heads, group.mean(METRIC), as_float(group.first.data.get("num_parameters")), group)
+
+
+def _millions(rec: RunRecord) -> str:
+    count = as_float(rec.data.get("num_parameters"))
+    return "" if count is None else f"{count / 1e6:.2f}"
 
 
 def _slug(task: str | None, experiment: str | None) -> str:
@@ -74,7 +87,8 @@ def lm_tables(records: list[RunRecord]) -> list[Table]:
             row = [str(h)]
             for name in names:
                 p = by_heads[name].get(h)
-                row += ["", ""] if p is None else [f"{p.ppl:.2f}", "" if p.parameters is None else f"{p.parameters / 1e6:.2f}"]
+                row += ["", ""] if p is None else [p.group.text(METRIC, number_format(".2f")),
+                                                   distinct(_millions(rec) for rec in p.group.runs)]
             rows.append(row)
         headers = ["heads", *(f"{name} {col}" for name in names for col in ("test ppl", "params (M)"))]
         tables.append(Table(
@@ -87,6 +101,7 @@ def lm_tables(records: list[RunRecord]) -> list[Table]:
                 "The paper (Fig. 1/3, LM1B, 6 layers, length 256) finds standard heads (size d/h) degrading past ~16 heads "
                 "while a fixed head size d_p keeps improving; it gives no numbers, only plots.",
                 f"Per-token test perplexity of the best checkpoint; a line per head geometry. Fill or extend: `{SWEEP_COMMAND}`.",
+                seeds.NOTE + " The figure draws the means.",
             ],
         ))
     return tables
