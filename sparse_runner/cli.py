@@ -1,10 +1,14 @@
 """`sparse-run`: the Hydra command line.
 
 Before Hydra starts anything, every job of the command (one, or each point of a `-m` sweep) is
-composed and validated; a bad group option, key or value ends in ONE line naming the problem and the
-valid choices, with exit status 2 and nothing written. Then Hydra runs the jobs. In a multirun a job
-that fails is recorded as failed (metrics.json, its log) and the sweep goes on; the command exits 1
-at the end if any job failed.
+composed and validated, and the directories it needs are checked; a bad group option, key or value
+ends in ONE line naming the problem and the valid choices, with exit status 2 and nothing written.
+Then Hydra runs the jobs. A run that fails says so in one line (its traceback goes to the run's log
+file). In a multirun a job that fails is recorded as failed (metrics.json, its log) and the sweep goes
+on; the command exits 1 at the end if any job failed.
+
+Under torchrun (or a multi-task SLURM step) every process runs this same command; rank 0 alone writes
+the run directory and Hydra's files.
 """
 
 from __future__ import annotations
@@ -14,7 +18,11 @@ import itertools
 import logging
 import os
 import re
+import shutil
+import signal
 import sys
+import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +34,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from sparse_runner.checks import ConfigError, one_line
 from sparse_runner.config import CONF_DIR, describe_omegaconf_error, group_options, validate
+from sparse_runner.run_metrics import NON_RESULT_KEYS
 
 log = logging.getLogger("sparse_runner")
 
@@ -129,8 +138,11 @@ def _config_sweeps(overrides: list[str], compose: Any) -> list[str]:
     return [f"{key}={value}" for key, value in params.items() if key not in given]
 
 
-def preflight(overrides: list[str], multirun: bool) -> None:
-    """Compose and validate every job; raise ConfigError (one line) on the first bad one."""
+def preflight(overrides: list[str], multirun: bool, *, check_resources: bool = True) -> None:
+    """Compose and validate every job; raise ConfigError (one line) on the first bad one.
+
+    check_resources: also check what the jobs need of this machine (a CUDA device, writable directories);
+    off for `--cfg`, which only prints a config."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -145,10 +157,12 @@ def preflight(overrides: list[str], multirun: bool) -> None:
                 raise ConfigError(describe_composition_error(exc)) from None
             for job in jobs:
                 try:
-                    cfg = compose(config_name="config", overrides=job)
+                    cfg = compose(config_name="config", overrides=job, return_hydra_config=True)
                 except Exception as exc:
                     raise ConfigError(describe_composition_error(exc)) from None
-                validate(cfg)
+                typed = validate(cfg)
+                if check_resources:
+                    check_job_resources(typed, cfg.hydra, job)
             if multirun:
                 # Hydra first composes a multirun's base config from the defaults and the fixed overrides
                 # alone (a swept group at its default); an override that only exists under some swept
@@ -166,6 +180,58 @@ def preflight(overrides: list[str], multirun: bool) -> None:
         GlobalHydra.instance().clear()
 
 
+def _local_launcher(hydra_cfg: Any) -> bool:
+    """True when the jobs run on this machine (Hydra's basic launcher), not on cluster nodes (submitit)."""
+    target = str(OmegaConf.select(hydra_cfg, "launcher._target_", default="") or "")
+    return target == "" or target.endswith("BasicLauncher")
+
+
+def check_job_resources(cfg: DictConfig, hydra_cfg: Any, job: list[str]) -> None:
+    """Refuse, before Hydra writes anything, a job this machine cannot run: a CUDA device it lacks, or a
+    directory it cannot write (the cache, the outputs, an explicit hydra.run.dir / hydra.sweep.dir)."""
+    if _local_launcher(hydra_cfg) and cfg.trainer.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"trainer.device: {cfg.trainer.device!r} requested but CUDA is not available on this machine; valid: auto, cpu")
+    if not _local_launcher(hydra_cfg):
+        return  # the cluster's file systems are not this machine's
+    explicit = {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in job if "=" in o}
+    places = [("paths.cache_dir", cfg.paths.cache_dir), ("paths.output_dir", cfg.paths.output_dir)]
+    places += [(key, explicit[key]) for key in ("hydra.run.dir", "hydra.sweep.dir") if key in explicit and "$" not in explicit[key]]
+    for key, value in places:
+        problem = unusable_directory(Path(os.path.expanduser(value)))
+        if problem:
+            hint = "; set SPARSE_RUNNER_CACHE or paths.cache_dir to a writable directory" if key == "paths.cache_dir" else ""
+            raise ConfigError(f"{key}: {value} {problem}{hint}")
+
+
+def unusable_directory(path: Path) -> str | None:
+    """Why `path` cannot be a directory this process writes (None if it can): it is a file, it lies under a
+    file, or the nearest existing directory is not writable (permissions, a read-only file system)."""
+    existing = path
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        return "is a file, not a directory" if existing == path else f"lies under {existing}, which is a file"
+    try:  # a real write, not os.access: that says yes to root on a read-only file system's mount options
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        return f"is not writable ({reason})" if existing == path else f"cannot be created: {existing} is not writable ({reason})"
+    return None
+
+
+def excluded_sweeps(overrides: list[str]) -> list[str]:
+    """Keys a multirun sweeps that run-directory names leave out (NON_RESULT_KEYS: trainer.device ...).
+    Such jobs would share one directory; the command line then names them after those keys too."""
+    swept = {o.get_key_element() for o in _parse_overrides(overrides) if o.is_sweep_override()}
+    return sorted(swept & set(NON_RESULT_KEYS))
+
+
 def _hydra_args(argv: list[str]) -> Any:
     # Hydra has no public API for its command-line parser; reading the flags with the very parser
     # hydra.main uses keeps -m, --cfg, --help ... meaning exactly what they mean there. This private
@@ -175,19 +241,35 @@ def _hydra_args(argv: list[str]) -> Any:
     return get_args_parser().parse_args(argv)
 
 
+def _rank_from_env() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
 def run_main() -> None:
     """Console entry point of `sparse-run`."""
+    from sparse_runner.cluster import export_distributed_env
+
+    export_distributed_env()  # a multi-task SLURM step: RANK, WORLD_SIZE ... as torchrun would set them
     args = _hydra_args(sys.argv[1:])  # Hydra's own parser: --help, -m, --cfg ... mean what they mean there
     informational = any(
         getattr(args, name, None) for name in ("help", "hydra_help", "version", "cfg", "shell_completion", "info", "experimental_rerun")
     )
     custom_config = any(getattr(args, name, None) for name in ("config_path", "config_name", "config_dir"))
-    if not informational and not custom_config:
+    if (not informational or args.cfg) and not custom_config:
         try:
-            preflight(list(args.overrides), bool(args.multirun))
+            preflight(list(args.overrides), bool(args.multirun), check_resources=not informational)
         except ConfigError as exc:
             _error(str(exc))
             sys.exit(EXIT_CONFIG)
+    extra = []
+    if args.multirun and not informational:
+        shared = excluded_sweeps(list(args.overrides))
+        if shared:  # name the jobs after the swept keys too, so that each has its own directory
+            kept = [key for key in (*NON_RESULT_KEYS, "hydra.launcher", "hydra/launcher") if key not in shared]
+            extra.append(f"hydra.job.config.override_dirname.exclude_keys=[{','.join(kept)}]")
+    if _rank_from_env() > 0:  # one writer of Hydra's files and the log: rank 0
+        extra += ["hydra.output_subdir=null", "hydra/job_logging=stdout", "hydra.job_logging.root.level=WARNING"]
+    sys.argv += extra
     _hydra_main()
     if _Failures.dirs:
         _error(f"{len(_Failures.dirs)} job(s) failed: " + ", ".join(_Failures.dirs))
@@ -202,36 +284,84 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 def run_job(cfg: DictConfig) -> float | None:
     """Hydra's task function: validate, run, and turn failures into recorded, one-line outcomes."""
-    from sparse_runner.run import run
-    from sparse_runner.training.trainer import Preempted
+    from sparse_runner.cluster import requeue_after_preemption
+    from sparse_runner.run import DirectoryInUse, run
+    from sparse_runner.training.stopping import Preempted
+    from sparse_runner.training.trainer import Diverged
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
     meta = {"experiment": hc.runtime.choices.get("experiment"), "overrides": list(hc.overrides.task)}
+    typed = None
     try:
         typed = validate(cfg)
         return run(typed, run_dir, meta)
     except Preempted as exc:
         log.warning("%s; run the same command again to resume", exc)
-        sys.exit(0)
+        if requeue_after_preemption(exc.signum):
+            log.warning("requeued: the job resumes in %s", run_dir)
+        sys.exit(128 + signal.SIGINT if exc.signum == signal.SIGINT else 0)
     except ConfigError as exc:
         if not multirun:
             _error(str(exc))
+            if not isinstance(exc, DirectoryInUse):
+                _forget_refused_run(run_dir)
             sys.exit(EXIT_CONFIG)
-        # Nothing is written: the directory may hold another configuration's finished run.
         log.error("%s: %s", run_dir, exc)
+        if not isinstance(exc, DirectoryInUse):
+            _record_refused_job(typed, run_dir, meta, exc)
         _Failures.dirs.append(str(run_dir))
         return None
     except Exception as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        log.exception("run failed in %s: %s", run_dir, exc)  # traceback into the job's log file
+        expected = isinstance(exc, (Diverged, OSError))  # a diverged run, a full disk: no traceback needed
+        if not expected:
+            _traceback_to_log_file(exc)
+        log.error("run failed in %s: %s", run_dir, one_line(exc))
         _Failures.dirs.append(str(run_dir))
         if not multirun:
-            _error(f"run failed: {one_line(exc)} (log: {run_dir})")
+            where = "" if expected else f" (traceback in {run_dir / 'sparse_run.log'})"
+            _error(f"run failed: {one_line(exc)}{where}")
             sys.exit(1)
         return None
+
+
+def _traceback_to_log_file(exc: BaseException) -> None:
+    """The traceback of a failed run, for the run's log file only: the console gets one line."""
+    text = "".join(traceback.format_exception(exc)).rstrip()
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.stream.write(text + "\n")
+            handler.flush()
+
+
+# What Hydra writes into a run directory before the run starts.
+_HYDRA_FILES = {".hydra", "sparse_run.log", ".lock"}
+
+
+def _forget_refused_run(run_dir: Path) -> None:
+    """A run refused at start leaves no directory behind unless the directory holds more than Hydra's own
+    files (another run's results: those stay untouched)."""
+    try:
+        if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= _HYDRA_FILES:
+            shutil.rmtree(run_dir)
+    except OSError:
+        pass
+
+
+def _record_refused_job(cfg: DictConfig | None, run_dir: Path, meta: dict[str, Any], exc: BaseException) -> None:
+    """In a multirun, a job refused at start gets a metrics.json with status `failed`, so that the report
+    lists it; unless its directory holds another run's files, which stay untouched."""
+    from sparse_runner.run_metrics import MetricsFile, now
+
+    if cfg is None or not run_dir.is_dir() or {p.name for p in run_dir.iterdir()} - _HYDRA_FILES:
+        return
+    try:
+        MetricsFile(run_dir, cfg, meta).write(status="failed", error=one_line(exc), finished_at=now())
+    except Exception as write_error:  # noqa: BLE001 - recording a failure must not raise a second one
+        log.warning("could not record the failure in %s: %s", run_dir, one_line(write_error))
 
 
 if __name__ == "__main__":

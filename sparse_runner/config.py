@@ -67,6 +67,7 @@ class TrainerConfig:
     analysis: bool = True
     log_every: int = 20
     progress: str = "auto"
+    progress_every_s: Optional[float] = 60.0  # without a progress bar: a plain progress line at most this often (null: every log_every steps)
     resume: bool = True
     regulariser: str = "none"
     regulariser_weight: float = 1.0
@@ -98,6 +99,10 @@ class RunConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     seed: int = 0
+
+
+# numpy's generator takes seeds in [0, 2**32): one range for every library the run seeds.
+SEED_RANGE = (0, 2**32 - 1)
 
 
 def schema_defaults() -> dict[str, Any]:
@@ -176,6 +181,8 @@ def monitor_choices(task_class: type[Task]) -> tuple[str, ...]:
 
 def _check_values(cfg: DictConfig, task_class: type[Task]) -> None:
     m, t, tr = cfg.model, cfg.task, cfg.trainer
+    if not SEED_RANGE[0] <= cfg.seed <= SEED_RANGE[1]:
+        fail("seed", f"must be an integer in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {cfg.seed}")
     check_model_config(m)
     check_model_keys(m, task_class.model_keys, f"task family {task_class.family!r}")
     positive("task.max_length", t.max_length)
@@ -203,6 +210,7 @@ def _check_values(cfg: DictConfig, task_class: type[Task]) -> None:
     choice("trainer.regulariser", tr.regulariser, sorted(REGULARISERS))
     positive("trainer.regulariser_weight", tr.regulariser_weight, allow_zero=True)
     positive("trainer.test_topology_shift", tr.test_topology_shift, allow_zero=True)
+    positive("trainer.progress_every_s", tr.progress_every_s, allow_none=True, allow_zero=True)
     if tr.test_topology_shift and m.pattern not in block_pattern_names():
         fail("trainer.test_topology_shift", f"pattern {m.pattern!r} has no block boundaries to shift", f"0, or a block pattern ({', '.join(block_pattern_names())})")
     choice("trainer.monitor_mode", tr.monitor_mode, MONITOR_MODES)

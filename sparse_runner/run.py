@@ -6,6 +6,7 @@ directly with a composed config.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -22,14 +23,16 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from sparse_runner.attention import attention_backends
-from sparse_runner.checks import ConfigError, one_line
+from sparse_runner.checks import ConfigError, DataError, one_line
 from sparse_runner.io import atomic_write_text
 from sparse_runner import run_metrics
 from sparse_runner.pretrained import load_encoder
 from sparse_runner.run_metrics import NON_RESULT_KEYS, MetricsFile, flatten, now
 from sparse_runner.tasks import build_task, task_families
+from sparse_runner.training import distributed
 from sparse_runner.training.distributed import is_main
-from sparse_runner.training.trainer import Preempted, Trainer
+from sparse_runner.training.stopping import Preempted, StopSignals
+from sparse_runner.training.trainer import Diverged, Trainer
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +48,17 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 
 
 def pick_device(name: str) -> torch.device:
+    """The torch device of trainer.device; under a launcher with several processes per node, each process
+    takes the GPU of its LOCAL_RANK."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"trainer.device: {name!r} requested but CUDA is not available; valid: auto, cpu")
+    if device.type == "cuda" and distributed.launched():
+        if device.index is not None:
+            raise ConfigError(f"trainer.device: {name!r} under a multi-process launcher, where each process takes cuda:LOCAL_RANK; valid: auto, cuda")
+        device = torch.device("cuda", distributed.local_rank())
     return device
 
 
@@ -75,6 +84,43 @@ def remove_stale_temporaries(run_dir: Path) -> None:
     """Delete half-written temporary files that a killed run left (sparse_runner.io names them .NAME.*.tmp)."""
     for stale in list(run_dir.glob(".*.tmp")) + list(run_dir.glob("*/.*.tmp")):
         stale.unlink(missing_ok=True)
+
+
+class DirectoryInUse(ConfigError):
+    """Another process holds the run directory (its files are that process's: touch nothing)."""
+
+
+@contextlib.contextmanager
+def directory_lock(run_dir: Path):
+    """Hold `run_dir` for this process: a second sparse-run on the same directory is refused while the first
+    runs. An flock dies with its process, so a run killed with -9 leaves no stale lock. Under a launcher
+    rank 0 holds it for all ranks."""
+    if not is_main():
+        yield
+        return
+    path = run_dir / ".lock"
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise DirectoryInUse(
+                f"{run_dir} is in use by another sparse-run (pid {holder}); wait for it to finish, or run elsewhere "
+                "(hydra.run.dir=..., paths.output_dir=...)"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+
+
+def check_splits_not_empty(task: Any) -> None:
+    """Every split must hold examples: an empty test split would report a metric over nothing."""
+    empty = [split for split, n in task.sizes().items() if n == 0]
+    if empty:
+        raise DataError(f"task {task.name}: the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty (0 examples); check the task's data (task.*) and its files")
 
 
 def _status(run_dir: Path) -> str | None:
@@ -118,10 +164,15 @@ def pretrain_stage(cfg: DictConfig, meta: dict[str, Any]) -> Path:
     directory = pretrain_dir(cfg)
     directory.parent.mkdir(parents=True, exist_ok=True)
     with open(directory.with_name(directory.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process is killed
-        if _status(directory) != "completed":
+        # Released when the file closes, also if this process is killed. Under a launcher rank 0 alone
+        # waits for it; the other ranks wait for rank 0's decision, then all train the stage together.
+        if is_main():
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        needed = distributed.broadcast_object(_status(directory) != "completed")
+        if needed:
             log.info("pre-training stage: %s", directory)
             run(validate(pretrain_config(cfg)), directory, {"experiment": meta.get("experiment"), "overrides": [], "stage": "pretrain"})
+        distributed.barrier()
     return directory
 
 
@@ -136,44 +187,57 @@ def with_init_from(cfg: DictConfig, path: Path) -> DictConfig:
 def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> float:
     """Train and test one configuration in `run_dir`; return the best validation value of trainer.monitor.
 
-    With a pre-training stage (`cfg.pretrain.task`), that run comes first and this one starts from it."""
-    meta = meta or {}
-    if cfg.pretrain.task is not None:
-        cfg = with_init_from(cfg, pretrain_stage(cfg, meta))
+    With a pre-training stage (`cfg.pretrain.task`), that run comes first and this one starts from it.
+    Stop signals (SIGTERM, SIGINT, SIGUSR1/2) end it as `Preempted`, with status `preempted` recorded.
+    """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    stop = StopSignals()
+    with directory_lock(run_dir), stop.installed():
+        return _run(cfg, run_dir, meta or {}, stop)
+
+
+def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals) -> float:
     if is_main():  # another rank's deletion could hit rank 0's temporary files mid-write
         remove_stale_temporaries(run_dir)
     wall_start = time.perf_counter()
-
     t = cfg.trainer
-    if t.num_threads:
-        torch.set_num_threads(t.num_threads)
-    seed_everything(cfg.seed, t.deterministic)
     primary_metric = f"test/{task_families()[cfg.task.family].primary_metric}"
     try:
         device = pick_device(t.device)
+        distributed.setup(device)
+        if cfg.pretrain.task is not None:
+            cfg = with_init_from(cfg, pretrain_stage(cfg, meta))
+        if t.num_threads:
+            torch.set_num_threads(t.num_threads)
+        seed_everything(cfg.seed, t.deterministic)
         check_impl_device(cfg.model.get("attention_impl", "auto"), device)
+        if distributed.world_size() > 1 and not task_families()[cfg.task.family].data_parallel:
+            raise ConfigError(f"task.family: {cfg.task.family} cannot split its training across processes; run it as one process (without torchrun)")
         task = build_task(cfg)
+        check_splits_not_empty(task)
         # Re-seed so the initial weights do not depend on what building the task drew.
         torch.manual_seed(cfg.seed)
         model = task.build_model(cfg.model)
+        if distributed.rank() > 0:  # every rank starts from rank 0's weights (DDP); dropout differs per rank
+            torch.manual_seed(hash((cfg.seed, distributed.rank())) % 2**63)
         pretrained = getattr(task, "pretrained", None)
         pretraining = load_encoder(model, pretrained, fingerprint(cfg)) if pretrained is not None else None
-        trainer = Trainer(cfg, task, model, run_dir, device, fingerprint=fingerprint(cfg))
+        trainer = Trainer(cfg, task, model, run_dir, device, fingerprint=fingerprint(cfg), stop=stop)
         trainer.restore()
     except ConfigError:
         raise  # the directory may hold another configuration's run: write nothing
-    except Exception as exc:
+    except BaseException as exc:
         if is_main() and _status(run_dir) != "completed":
-            MetricsFile(run_dir, cfg, meta).write(status="failed", error=one_line(exc), primary_metric=primary_metric, finished_at=now())
+            _record_end(MetricsFile(run_dir, cfg, meta).write, status=_end_status(exc), error=one_line(exc), primary_metric=primary_metric, finished_at=now())
         raise
     if trainer.progress.completed and _status(run_dir) == "completed":
         log.info("run already complete; its metrics are in %s (trainer.resume=false starts over)", run_dir / "metrics.json")
         return float(trainer.progress.best_value)
 
     num_parameters = sum(p.numel() for p in model.parameters())
-    log.info("task %s (%s) | model %s: %.2fM parameters | device %s", task.name, task.sizes(), cfg.model.name, num_parameters / 1e6, device)
+    log.info("task %s (%s) | model %s: %.2fM parameters | device %s%s", task.name, task.sizes(), cfg.model.name, num_parameters / 1e6, device,
+             f" x {distributed.world_size()} processes" if distributed.world_size() > 1 else "")
     metrics = MetricsFile(run_dir, cfg, meta)
     # Every file of the run directory is written by the main process alone.
     record = metrics.write if is_main() else (lambda **_: None)
@@ -183,6 +247,7 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
         "primary_metric": primary_metric,
         "num_parameters": num_parameters,
         "device": str(device),
+        "world_size": distributed.world_size(),
         "attention_backend": ",".join(attention_backends(model)),
         "max_steps": t.max_steps,
         "dataset_sizes": task.sizes(),
@@ -190,19 +255,20 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
     }
     record(**common)
     try:
-        final = trainer.fit()
+        trainer.fit()
     except BaseException as exc:
         p = trainer.progress
-        status = "preempted" if isinstance(exc, Preempted) else "failed"
-        record(
-            status=status,
-            error=one_line(exc),
-            step=p.step,
-            wall_time_s=time.perf_counter() - wall_start,
-            finished_at=now(),
-        )
+        _record_end(record, status=_end_status(exc), error=one_line(exc), step=p.step, wall_time_s=time.perf_counter() - wall_start, finished_at=now())
         raise
     p = trainer.progress
+    with stop.deferred():  # trained and tested: a signal now is too late to stop anything, so finish recording
+        _record_completed(record, run_dir, task, trainer, wall_start, device)
+    return float(p.best_value) if p.best_value is not None else float("nan")
+
+
+def _record_completed(record: Any, run_dir: Path, task: Any, trainer: Trainer, wall_start: float, device: torch.device) -> None:
+    t, p = trainer.tcfg, trainer.progress
+    final = p.final_metrics
     figures = _figures(run_dir, p.analysis) if is_main() else []
     record(
         status="completed",
@@ -221,4 +287,18 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
         peak_memory_mb=peak_memory_mb(device),
         finished_at=now(),
     )
-    return float(p.best_value) if p.best_value is not None else float("nan")
+
+
+def _end_status(exc: BaseException) -> str:
+    if isinstance(exc, Preempted):
+        return "preempted"
+    return "diverged" if isinstance(exc, Diverged) else "failed"
+
+
+def _record_end(record: Any, **values: Any) -> None:
+    """Record how a run ended, if the disk lets us: a full disk must not turn the run's own one-line
+    error into a second traceback."""
+    try:
+        record(**values)
+    except OSError as exc:
+        log.warning("could not record the run's end in metrics.json: %s", one_line(exc))

@@ -43,6 +43,7 @@ SCHEMA: dict[str, str] = {
                       "schema 2 (older files: see primary_metric())",
     "num_parameters": "trainable parameters",
     "device": "torch device the run trained on",
+    "world_size": "processes the run trained on (torchrun / SLURM tasks; 1 without a launcher)",
     "attention_backend": "attention kernels used, comma-separated",
     "max_steps": "cfg.trainer.max_steps",
     "dataset_sizes": "{split: examples}",
@@ -66,7 +67,7 @@ SCHEMA: dict[str, str] = {
 
 # Config keys that do not change a run's result. conf/hydra/default.yaml reads this list through the
 # `non_result_keys` resolver (registered in config.py) to keep them out of run-directory names.
-_TRAINER_NON_RESULT = ("resume", "device", "progress", "log_every", "num_threads")
+_TRAINER_NON_RESULT = ("resume", "device", "progress", "progress_every_s", "log_every", "num_threads")
 NON_RESULT_KEYS = (
     *(f"trainer.{key}" for key in _TRAINER_NON_RESULT),
     # the same keys of a pre-training stage (conf/pretrain/) change none of its results either

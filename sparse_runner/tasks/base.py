@@ -65,6 +65,7 @@ class Task:
       primary_metric  the headline test metric ("accuracy", "bleu"): metrics.json records it as
                       `primary_metric` and the report's tables show it.
       model_keys      the `model.*` keys the family's model reads; any other key must stay at its default.
+      data_parallel   whether training may run under a multi-process launcher (DDP).
     """
 
     family: ClassVar[str]  # set by @register_task
@@ -72,6 +73,8 @@ class Task:
     val_metrics: ClassVar[tuple[str, ...]] = ("loss",)
     primary_metric: ClassVar[str] = "loss"
     model_keys: ClassVar[frozenset[str]] = frozenset()
+    # False: the task cannot split its training batches across processes (torchrun / DDP).
+    data_parallel: ClassVar[bool] = True
 
     @classmethod
     def check_config(cls, t: Any) -> None:

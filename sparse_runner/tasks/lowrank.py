@@ -98,6 +98,8 @@ class LowRankTask(Task):
     # The heads read no `model.*` key: their sizes are the experiment's (task.head_sizes, task.num_heads),
     # and softmax is what the theorem is about. `name` is the only key left free (it changes nothing).
     model_keys = frozenset({"name"})
+    # One fixed problem, fitted as a whole (a batch of one): nothing to split across processes.
+    data_parallel = False
 
     @classmethod
     def check_config(cls, t) -> None:

@@ -67,6 +67,8 @@ class TranslationTask(Task):
     def check_config(cls, t) -> None:
         check_text_source(t, files=PARALLEL_FILES, hub_example="IWSLT/iwslt2017")
         choice("task.file_format", t.file_format, FILE_FORMATS)
+        if t.src_lang == t.tgt_lang:  # here, not only at load time: refused before anything is written
+            fail("task.tgt_lang", f"src_lang and tgt_lang are both {t.src_lang!r}; a translation pair needs two languages")
         for key in ("vocab_size", "val_beam_size"):
             positive(f"task.{key}", t[key])
         if t.max_length < 4:

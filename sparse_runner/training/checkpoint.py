@@ -7,24 +7,46 @@ problem, a file truncated by hand) costs one checkpoint interval, not the run. F
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from sparse_runner.checks import one_line
+from sparse_runner.checks import ConfigError, one_line
 from sparse_runner.io import atomic_open
 
 log = logging.getLogger(__name__)
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, most often); the previous one is intact."""
+
+
+# Below this much free space a failed write is put down to a full disk: torch.save reports ENOSPC as a
+# RuntimeError ("enforce fail at inline_container.cc ... file write failed") without an errno.
+_NEARLY_FULL_BYTES = 64 * 2**20
+
+
 def save(path: Path, state: dict[str, Any]) -> None:
-    with atomic_open(path, "wb") as handle:
-        torch.save(state, handle)
+    try:
+        with atomic_open(path, "wb") as handle:
+            torch.save(state, handle)
+    except (OSError, RuntimeError) as exc:
+        try:
+            full = getattr(exc, "errno", None) == errno.ENOSPC or shutil.disk_usage(path.parent).free < _NEARLY_FULL_BYTES
+        except OSError:
+            full = False
+        reason = "no space left on device" if full else one_line(exc)
+        raise CheckpointWriteError(
+            f"cannot write checkpoint {path}: {reason}; the previous checkpoint is kept, so free space and run the "
+            "same command again to resume from it"
+        ) from None
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -48,7 +70,11 @@ class CheckpointDir:
         save(self.best, state)
 
     def load_latest(self) -> dict[str, Any] | None:
-        """The newest readable resume state, or None if there is none."""
+        """The newest readable resume state, or None if there is no checkpoint at all.
+
+        Raises ConfigError (one line) when there are checkpoints but none is readable: starting again from
+        step 0 without a word would silently discard the run's training."""
+        unreadable = []
         for path in (self.last, self.prev):
             if not path.exists():
                 continue
@@ -56,6 +82,12 @@ class CheckpointDir:
                 return load(path)
             except Exception as exc:  # any unreadable file: report in one line and fall back
                 log.warning("checkpoint %s is unreadable (%s); trying the previous one", path, _first_line(exc))
+                unreadable.append(path.name)
+        if unreadable:
+            raise ConfigError(
+                f"{self.dir}: no checkpoint to resume from is readable ({', '.join(unreadable)}); "
+                "add trainer.resume=false to start over (it deletes them)"
+            )
         return None
 
     def load_best(self) -> dict[str, Any] | None:

@@ -1,15 +1,24 @@
 """The distributed seam: what the trainer asks of a process group, and the single-process answers.
 
-With `torch.distributed` initialised (torchrun, DDP -- a later issue wires it up), every rank trains
-on its shard of the epoch plan, evaluation sums are added across ranks and only rank 0 writes files.
-Without it (the default: one process) every function here is the identity or a no-op, so a
+Under torchrun (or a multi-task SLURM step, see `cluster.export_distributed_env`) `setup` joins the
+process group: gloo on CPU, NCCL on GPU. Then every global batch of the epoch plan is split across the
+ranks (`split_batch`), DistributedDataParallel averages the gradients, evaluation batches are sharded and
+their sums added across ranks, and only rank 0 writes files. Because the plan is made of *global*
+batches (trainer.batch_size / batch_tokens count over all processes), N processes train on the same
+data in the same order as one, and a run can resume on a different number of processes.
+
+Without a process group (the default: one process) every function here is the identity or a no-op, so a
 single-process run computes exactly what it always did.
 """
 
 from __future__ import annotations
 
+import atexit
+import datetime
+import os
 from typing import Any, Sequence, TypeVar
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -21,11 +30,38 @@ def is_distributed() -> bool:
 
 
 def rank() -> int:
-    return dist.get_rank() if is_distributed() else 0
+    """This process's rank; before the group is joined, the launcher's RANK (so that rank 0 alone takes
+    the run directory's lock from the start)."""
+    return dist.get_rank() if is_distributed() else int(os.environ.get("RANK", "0"))
 
 
 def world_size() -> int:
     return dist.get_world_size() if is_distributed() else 1
+
+
+def launched() -> bool:
+    """True when a launcher (torchrun, or SLURM via cluster.export_distributed_env) started several processes."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+# Long enough for rank 0 to wait on a pre-training stage another sweep job holds (run.pretrain_stage);
+# a dead peer still ends a collective at once (the connection drops).
+_TIMEOUT = datetime.timedelta(hours=2)
+
+
+def setup(device: torch.device) -> None:
+    """Join the process group the launcher describes (RANK, WORLD_SIZE, MASTER_ADDR ...); a no-op for one
+    process or when already joined (a multirun's later jobs)."""
+    if is_distributed() or not launched():
+        return
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=_TIMEOUT)
+    atexit.register(dist.destroy_process_group)
 
 
 def is_main() -> bool:
@@ -43,6 +79,52 @@ def shard(items: Sequence[T]) -> list[T]:
     return list(items[rank() :: world_size()])
 
 
+def split_batch(indices: np.ndarray) -> tuple[np.ndarray, float]:
+    """This rank's part of a global training batch and the weight of its loss.
+
+    Rank r takes examples r, r + N, ... (a length-sorted batch gives every rank similar lengths). DDP
+    averages gradients over ranks, so a rank's mean loss is weighted by N x its share of the examples:
+    the average is then the mean over the whole batch, as one process computes it. A rank left without an
+    example (a batch smaller than N) still has to take part in the step: it gets one example at weight 0.
+    """
+    n = world_size()
+    if n == 1:
+        return indices, 1.0
+    part = indices[rank()::n]
+    if len(part) == 0:
+        return indices[:1], 0.0
+    return part, n * len(part) / len(indices)
+
+
+def sum_over_ranks(values: list[float]) -> list[float]:
+    """Element-wise sums over ranks (in float64 on the host side; gloo and NCCL both reduce CPU/GPU
+    tensors, so the tensor lives on the process group's device)."""
+    if not is_distributed():
+        return values
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def gather_objects(obj: T) -> list[T]:
+    """Every rank's `obj`, in rank order (a one-element list with one process)."""
+    if not is_distributed():
+        return [obj]
+    gathered: list[Any] = [None] * world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+def broadcast_object(obj: T) -> T:
+    """Rank 0's `obj` on every rank."""
+    if not is_distributed():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def all_reduce_sums(sums: dict[str, Any]) -> dict[str, Any]:
     """Evaluation sums of every rank added up: numbers summed, lists concatenated in rank order.
 
@@ -50,11 +132,9 @@ def all_reduce_sums(sums: dict[str, Any]) -> dict[str, Any]:
     """
     if not is_distributed():
         return sums
-    gathered: list[dict[str, Any] | None] = [None] * world_size()
-    # Objects rather than tensors: the sums mix ints, floats and lists (hypotheses) of any length.
-    dist.all_gather_object(gathered, sums)
     total: dict[str, Any] = {}
-    for part in gathered:
+    # Objects rather than tensors: the sums mix ints, floats and lists (hypotheses) of any length.
+    for part in gather_objects(sums):
         add_sums(total, part or {})
     return total
 

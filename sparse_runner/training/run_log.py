@@ -7,6 +7,8 @@ stopped.
 from __future__ import annotations
 
 import json
+import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ class RunLog:
 
     def write(self, step: int, values: dict[str, Any]) -> None:
         self._file.write(json.dumps({"step": step, **values}) + "\n")
+        self._file.flush()  # `tail -f log.jsonl` follows the run (a line per trainer.log_every steps: cheap)
         for key, value in values.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 self._tb.add_scalar(key, value, step)
@@ -63,3 +66,31 @@ class NullLog:
 
     def close(self) -> None:
         pass
+
+
+class ProgressLines:
+    """A plain progress line (step, loss, tokens/s, ETA) at most every `every_s` seconds (None: at every
+    step-log line), for runs that no one watches through a terminal's progress bar: a SLURM log, nohup."""
+
+    def __init__(self, every_s: float | None, max_steps: int, first_step: int) -> None:
+        self.every_s, self.max_steps = every_s, max_steps
+        self._step, self._time = first_step, time.monotonic()
+        self._log = logging.getLogger("sparse_runner.progress")
+
+    def maybe_show(self, step: int, values: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if self.every_s and now - self._time < self.every_s and step < self.max_steps:
+            return
+        seconds_per_step = (now - self._time) / max(step - self._step, 1)
+        eta = seconds_per_step * (self.max_steps - step)
+        self._step, self._time = step, now
+        self._log.info(
+            "step %d/%d | loss %.4f | lr %.2e | %.0f tokens/s | ETA %s",
+            step, self.max_steps, values["train/loss"], values["train/lr"], values["train/tokens_per_s"], _duration(eta),
+        )
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"

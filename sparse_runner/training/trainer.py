@@ -34,20 +34,20 @@ from sparse_runner.tasks.base import EvalSums, StepOutput, Task
 from sparse_runner.training import checkpoint as ckpt
 from sparse_runner.training import distributed
 from sparse_runner.training.regularisers import REGULARISERS, sar
-from sparse_runner.training.run_log import NullLog, RunLog
+from sparse_runner.training.run_log import NullLog, ProgressLines, RunLog
 from sparse_runner.training.schedules import build_scheduler
+from sparse_runner.training.stopping import Preempted, StopSignals
+
+__all__ = ["Trainer", "Preempted", "Diverged", "fingerprint_difference"]
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
 
 
-class Preempted(Exception):
-    """Raised after a checkpoint was saved because SIGTERM/SIGUSR1 arrived."""
-
-    def __init__(self, signum: int, step: int) -> None:
-        super().__init__(f"stopped by {signal.Signals(signum).name} at step {step}; checkpoint saved")
-        self.signum, self.step = signum, step
+class Diverged(Exception):
+    """The training loss or the weights became non-finite. Nothing non-finite was saved: the last
+    checkpoint is the last good state."""
 
 
 @dataclass
@@ -114,12 +114,22 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
 
 
 class Trainer:
-    def __init__(self, cfg: Any, task: Task, model: torch.nn.Module, run_dir: Path, device: torch.device, *, fingerprint: dict[str, Any]) -> None:
+    def __init__(
+        self, cfg: Any, task: Task, model: torch.nn.Module, run_dir: Path, device: torch.device, *,
+        fingerprint: dict[str, Any], stop: StopSignals | None = None,
+    ) -> None:
         self.cfg, self.tcfg = cfg, cfg.trainer
         self.task, self.device = task, device
         self.run_dir = Path(run_dir)
         self.model = model.to(device)
-        self.step_model = torch.compile(self.model) if self.tcfg.compile else self.model
+        # Training goes through DDP when there is a process group (it also makes every rank start from rank
+        # 0's weights); evaluation, checkpoints and analysis use the plain model.
+        self.ddp = None
+        if distributed.is_distributed():
+            self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=[device] if device.type == "cuda" else None)
+        wrapped = self.ddp or self.model
+        self.step_model = torch.compile(wrapped) if self.tcfg.compile else wrapped
+        self.stop = stop or StopSignals()
         self.fingerprint = fingerprint
         t = self.tcfg
         groups = optimizer_groups(self.model, t.lr, t.weight_decay, t.alpha_lr_scale)
@@ -138,7 +148,7 @@ class Trainer:
             self.regularisers.append((cfg.model.sar.weight, sar(cfg.model.sar.shift, cfg.model.sar.random_shift)))
         self.progress = Progress()
         self.is_main = distributed.is_main()
-        self._stop_signal: int | None = None
+        self.saved_step: int | None = None  # the step of the newest checkpoint on disk (the last good state)
 
     # ------------------------------------------------------------------------------ state
     def autocast(self):
@@ -158,27 +168,59 @@ class Trainer:
             "progress": self.progress.state_dict(),
         }
 
+    def _rng_states(self) -> dict[str, Any]:
+        """Rank 0's RNG state ("rng", what a single process resumes from) and every rank's ("rng_ranks")."""
+        states = distributed.gather_objects(ckpt.rng_state())
+        return {"rng": states[0], "rng_ranks": states}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
-        ckpt.set_rng_state(state["rng"])
         self.progress = Progress(**state["progress"])
+        ranks = state.get("rng_ranks") or [state["rng"]]
+        if len(ranks) == distributed.world_size():
+            ckpt.set_rng_state(ranks[distributed.rank()])
+        else:
+            # Another number of processes: the data order is that of the global plan, unchanged, but each
+            # rank's random stream (dropout, masking) starts afresh from (seed, rank, step).
+            log.warning("resuming on %d process(es) from a checkpoint of %d: random streams are re-seeded", distributed.world_size(), len(ranks))
+            ckpt.set_rng_state(ranks[0])
+            torch.manual_seed(hash((self.cfg.seed, distributed.rank(), self.progress.step)) % 2**63)
+
+    def _check_finite(self) -> None:
+        """Refuse to save a non-finite state (it could only be resumed into the same failure)."""
+        finite = torch.stack([torch.isfinite(param).all() for param in self.model.parameters()]).all()
+        if not math.isfinite(self.progress.window_loss):
+            raise self._diverged(f"the training loss is {self.progress.window_loss}")
+        if not bool(finite):
+            raise self._diverged("a weight is not finite")
+
+    def _diverged(self, what: str) -> Diverged:
+        t, p = self.tcfg, self.progress
+        kept = f"the last good checkpoint (step {self.saved_step}) is kept" if self.saved_step is not None else "no checkpoint was saved"
+        fix = f"lower trainer.lr (now {t.lr:g})" + (" or set trainer.clip_grad_norm" if t.clip_grad_norm is None else "")
+        return Diverged(f"training diverged at step {p.step}: {what}; {kept}; {fix}")
 
     def _save_last(self) -> None:
+        self._check_finite()
+        state = self._rng_states()  # a collective: every rank takes part
         if self.is_main:
-            self.checkpoints.save_last(self.state_dict())
+            self.checkpoints.save_last({**self.state_dict(), **state})
+        self.saved_step = self.progress.step
 
     def restore(self) -> dict[str, Any] | None:
         """Load the run directory's newest checkpoint if resuming; returns it (or None)."""
         if not self.tcfg.resume:
             if self.is_main:
                 self.checkpoints.clear()
+            distributed.barrier()  # no rank may find the checkpoints rank 0 is deleting
             return None
         state = self.checkpoints.load_latest()
         if state is None:
             return None
+        self.saved_step = state["progress"]["step"]
         mismatch = fingerprint_difference(state.get("fingerprint", {}), self.fingerprint, schema_defaults())
         if mismatch:
             raise ConfigError(
@@ -189,29 +231,11 @@ class Trainer:
         log.info("resuming %s at step %d", self.run_dir, self.progress.step)
         return state
 
-    # ------------------------------------------------------------------------------ signals
-    @contextlib.contextmanager
-    def _preemption_signals(self):
-        """SIGTERM / SIGUSR1 (SLURM preemption, `scancel --signal`) ask for a checkpoint and a clean exit."""
-
-        def request_stop(signum, _frame):
-            self._stop_signal = signum
-
-        installed = {}
-        with contextlib.suppress(ValueError):  # not the main thread: leave handlers alone
-            for sig in (signal.SIGTERM, signal.SIGUSR1):
-                installed[sig] = signal.signal(sig, request_stop)
-        try:
-            yield
-        finally:
-            for sig, handler in installed.items():
-                signal.signal(sig, handler)
-
     # ------------------------------------------------------------------------------ loop
     def _plan(self, epoch: int) -> list:
         t = self.tcfg
-        plan = self.task.plan_epoch(seed=self.cfg.seed, epoch=epoch, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
-        return distributed.shard(plan)
+        # Global batches: every rank takes its part of each (distributed.split_batch).
+        return self.task.plan_epoch(seed=self.cfg.seed, epoch=epoch, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
 
     def training_step(self, batch: dict[str, Any]) -> StepOutput:
         """The task's forward pass and loss, plus the regularisers' terms (weighted)."""
@@ -225,7 +249,8 @@ class Trainer:
     def fit(self) -> dict[str, float]:
         """Train to max_steps (or early stop), then test the best checkpoint. Returns final metrics.
 
-        Call `restore()` first to continue from the run directory's checkpoint.
+        Call `restore()` first to continue from the run directory's checkpoint. Stop signals (see
+        `stopping.py`) are acted on at step boundaries while `self.stop` is installed (run.py does that).
         """
         t, p = self.tcfg, self.progress
         if p.completed:
@@ -233,33 +258,41 @@ class Trainer:
         run_log = RunLog(self.run_dir, resume_step=p.step if p.step > 0 else None) if self.is_main else NullLog()
         show = self.is_main and {"auto": sys.stderr.isatty(), "true": True, "false": False}[str(t.progress).lower()]
         bar = tqdm(total=t.max_steps, initial=p.step, disable=not show, dynamic_ncols=True, desc=self.task.name, unit="step")
+        # Without a bar (a SLURM log, nohup) a plain progress line every trainer.progress_every_s instead.
+        lines = ProgressLines(t.progress_every_s, t.max_steps, p.step) if self.is_main and not show else None
         self.model.train()
         plan = self._plan(p.epoch)
-        # Loss and stats summed on the device and read back only when logged or checkpointed: no
-        # per-step host sync.
-        window_loss = torch.zeros((), device=self.device)
-        window_stats: dict[str, torch.Tensor] = {}
+        # Loss and stats are summed on the device and read back only when logged or checkpointed: no
+        # per-step host sync. A checkpoint carries the sums exactly (a float32 read as a float64), so a
+        # resumed run goes on adding to the very same values.
+        window_loss = torch.tensor(p.window_loss, dtype=torch.float32, device=self.device)
+        window_stats = {name: torch.tensor(v, dtype=torch.float32, device=self.device) for name, v in p.window_stats.items()}
         try:
-            with self._preemption_signals():
+            with self.stop.deferred():
                 while p.step < t.max_steps and not p.stopped_early:
                     started = time.perf_counter()
                     self.optimizer.zero_grad(set_to_none=True)
-                    for _ in range(t.accumulate):
+                    for micro in range(t.accumulate):
                         if p.batch_in_epoch >= len(plan):
                             p.epoch, p.batch_in_epoch = p.epoch + 1, 0
                             plan = self._plan(p.epoch)
                         batch_started = time.perf_counter()
-                        batch = self.task.make_batch("train", plan[p.batch_in_epoch], self.device)
+                        indices, weight = distributed.split_batch(plan[p.batch_in_epoch])
+                        batch = self.task.make_batch("train", indices, self.device)
                         p.window_data_s += time.perf_counter() - batch_started
                         p.batch_in_epoch += 1
-                        with self.autocast():
-                            out = self.training_step(batch)
-                        self.scaler.scale(out.loss / t.accumulate).backward()
-                        window_loss += out.loss.detach() / t.accumulate
+                        # DDP: gradients are averaged across ranks once per step, on the last micro-batch.
+                        last = micro == t.accumulate - 1
+                        with contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync():
+                            with self.autocast():
+                                out = self.training_step(batch)
+                            loss = out.loss if weight == 1.0 else out.loss * weight
+                            self.scaler.scale(loss / t.accumulate).backward()
+                        window_loss += loss.detach().float() / t.accumulate
                         for name, value in out.stats.items():
-                            window_stats[name] = window_stats.get(name, 0.0) + torch.as_tensor(value, device=self.device).detach() / t.accumulate
-                        p.window_tokens += out.tokens
-                        del out  # its logits (large for an LM) would otherwise live on through the next forward pass
+                            window_stats[name] = window_stats.get(name, 0.0) + torch.as_tensor(value, device=self.device).detach().float() / t.accumulate
+                        p.window_tokens += out.tokens if weight else 0
+                        del out, loss  # its logits (large for an LM) would otherwise live on through the next forward pass
                     if t.clip_grad_norm is not None:
                         self.scaler.unscale_(self.optimizer)
                         torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_grad_norm)
@@ -270,32 +303,18 @@ class Trainer:
                     p.window_steps += 1
                     p.window_time_s += time.perf_counter() - started
                     bar.update(1)
-                    stop = distributed.any_rank(self._stop_signal is not None, self.device)
+                    stop = distributed.any_rank(self.stop.received is not None, self.device)
 
                     if p.step % t.log_every == 0 or p.step == t.max_steps:
-                        self._fold_window(window_loss, window_stats)  # the only host sync of the step loop
-                        p.tokens_seen += p.window_tokens
-                        p.train_time_s += p.window_time_s
-                        p.data_time_s += p.window_data_s
-                        values = {
-                            "train/loss": p.window_loss / p.window_steps,
-                            **{f"train/{name}": total / p.window_steps for name, total in p.window_stats.items()},
-                            "train/lr": self.scheduler.get_last_lr()[0],
-                            "train/tokens_per_s": p.window_tokens / max(p.window_time_s, 1e-9),
-                            # Batches are made in the training process: this is the share of step time the model waits for data.
-                            "train/data_wait_fraction": p.window_data_s / max(p.window_time_s, 1e-9),
-                            "epoch": p.epoch,
-                            **alpha_log_values(self.model),
-                        }
-                        if not math.isfinite(values["train/loss"]):
-                            raise FloatingPointError(f"training loss is {values['train/loss']} at step {p.step}; lower trainer.lr or set trainer.clip_grad_norm")
+                        values = self._log_window(window_loss, window_stats)  # the only host sync of the step loop
                         run_log.write(p.step, values)
                         bar.set_postfix(loss=f"{values['train/loss']:.3f}", lr=f"{values['train/lr']:.2e}", tok_s=f"{values['train/tokens_per_s']:.0f}")
-                        p.window_loss, p.window_stats, p.window_steps, p.window_tokens, p.window_time_s, p.window_data_s = 0.0, {}, 0, 0, 0.0, 0.0
+                        if lines is not None:
+                            lines.maybe_show(p.step, values)
 
                     evaluate = p.step % t.eval_every == 0 or p.step == t.max_steps
                     if evaluate or stop:
-                        self._fold_window(window_loss, window_stats)  # into the checkpointed state
+                        self._snapshot_window(window_loss, window_stats)  # into the checkpointed state
                     if evaluate:
                         self._evaluate_and_select(run_log)
                         self._save_last()
@@ -303,20 +322,57 @@ class Trainer:
                     if stop:
                         self._save_last()
                         run_log.flush()
-                        raise Preempted(self._stop_signal or signal.SIGTERM, p.step)
+                        raise Preempted(self.stop.received or signal.SIGTERM, p.step)
         finally:
             bar.close()
             run_log.close()
         return self._final_test()
 
-    def _fold_window(self, window_loss: torch.Tensor, window_stats: dict[str, torch.Tensor]) -> None:
-        """Move the device-side window sums into Progress (host floats) and zero them."""
+    def _log_window(self, window_loss: torch.Tensor, window_stats: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """The step-log line of the window since the last one (all ranks' batches), then a new window."""
         p = self.progress
-        p.window_loss += float(window_loss)
+        names = sorted(window_stats)
+        # Loss and stats of every rank (already weighted by their share of the batch) and the tokens.
+        totals = distributed.sum_over_ranks([float(window_loss), *(float(window_stats[n]) for n in names), float(p.window_tokens)])
+        ranks = distributed.world_size()
+        loss, tokens = totals[0] / ranks / p.window_steps, int(totals[-1])
+        if not math.isfinite(loss):
+            raise self._diverged(f"the training loss is {loss}")
+        p.tokens_seen += tokens
+        p.train_time_s += p.window_time_s
+        p.data_time_s += p.window_data_s
+        values = {
+            "train/loss": loss,
+            **{f"train/{name}": total / ranks / p.window_steps for name, total in zip(names, totals[1:-1])},
+            "train/lr": self.scheduler.get_last_lr()[0],
+            "train/tokens_per_s": tokens / max(p.window_time_s, 1e-9),
+            # Batches are made in the training process: this is the share of step time the model waits for data.
+            "train/data_wait_fraction": p.window_data_s / max(p.window_time_s, 1e-9),
+            "epoch": p.epoch,
+            **alpha_log_values(self.model),
+        }
         window_loss.zero_()
-        for name, value in window_stats.items():
-            p.window_stats[name] = p.window_stats.get(name, 0.0) + float(value)
         window_stats.clear()
+        p.window_loss, p.window_stats, p.window_steps, p.window_tokens, p.window_time_s, p.window_data_s = 0.0, {}, 0, 0, 0.0, 0.0
+        return values
+
+    def _snapshot_window(self, window_loss: torch.Tensor, window_stats: dict[str, torch.Tensor]) -> None:
+        """Copy the device-side window sums into Progress (host floats), so a checkpoint carries them.
+
+        With several processes the sums of all ranks are added up into rank 0's window (the others start
+        again from zero): what a checkpoint holds is then the whole window, whatever number of processes
+        resumes from it."""
+        p = self.progress
+        names = sorted(window_stats)
+        totals = distributed.sum_over_ranks([float(window_loss), *(float(window_stats[n]) for n in names), float(p.window_tokens)])
+        p.window_loss, p.window_tokens = totals[0], int(totals[-1])
+        p.window_stats = dict(zip(names, totals[1:-1]))
+        if distributed.world_size() > 1:
+            keep = 1.0 if self.is_main else 0.0
+            window_loss.fill_(p.window_loss * keep)
+            for name in names:
+                window_stats[name].fill_(p.window_stats[name] * keep)
+            p.window_tokens = p.window_tokens if self.is_main else 0
 
     # ------------------------------------------------------------------------------ evaluation
     def _eval_batches(self, split: str, max_batches: int | None = None):
@@ -351,9 +407,9 @@ class Trainer:
         """One pass over `split` during which the analysis observes every attention layer."""
         was_training = self.model.training
         self.model.eval()
-        for batch in self._eval_batches(split, self.tcfg.analysis_max_batches):
+        for indices in self.task.eval_plan(split)[: self.tcfg.analysis_max_batches]:
             with self.autocast():
-                self.task.analysis_step(self.model, batch)
+                self.task.analysis_step(self.model, self.task.make_batch(split, indices, self.device))
         self.model.train(was_training)
 
     def _evaluate_and_select(self, run_log: RunLog) -> None:
@@ -364,6 +420,7 @@ class Trainer:
         better = p.best_value is None or (value > p.best_value if t.monitor_mode == "max" else value < p.best_value)
         if better:
             p.best_value, p.best_step, p.bad_evals = value, p.step, 0
+            self._check_finite()
             if self.is_main:
                 self.checkpoints.save_best({"model": self.model.state_dict(), "step": p.step, t.monitor: value})
         else:
@@ -390,7 +447,9 @@ class Trainer:
             test.update({name.replace("test/", "test_shifted/", 1): value for name, value in shifted.items()})
         if self.is_main:
             self._write_outputs()
-        if self.tcfg.analysis and attention_layers(self.model):  # a model without attention has nothing to analyse
+        # A model without attention has nothing to analyse. The analysis observes the attention of the whole
+        # split, so it runs on rank 0 alone (the statistics are not sums that ranks could add up).
+        if self.tcfg.analysis and attention_layers(self.model) and self.is_main:
             p.analysis = analyse(self.model, self.analysis_pass)
         if best is not None:
             self.model.load_state_dict(current)

@@ -1,0 +1,152 @@
+"""torchrun on CPU (gloo): 2 processes train as 1 does, resume exactly after a rank is killed, and on
+another number of processes.
+
+trainer.batch_size is the global batch, split across the ranks: `torchrun --nproc_per_node=2 ... 
+trainer.batch_size=2B` is 2 processes x B examples, the same data in the same order as 1 process x 2B.
+Dropout is off here: with it, each rank draws its own masks, so the two can only agree in distribution.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY
+
+DDP = TINY + [
+    "trainer.max_steps=50",
+    "trainer.eval_every=25",
+    "trainer.batch_size=16",
+    "trainer.log_every=5",
+    "trainer.analysis=false",
+    "model.dropout=0.0",
+]
+
+
+def launch(args: list[str], cwd: Path, cache_dir: Path, nproc: int, **popen) -> subprocess.Popen:
+    """`torchrun --standalone --nproc_per_node=N -m sparse_runner.cli ARGS` (1 process: without torchrun)."""
+    env = {**os.environ, "SPARSE_RUNNER_CACHE": str(cache_dir), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    runner = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else [sys.executable]
+    return subprocess.Popen([*runner, "-m", "sparse_runner.cli", *args], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **popen)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
+    output, _ = proc.communicate(timeout=timeout)
+    return output
+
+
+def run_dir(out: Path) -> Path:
+    (directory,) = (out / "runs").iterdir()
+    return directory
+
+
+def metrics(directory: Path) -> dict:
+    return json.loads((directory / "metrics.json").read_text())
+
+
+def losses(directory: Path) -> dict[int, float]:
+    lines = [json.loads(line) for line in (directory / "log.jsonl").read_text().splitlines()]
+    return {line["step"]: line["train/loss"] for line in lines if "train/loss" in line}
+
+
+def train(tmp_path: Path, cache_dir: Path, name: str, nproc: int, *extra: str) -> Path:
+    out = tmp_path / name
+    output = finish(launch([*DDP, *extra, f"paths.output_dir={out}"], tmp_path, cache_dir, nproc))
+    directory = run_dir(out)
+    assert metrics(directory)["status"] == "completed", output[-3000:]
+    return directory
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory, cache_dir) -> Path:
+    return train(tmp_path_factory.mktemp("ddp"), cache_dir, "two", 2)
+
+
+def test_two_processes_follow_the_one_process_loss_trajectory(two_processes, tmp_path, cache_dir):
+    one = train(tmp_path, cache_dir, "one", 1)
+    assert metrics(two_processes)["world_size"] == 2 and metrics(one)["world_size"] == 1
+    two_losses, one_losses = losses(two_processes), losses(one)
+    assert sorted(two_losses) == sorted(one_losses) == list(range(5, 51, 5))
+    for step, loss in one_losses.items():
+        assert two_losses[step] == pytest.approx(loss, rel=1e-4, abs=1e-5), step
+    # The same tokens were seen, and both models end in the same place.
+    assert metrics(two_processes)["tokens_seen"] == metrics(one)["tokens_seen"]
+    for name, value in metrics(one)["metrics"].items():
+        assert metrics(two_processes)["metrics"][name] == pytest.approx(value, rel=1e-3, abs=1e-4), name
+    # Rank 0 alone writes: one log, one copy of Hydra's files, no per-rank leftovers.
+    assert len((two_processes / "log.jsonl").read_text().splitlines()) == len((one / "log.jsonl").read_text().splitlines())
+
+
+def _child_pids(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _rank_pid(torchrun_pid: int, rank: int) -> int | None:
+    for pid in _child_pids(torchrun_pid):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in env:
+            return pid
+    return None
+
+
+def test_kill_9_of_one_rank_then_the_same_command_resumes_exactly(two_processes, tmp_path, cache_dir):
+    out = tmp_path / "killed"
+    args = [*DDP, f"paths.output_dir={out}"]
+    proc = launch(args, tmp_path, cache_dir, 2)
+    deadline = time.time() + 240
+    while not list(out.glob("runs/*/checkpoints/last.pt")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    victim = _rank_pid(proc.pid, 1)
+    assert victim is not None and proc.poll() is None, "the run ended before the first checkpoint"
+    os.kill(victim, signal.SIGKILL)
+    output = finish(proc)
+    assert proc.returncode != 0, output[-3000:]
+    directory = run_dir(out)
+    assert metrics(directory)["status"] != "completed"
+    again = finish(launch(args, tmp_path, cache_dir, 2))
+    assert metrics(directory)["status"] == "completed", again[-3000:]
+    assert "resuming" in again
+    assert metrics(directory)["metrics"] == metrics(two_processes)["metrics"]
+    assert losses(directory).keys() == losses(two_processes).keys()
+
+
+def test_sigterm_stops_every_rank_then_one_process_resumes(two_processes, tmp_path, cache_dir):
+    """SIGTERM to one rank stops both at the same step with one checkpoint; a single process finishes it."""
+    out = tmp_path / "stopped"
+    args = [*DDP, f"paths.output_dir={out}"]
+    proc = launch(args, tmp_path, cache_dir, 2)
+    deadline = time.time() + 240
+    while not list(out.glob("runs/*/checkpoints/last.pt")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    victim = _rank_pid(proc.pid, 1)
+    assert victim is not None and proc.poll() is None, "the run ended before the first checkpoint"
+    os.kill(victim, signal.SIGTERM)
+    output = finish(proc)
+    directory = run_dir(out)
+    if metrics(directory)["status"] == "completed":
+        pytest.skip("the run finished before SIGTERM arrived")
+    assert proc.returncode == 0, output[-3000:]
+    assert metrics(directory)["status"] == "preempted"
+    assert "Traceback" not in output
+    import torch
+
+    saved = torch.load(directory / "checkpoints/last.pt", weights_only=True)
+    assert saved["progress"]["step"] == metrics(directory)["step"]
+    assert len(saved["rng_ranks"]) == 2
+    again = finish(launch(args, tmp_path, cache_dir, 1))
+    assert metrics(directory)["status"] == "completed", again[-3000:]
+    assert "re-seeded" in again
+    for name, value in metrics(two_processes)["metrics"].items():
+        assert metrics(directory)["metrics"][name] == pytest.approx(value, rel=1e-3, abs=1e-4), name

@@ -1,0 +1,329 @@
+"""The runner under faults, as a careful user meets them: each case ends in one clear line, and nothing
+that was there before is lost (issue 14's list)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from sparse_runner.checks import ConfigError, DataError
+from sparse_runner.run import directory_lock, run
+from sparse_runner.tasks.listops import ListOpsTask
+from sparse_runner.training import checkpoint as ckpt
+from sparse_runner.training.stopping import Preempted
+from sparse_runner.training.trainer import Diverged, Trainer
+from tests.conftest import TINY, on_train_batch, sparse_run
+
+
+def read_metrics(run_dir: Path) -> dict:
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+def step_log(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if "per_s" not in k and "data_wait" not in k} for row in rows]
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
+    errors = [line for line in lines if line.startswith("sparse-run: error:")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, cache_dir):
+    from sparse_runner.config import validate
+    from tests.conftest import compose_config
+
+    run_dir = tmp_path_factory.mktemp("reference")
+    run(validate(compose_config([], cache_dir=cache_dir)), run_dir)
+    return run_dir
+
+
+# ------------------------------------------------------------------------------------ the run directory
+def _hold_lock(run_dir: Path) -> subprocess.Popen:
+    """Another process that holds run_dir the way a running sparse-run does."""
+    code = (
+        "import sys, time; from pathlib import Path; from sparse_runner.run import directory_lock\n"
+        f"with directory_lock(Path({str(run_dir)!r})):\n    print('held', flush=True); time.sleep(600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_command_on_a_busy_run_directory_is_refused_and_kill_9_frees_it(tmp_path, cache_dir):
+    run_dir = tmp_path / "outputs" / "runs" / "default"
+    run_dir.mkdir(parents=True)
+    holder = _hold_lock(run_dir)
+    try:
+        result = sparse_run([*TINY, "trainer.max_steps=5", f"hydra.run.dir={run_dir}"], cwd=tmp_path, cache_dir=cache_dir)
+        assert result.returncode == 2
+        line = one_error_line(result)
+        assert "in use by another sparse-run" in line and f"pid {holder.pid}" in line
+        assert not (run_dir / "metrics.json").exists()
+        assert (run_dir / ".lock").exists()  # the holder's directory is left as it was
+    finally:
+        holder.kill()  # SIGKILL: no clean-up code runs
+        holder.wait()
+    with directory_lock(run_dir):  # not stale
+        pass
+
+
+def test_two_identical_commands_started_together_one_trains(tmp_path, cache_dir):
+    args = [*TINY, "trainer.max_steps=30"]
+    env = {**os.environ, "SPARSE_RUNNER_CACHE": str(cache_dir)}
+    procs = [subprocess.Popen([sys.executable, "-c", "from sparse_runner.cli import run_main; run_main()", *args],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    if codes == [0, 0]:  # the second started only after the first had finished: it found the run complete
+        assert any("already complete" in out + err for out, err in outputs)
+    else:
+        assert codes == [0, 2], outputs
+        assert any("in use by another sparse-run" in err for _, err in outputs)
+    assert read_metrics(run_dir)["status"] == "completed"
+    rows = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    logged = [row["step"] for row in rows if "train/loss" in row]
+    assert logged == list(range(5, 31, 5))  # one writer: each step-log line once
+
+
+# ------------------------------------------------------------------------------------------ checkpoints
+def test_a_full_disk_while_checkpointing_is_one_line_and_the_resume_is_exact(reference, tiny_config, tmp_path, monkeypatch):
+    cfg = tiny_config()
+    real_save, calls = torch.save, {"n": 0}
+
+    def save(obj, f, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:  # the third checkpoint write: an earlier last.pt exists
+            raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 1664 vs 1560")
+        return real_save(obj, f, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ckpt.torch, "save", save)
+        patch.setattr(ckpt.shutil, "disk_usage", lambda _: SimpleNamespace(free=0))
+        with pytest.raises(ckpt.CheckpointWriteError) as info:
+            run(cfg, tmp_path)
+    message = str(info.value)
+    assert "\n" not in message and "no space left on device" in message and "previous checkpoint is kept" in message
+    assert read_metrics(tmp_path)["status"] == "failed"
+    kept = torch.load(tmp_path / "checkpoints/last.pt", weights_only=True)
+    assert kept["progress"]["step"] > 0
+    assert not list(tmp_path.rglob("*.tmp"))
+    run(cfg, tmp_path)  # space freed: the same command resumes
+    assert read_metrics(tmp_path)["metrics"] == read_metrics(reference)["metrics"]
+
+
+def test_when_no_checkpoint_is_readable_the_run_refuses_instead_of_starting_over(reference, tiny_config, tmp_path):
+    cfg = tiny_config()
+    with pytest.raises(RuntimeError):
+        with pytest.MonkeyPatch.context() as patch:
+            on_train_batch(patch, ListOpsTask, 25, lambda: (_ for _ in ()).throw(RuntimeError("crash")))
+            run(cfg, tmp_path)
+    for name in ("last.pt", "last.prev.pt", "best.pt"):
+        (tmp_path / "checkpoints" / name).write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError, match="no checkpoint to resume from is readable.*trainer.resume=false"):
+        run(cfg, tmp_path)
+    run(tiny_config("trainer.resume=false"), tmp_path)
+    assert read_metrics(tmp_path)["metrics"] == read_metrics(reference)["metrics"]
+
+
+def test_a_diverging_run_keeps_no_non_finite_checkpoint_and_says_so_in_one_line(tmp_path, cache_dir):
+    args = [*TINY, "trainer.lr=1e6", "trainer.eval_every=10", "trainer.log_every=20", "trainer.max_steps=40"]
+    result = sparse_run(args, cwd=tmp_path, cache_dir=cache_dir)
+    assert result.returncode == 1
+    line = one_error_line(result)
+    assert "diverged" in line and "trainer.lr" in line
+    assert "clip_grad_norm" not in line  # clipping is on (1.0): do not suggest it
+    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    m = read_metrics(run_dir)
+    assert m["status"] == "diverged" and "\n" not in m["error"]
+    for name in ("last.pt", "last.prev.pt", "best.pt"):
+        path = run_dir / "checkpoints" / name
+        if path.exists():
+            state = torch.load(path, weights_only=True)
+            assert all(torch.isfinite(t).all() for t in state["model"].values() if t.is_floating_point()), name
+            if "progress" in state:
+                assert math.isfinite(state["progress"]["window_loss"])
+
+
+# -------------------------------------------------------------------------------------------- signals
+def test_sigint_is_a_stop_like_sigterm(tiny_config, reference, tmp_path):
+    cfg = tiny_config()
+    with pytest.MonkeyPatch.context() as patch:
+        on_train_batch(patch, ListOpsTask, 14, lambda: os.kill(os.getpid(), signal.SIGINT))
+        with pytest.raises(Preempted) as info:
+            run(cfg, tmp_path)
+    assert info.value.signum == signal.SIGINT and info.value.step == 14
+    assert read_metrics(tmp_path)["status"] == "preempted"
+    run(cfg, tmp_path)
+    assert read_metrics(tmp_path)["metrics"] == read_metrics(reference)["metrics"]
+    # The step log continues as if never stopped, to the last digit (the loss window is carried exactly).
+    assert step_log(tmp_path) == step_log(reference)
+
+
+def test_sigterm_during_start_up_records_preempted(tiny_config, tmp_path, monkeypatch):
+    import sparse_runner.run as run_module
+
+    real_build = run_module.build_task
+
+    def build(cfg):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_build(cfg)
+
+    monkeypatch.setattr(run_module, "build_task", build)
+    with pytest.raises(Preempted) as info:
+        run(tiny_config(), tmp_path)
+    assert info.value.step is None
+    m = read_metrics(tmp_path)
+    assert m["status"] == "preempted" and "SIGTERM" in m["error"]
+
+
+def test_sigterm_after_the_last_evaluation_then_resume_completes(tiny_config, reference, tmp_path, monkeypatch):
+    real_final = Trainer._final_test
+
+    def final_test(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_final(self)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "_final_test", final_test)
+        with pytest.raises(Preempted):
+            run(tiny_config(), tmp_path)
+    assert read_metrics(tmp_path)["status"] == "preempted"
+    run(tiny_config(), tmp_path)
+    assert read_metrics(tmp_path)["status"] == "completed"
+    assert read_metrics(tmp_path)["metrics"] == read_metrics(reference)["metrics"]
+
+
+def test_a_signal_while_recording_the_end_still_completes(tiny_config, tmp_path, monkeypatch):
+    import sparse_runner.run as run_module
+
+    real_figures = run_module._figures
+
+    def figures(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_figures(*args)
+
+    monkeypatch.setattr(run_module, "_figures", figures)
+    run(tiny_config(), tmp_path)
+    assert read_metrics(tmp_path)["status"] == "completed"
+
+
+def test_sigint_through_the_cli_checkpoints_without_a_traceback(tmp_path, cache_dir):
+    args = [*TINY, "trainer.max_steps=400", "trainer.eval_every=10"]
+    env = {**os.environ, "SPARSE_RUNNER_CACHE": str(cache_dir), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", "from sparse_runner.cli import run_main; run_main()", *args],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while not list(tmp_path.glob("outputs/runs/*/checkpoints/last.pt")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=120)
+    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    if read_metrics(run_dir)["status"] == "completed":
+        pytest.skip("the run finished before SIGINT arrived")
+    assert proc.returncode == 130, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output and "stopped by SIGINT" in output
+    assert read_metrics(run_dir)["status"] == "preempted"
+
+
+# ------------------------------------------------------------------------------- refused before writing
+@pytest.mark.parametrize("override, expected", [
+    ("seed=-1", "seed: must be an integer in [0, 4294967295], got -1"),
+    ("seed=99999999999", "seed: must be an integer in [0, 4294967295]"),
+    ("trainer.device=cuda", "CUDA is not available"),
+])
+def test_refused_before_anything_is_written(tmp_path, cache_dir, override, expected):
+    if "cuda" in override and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    result = sparse_run([*TINY, override], cwd=tmp_path, cache_dir=cache_dir)
+    assert result.returncode == 2
+    assert expected in one_error_line(result)
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_same_language_pair_is_refused_before_anything_is_written(tmp_path, cache_dir):
+    result = sparse_run(["task=bible_es_en", "task.tgt_lang=es"], cwd=tmp_path, cache_dir=cache_dir)
+    assert result.returncode == 2
+    assert "src_lang and tgt_lang are both 'es'" in one_error_line(result)
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_cfg_job_with_a_bad_option_is_one_line(tmp_path, cache_dir):
+    result = sparse_run(["--cfg", "job", "model=nope"], cwd=tmp_path, cache_dir=cache_dir)
+    assert result.returncode == 2
+    assert "model=nope: no such model option; valid:" in one_error_line(result)
+
+
+def test_unusable_directories_are_refused_in_one_line(tmp_path, cache_dir):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    cases = [
+        ([f"paths.cache_dir={a_file}/cache"], "paths.cache_dir", "lies under"),
+        ([f"hydra.run.dir={a_file}"], "hydra.run.dir", "is a file"),
+        ([f"paths.output_dir={a_file}"], "paths.output_dir", "is a file"),
+    ]
+    for overrides, key, problem in cases:
+        result = sparse_run([*TINY, *overrides], cwd=tmp_path, cache_dir=cache_dir)
+        assert result.returncode == 2, result.stderr
+        line = one_error_line(result)
+        assert key in line and problem in line, line
+    assert a_file.read_text() == "x"
+
+
+def test_a_read_only_cache_directory_is_named(tmp_path, monkeypatch):
+    """A read-only file system (simulated: root may write anywhere else)."""
+    import tempfile as tempfile_module
+
+    from sparse_runner.cli import unusable_directory
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(tempfile_module, "TemporaryFile", read_only)
+    assert unusable_directory(tmp_path / "cache") == f"cannot be created: {tmp_path} is not writable (Read-only file system)"
+
+
+# ----------------------------------------------------------------------------------------- empty splits
+def test_an_empty_split_is_refused_for_every_task(tiny_config, tmp_path, monkeypatch):
+    real_sizes = ListOpsTask.sizes
+    monkeypatch.setattr(ListOpsTask, "sizes", lambda self: {**real_sizes(self), "test": 0})
+    with pytest.raises(DataError, match="the test split is empty"):
+        run(tiny_config(), tmp_path)
+    assert not (tmp_path / "metrics.json").exists()
+
+
+# ------------------------------------------------------------------------------------------- multirun
+def test_jobs_differing_only_in_a_name_excluded_key_get_their_own_directories(tmp_path, cache_dir):
+    result = sparse_run(["-m", *TINY, "trainer.max_steps=5", "trainer.eval_every=5", "trainer.log_every=5,3"], cwd=tmp_path, cache_dir=cache_dir)
+    assert result.returncode == 0, result.stderr
+    runs = [json.loads(p.read_text()) for p in (tmp_path / "outputs" / "multirun").glob("*/metrics.json")]
+    assert sorted(m["config"]["trainer"]["log_every"] for m in runs) == [3, 5]
+    assert all(m["status"] == "completed" for m in runs)
+
+
+def test_a_multirun_job_refused_at_run_time_records_failed(tmp_path, cache_dir):
+    header_only = tmp_path / "lra"
+    header_only.mkdir()
+    for split in ("basic_train", "basic_val", "basic_test"):
+        rows = "" if split == "basic_test" else "".join(f"( [MAX 1 {i % 10} ] )\t{i % 10}\n" for i in range(40))
+        (header_only / f"{split}.tsv").write_text("Source\tTarget\n" + rows)
+    result = sparse_run(["-m", *TINY, "task=listops_lra", f"task.data_dir={header_only}", "trainer.max_steps=5", "seed=0,1"],
+                        cwd=tmp_path, cache_dir=cache_dir)
+    assert result.returncode == 1
+    runs = [json.loads(p.read_text()) for p in (tmp_path / "outputs" / "multirun").glob("*/metrics.json")]
+    assert len(runs) == 2 and all(m["status"] == "failed" and "basic_test" in m["error"] for m in runs), runs
