@@ -11,13 +11,14 @@ import pytest
 
 from sparse_runner.reporting import collect_runs, main, seeds
 from sparse_runner.reporting.papers import bhojanapalli2020_bert as bert
-from sparse_runner.reporting.papers import bhojanapalli2020_lm, correia2019, ernie_sparse, lra
+from sparse_runner.reporting.papers import bhojanapalli2020, bhojanapalli2020_lm, correia2019, ernie_sparse, lra
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import STATUS_ORDER
 from sparse_runner.reporting.runs_table import runs_tables
 from sparse_runner.reporting.values import pct
 from test_report import write_run
 from test_report_bhojanapalli2020_bert import write_bert_run
+from test_report_bhojanapalli2020 import write_lowrank_run
 from test_report_bhojanapalli2020_lm import write_lm_run
 from test_report_ernie_sparse import write_run as write_ernie_run
 from test_report_lra import FAMILIES, write_lra_run
@@ -222,3 +223,23 @@ def test_lm_head_sweep_averages_the_seeds(tmp_path: Path) -> None:
     [table] = bhojanapalli2020_lm.lm_tables(collect_runs([tmp_path]))
     assert [row[:2] for row in table.rows] == [["2", "43.00 ± 3.61 (n=3)"], ["8", "30.00"]]
     assert seeds.NOTE in " ".join(table.notes)
+
+
+def test_lowrank_tables_average_the_seeds(tmp_path: Path) -> None:
+    for seed, kl in enumerate(ACCURACIES):
+        set_kl(write_seed(write_lowrank_run(tmp_path / f"s{seed}"), seed), kl)
+    set_kl(write_seed(write_lowrank_run(tmp_path / "diverged"), 3), 0.99, status="diverged")
+    sweep, multihead = bhojanapalli2020.tables(collect_runs([tmp_path]))[:2]
+    assert sweep.headers[1] == "s0; s1; s2 (n=4, d=8)"
+    assert sweep.rows[0][1] == "4.30e-01 ± 3.61e-02 (n=3)"
+    assert multihead.rows[0][0] == "s0; s1; s2" and multihead.rows[0][3] == "1.00e-14 ± 0.00e+00 (n=3)"
+    assert seeds.NOTE in " ".join(sweep.notes) and seeds.NOTE in multihead.notes
+
+
+def set_kl(run_dir: Path, kl: float, status: str = "completed") -> None:
+    """KL at d_p = 1 (the first row of the sweep table) and the run's status."""
+    path = run_dir / "metrics.json"
+    data = json.loads(path.read_text())
+    data["metrics"]["test/kl/dp_1"] = kl
+    data["status"] = status
+    path.write_text(json.dumps(data))

@@ -2,8 +2,9 @@
 
 What the report shows today: the low-rank study (`task=lowrank`, Theorem 1, PAPERS.md B.2) from completed
 lowrank runs' metrics.json: the best KL(P || A) a head of size d_p reaches against d_p, as a table and a
-figure with d_p = n marked, and standard (d_p = d/h) against fixed (d_p = n) heads as h grows. Nothing is
-shown until such a run exists (`sparse-run experiment=bhojanapalli2020_lowrank`).
+figure with d_p = n marked, and standard (d_p = d/h) against fixed (d_p = n) heads as h grows; runs that
+differ only in their seed are one column or row (mean ± std (n), seeds.py; the figure draws the means).
+Nothing is shown until such a run exists (`sparse-run experiment=bhojanapalli2020_lowrank`).
 
 The LM1B head sweep (perplexity against heads and parameters, paper Fig. 1/3) is in `bhojanapalli2020_lm`.
 Tables 1, 2A and 2B (BERT fine-tuned on SQuAD and MNLI against heads and head size, PAPERS.md B.3: published
@@ -17,6 +18,7 @@ Torch-free, like all report code; matplotlib is imported only when there is a fi
 from __future__ import annotations
 
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +28,9 @@ from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.papers import bhojanapalli2020_bert
 from sparse_runner.reporting.papers.bhojanapalli2020_lm import lm_sections, lm_tables
 from sparse_runner.reporting.render import Table
+from sparse_runner.reporting import seeds
 from sparse_runner.reporting.runs import RunRecord
+from sparse_runner.reporting.seeds import SeedGroup, seed_groups, summary
 from sparse_runner.reporting.values import as_float
 
 CITATION = "Bhojanapalli et al., ICML 2020"
@@ -41,20 +45,25 @@ MULTIHEAD_METRIC = re.compile(r"^test/kl/(standard|fixed)_h(\d+)$")
 KL_FLOOR = 1e-16
 
 
+# KL of every run of a group, keyed by head size d_p or by the number of heads h.
+Curve = dict[int, list[float]]
+
+
 @dataclass
 class LowRankRun:
-    """What one completed lowrank run measured (test split = the fitted problem)."""
+    """What one group of completed lowrank runs that differ only in their seed measured (test split = the
+    fitted problem)."""
 
-    rec: RunRecord
+    group: SeedGroup
     n: int | None  # sequence length (task.seq_len)
     d: int | None  # rows of X (task.d_model)
-    sweep: dict[int, float]  # d_p -> KL
-    standard: dict[int, float]  # h -> mean KL of h heads of size d/h
-    fixed: dict[int, float]  # h -> mean KL of h heads of size n
+    sweep: Curve  # d_p -> KL
+    standard: Curve  # h -> mean KL of h heads of size d/h
+    fixed: Curve  # h -> mean KL of h heads of size n
 
     @property
     def label(self) -> str:
-        return f"{self.rec.display} (n={self.n}, d={self.d})"
+        return f"{self.group.display} (n={self.n}, d={self.d})"
 
 
 def _size(rec: RunRecord, key: str, info_key: str) -> int | None:
@@ -64,30 +73,34 @@ def _size(rec: RunRecord, key: str, info_key: str) -> int | None:
 
 
 def lowrank_runs(records: list[RunRecord]) -> list[LowRankRun]:
-    """Completed lowrank runs with at least one d_p measured, by run name."""
+    """Groups of completed lowrank runs with at least one d_p measured, by run name."""
     runs = []
-    for rec in sorted(records, key=lambda r: r.display):
-        if rec.task_family != LOWRANK_FAMILY or rec.status != "completed":
-            continue
+    for group in seed_groups(rec for rec in records if rec.task_family == LOWRANK_FAMILY):
         sweep, curves = {}, {"standard": {}, "fixed": {}}
-        for name, raw in rec.metrics.items():
-            value = as_float(raw)
-            if value is None:
+        for name in sorted({name for rec in group.runs for name in rec.metrics}):
+            values = group.values(name)
+            if not values:
                 continue
             if match := SWEEP_METRIC.match(name):
-                sweep[int(match.group(1))] = value
+                sweep[int(match.group(1))] = values
             elif match := MULTIHEAD_METRIC.match(name):
-                curves[match.group(1)][int(match.group(2))] = value
+                curves[match.group(1)][int(match.group(2))] = values
         if sweep or curves["standard"] or curves["fixed"]:
-            runs.append(LowRankRun(rec, _size(rec, "seq_len", "n"), _size(rec, "d_model", "d"),
+            rec = group.first
+            runs.append(LowRankRun(group, _size(rec, "seq_len", "n"), _size(rec, "d_model", "d"),
                                    dict(sorted(sweep.items())), dict(sorted(curves["standard"].items())),
                                    dict(sorted(curves["fixed"].items()))))
     return runs
 
 
-def kl_cell(value: float | None) -> str:
+def kl_cell(values: list[float] | None) -> str:
     """KL in nats, 3 significant digits: the values span 1e-15 .. 1, so scientific notation."""
-    return "" if value is None else f"{value:.2e}"
+    return summary(values or [], lambda value: f"{value:.2e}")
+
+
+def _means(curve: Curve) -> list[float]:
+    """The figure's points, floored: a KL below KL_FLOOR is a perfect fit the log scale draws there."""
+    return [max(statistics.fmean(values), KL_FLOOR) for values in curve.values()]
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -120,6 +133,7 @@ def lowrank_tables(runs: list[LowRankRun]) -> list[Table]:
                 "d_p fits the same random P. Expect ~0 (float64 rounding, ~1e-14) from d_p = n - 1 on: softmax "
                 "ignores a constant per query, a rank-one change of the scores, so n - 1 dimensions already suffice.",
                 f"Fill or refresh: `{LOWRANK_COMMAND}`.",
+                seeds.NOTE + " n in a column header is the sequence length.",
             ],
         ))
     multihead = [run for run in runs if run.standard or run.fixed]
@@ -128,7 +142,7 @@ def lowrank_tables(runs: list[LowRankRun]) -> list[Table]:
         for run in multihead:
             for h in sorted(set(run.standard) | set(run.fixed)):
                 standard_size = run.d // h if run.d else None
-                rows.append([run.rec.display, str(h), "" if standard_size is None else str(standard_size),
+                rows.append([run.group.display, str(h), "" if standard_size is None else str(standard_size),
                              kl_cell(run.standard.get(h)), "" if run.n is None else str(run.n), kl_cell(run.fixed.get(h))])
         out.append(Table(
             slug="bhojanapalli2020_lowrank_multihead",
@@ -136,7 +150,8 @@ def lowrank_tables(runs: list[LowRankRun]) -> list[Table]:
             headers=["run", "heads h", "standard d_p", "standard KL", "fixed d_p", "fixed KL"],
             rows=rows, numeric={1, 2, 3, 4, 5},
             notes=["Head i of either kind fits the same target P_i; KL is the mean over the h heads. Standard heads "
-                   "fall below n once h > d/n (the low-rank bottleneck); fixed heads keep d_p = n whatever h is."],
+                   "fall below n once h > d/n (the low-rank bottleneck); fixed heads keep d_p = n whatever h is.",
+                   seeds.NOTE],
         ))
     return out
 
@@ -176,7 +191,7 @@ def draw_lowrank(runs: list[LowRankRun], path: Path) -> Path:
     for i, run in enumerate(runs):
         colour = f"C{i % 10}"
         if run.sweep:
-            sweep_ax.plot(list(run.sweep), [max(v, KL_FLOOR) for v in run.sweep.values()], "o-", ms=3, color=colour,
+            sweep_ax.plot(list(run.sweep), _means(run.sweep), "o-", ms=3, color=colour,
                           label=run.label if len(runs) > 1 else None)
         if run.n is not None:
             sweep_ax.axvline(run.n, color=colour, ls="--", lw=1, label=f"d_p = n = {run.n}")
@@ -188,8 +203,8 @@ def draw_lowrank(runs: list[LowRankRun], path: Path) -> Path:
             colour = f"C{i % 10}"
             for kind, curve, style in (("standard d/h", run.standard, "o-"), ("fixed n", run.fixed, "s--")):
                 if curve:
-                    label = f"{kind}" + (f" ({run.rec.display})" if len(runs) > 1 else "")
-                    ax.plot(list(curve), [max(v, KL_FLOOR) for v in curve.values()], style, ms=4, color=colour, label=label)
+                    label = f"{kind}" + (f" ({run.group.display})" if len(runs) > 1 else "")
+                    ax.plot(list(curve), _means(curve), style, ms=4, color=colour, label=label)
         ax.set(xlabel="heads h", ylabel="mean KL over heads (nats)", yscale="log", title="Head size d/h (standard) vs n (fixed)")
         ax.set_xscale("log", base=2)
         heads = sorted({h for run in runs for h in [*run.standard, *run.fixed]})
