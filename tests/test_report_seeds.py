@@ -165,7 +165,7 @@ def test_ernie_sparse_tables_average_the_seeds(tmp_path: Path) -> None:
     robustness = ours(tables["ernie_sparse_robustness"], "ERNIE-Sparse")
     assert robustness["test acc"] == MEAN_STD and robustness["shifted test acc"] == "23.00 ± 6.56 (n=3)"
     assert robustness["change (points)"] == "-20.00 ± 10.00 (n=3)"
-    assert all(seeds.NOTE in table.notes for table in tables.values() if table.slug != "ernie_sparse_ablation")
+    assert all(seeds.NOTE in table.notes for table in tables.values())
 
 
 def test_ernie_sparse_ablation_shows_both_cells(tmp_path: Path) -> None:

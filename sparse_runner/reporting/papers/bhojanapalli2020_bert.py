@@ -10,9 +10,9 @@ Three tables, shown even without runs (the published numbers, the parameter coun
 
 One row per head geometry. Ours come from completed fine-tuning runs (task family `squad` or `mnli`) of the
 table's experiment: a squad run and an mnli run of one geometry fill one row; runs of a cell that differ only
-in their seed show as mean ± std (n) (seeds.py). Pre-trained runs (metrics.json `pretraining` set) and runs from scratch
-(`pretrain=none`) are separate rows, never averaged together; so are runs with other overrides than the
-sweep's (`+ trainer.max_steps=100` in the row label). Runs of the CPU-sized presets
+in their seed show as mean ± std (n) (seeds.py). Pre-trained runs (metrics.json `pretraining` set) and runs
+from scratch (`pretrain=none`) are separate rows, never averaged together; so are runs with other overrides
+than the sweep's (`+ trainer.max_steps=100` in the row label). Runs of the CPU-sized presets
 (`experiment=bhojanapalli2020_table*_cpu`) are rows of their own below a rule, geometry read from their
 config, labelled CPU-sized: they check the pipeline and are not comparable with the published numbers. A cell
 measured on substitute data carries a dagger; the table notes name the data and its trivial baselines.
@@ -483,8 +483,8 @@ def _data_notes(rows: list[OurRow]) -> list[str]:
     left_out = []
     for row in rows:
         for family in (SQUAD, MNLI):
-            group = row.shown(family)
-            shown = group.runs if group else []
+            cell = row.shown(family)
+            shown = cell.runs if cell else []
             for rec in shown:
                 info = data_info(rec)
                 group = labels.setdefault((family, row.key.setting), [])

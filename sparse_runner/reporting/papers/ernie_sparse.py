@@ -348,6 +348,7 @@ def ablation_table(rows: list[VariantRow]) -> Table:
             "Ours: the difference of two cells of the table above (their means over seeds), with the two cells "
             "in brackets; a row appears for a setting once one of its differences has both cells (Avg: both rows "
             "complete). Fill the missing cells with the commands of the table above.",
+            seeds.NOTE,
         ],
     )
 

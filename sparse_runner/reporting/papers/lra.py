@@ -13,10 +13,9 @@ Two tables:
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import statistics
 
 from sparse_runner.reporting import seeds
 from sparse_runner.reporting.render import Table
@@ -263,8 +262,8 @@ def our_rows(records: list[RunRecord]) -> list[OurRow]:
     for (model, setting, experiment, task), runs in groups.items():
         row = OurRow(model=model, setting=setting, experiment=experiment, task=task)
         for family, column in COLUMNS.items():
-            if groups := cell_groups([rec for rec in runs if rec.task_family == family]):
-                row.candidates[column] = groups
+            if configurations := cell_groups([rec for rec in runs if rec.task_family == family]):
+                row.candidates[column] = configurations
         rows.append(row)
     return sorted(rows, key=OurRow.sort_key)
 
@@ -413,7 +412,9 @@ def _scale(rec: RunRecord) -> str:
 def runs_table(rows: list[OurRow]) -> Table | None:
     """Every completed LRA run, a row per group of seeds, by column and row; None when there is none."""
     columns = list(COLUMNS.values())
-    listed = []   # (column, row, group, shown) in Table 1's order: by column, then row, the group shown first
+    # (column, row rank, not shown, run name, row, group): sorted on the first four, Table 1's order with the
+    # group shown first
+    listed = []
     for rank, row in enumerate(rows):
         shown = row.cells
         for column, groups in row.candidates.items():
