@@ -101,17 +101,22 @@ def _rank_pid(torchrun_pid: int, rank: int) -> int | None:
     return None
 
 
-def test_kill_9_of_one_rank_then_the_same_command_resumes_exactly(two_processes, tmp_path, cache_dir):
-    out = tmp_path / "killed"
-    args = [*DDP, f"paths.output_dir={out}"]
+def signal_rank_after_first_checkpoint(args, out: Path, tmp_path: Path, cache_dir: Path, sig: int) -> tuple[subprocess.Popen, str]:
+    """Launch 2 processes, send `sig` to rank 1 once the first checkpoint exists; wait for the end."""
     proc = launch(args, tmp_path, cache_dir, 2)
     deadline = time.time() + 240
     while not list(out.glob("runs/*/checkpoints/last.pt")) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     victim = _rank_pid(proc.pid, 1)
     assert victim is not None and proc.poll() is None, "the run ended before the first checkpoint"
-    os.kill(victim, signal.SIGKILL)
-    output = finish(proc)
+    os.kill(victim, sig)
+    return proc, finish(proc)
+
+
+def test_kill_9_of_one_rank_then_the_same_command_resumes_exactly(two_processes, tmp_path, cache_dir):
+    out = tmp_path / "killed"
+    args = [*DDP, f"paths.output_dir={out}"]
+    proc, output = signal_rank_after_first_checkpoint(args, out, tmp_path, cache_dir, signal.SIGKILL)
     assert proc.returncode != 0, output[-3000:]
     directory = run_dir(out)
     assert metrics(directory)["status"] != "completed"
@@ -126,14 +131,7 @@ def test_sigterm_stops_every_rank_then_one_process_resumes(two_processes, tmp_pa
     """SIGTERM to one rank stops both at the same step with one checkpoint; a single process finishes it."""
     out = tmp_path / "stopped"
     args = [*DDP, f"paths.output_dir={out}"]
-    proc = launch(args, tmp_path, cache_dir, 2)
-    deadline = time.time() + 240
-    while not list(out.glob("runs/*/checkpoints/last.pt")) and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    victim = _rank_pid(proc.pid, 1)
-    assert victim is not None and proc.poll() is None, "the run ended before the first checkpoint"
-    os.kill(victim, signal.SIGTERM)
-    output = finish(proc)
+    proc, output = signal_rank_after_first_checkpoint(args, out, tmp_path, cache_dir, signal.SIGTERM)
     directory = run_dir(out)
     if metrics(directory)["status"] == "completed":
         pytest.skip("the run finished before SIGTERM arrived")
