@@ -71,6 +71,12 @@ def _error(message: str) -> None:
 def describe_composition_error(exc: BaseException) -> str:
     """One line for an exception raised while Hydra composes a config."""
     msg = str(exc)
+    needs = re.search(r"In '([\w/]+)': Could not load '[\w/]+/(submitit_\w+|optuna)'", msg)
+    if needs:  # a preset of ours on top of a Hydra plugin that is not installed
+        preset, plugin = needs.groups()
+        extra = "optuna" if plugin == "optuna" else "slurm"
+        group, _, name = preset.rpartition("/")
+        return f"{group}={name}: needs the {extra} extra (pip install -e '.[{extra}]' -c constraints.txt)"
     missing = re.search(r"Could not find '([\w/]+)/([^']+)'", msg)
     if missing:
         group, option = missing.groups()
@@ -122,7 +128,10 @@ def job_override_lists(overrides: list[str], multirun: bool) -> list[list[str]]:
             choices[key] = [f"{key}={o.get_value_element_as_str()}"]
         elif o.is_discrete_sweep():
             choices[key] = [f"{key}={value}" for value in o.sweep_string_iterator()]
-        # Interval sweeps belong to optimising sweepers (Optuna ...): only the fixed part is checked.
+        elif o.is_interval_sweep():
+            # An optimising sweeper's range (Optuna ...): its lower bound stands for it, so a mistyped key or a
+            # value out of bounds is refused now, not once per trial.
+            choices[key] = [f"{key}={o.value().start}"]
     return [list(job) for job in itertools.product(*choices.values())]
 
 
@@ -284,11 +293,12 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 def run_job(cfg: DictConfig) -> float | None:
     """Hydra's task function: validate, run, and turn failures into recorded, one-line outcomes."""
-    from sparse_runner.cluster import requeue_after_preemption
+    from sparse_runner.cluster import REQUEUED_EXIT_STATUS, export_distributed_env, requeue_after_preemption
     from sparse_runner.run import DirectoryInUse, run
     from sparse_runner.training.stopping import Preempted
     from sparse_runner.training.trainer import Diverged
 
+    export_distributed_env()  # a submitit job runs this function, not run_main
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
@@ -301,6 +311,7 @@ def run_job(cfg: DictConfig) -> float | None:
         log.warning("%s; run the same command again to resume", exc)
         if requeue_after_preemption(exc.signum):
             log.warning("requeued: the job resumes in %s", run_dir)
+            sys.exit(REQUEUED_EXIT_STATUS)  # submitit's local executor restarts the job on it
         sys.exit(128 + signal.SIGINT if exc.signum == signal.SIGINT else 0)
     except ConfigError as exc:
         if not multirun:
