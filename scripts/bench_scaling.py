@@ -245,15 +245,15 @@ def markdown(result: dict) -> list[str]:
         )
     m = result["machine"]
     where = f"{len(m['gpus'])} x {m['gpus'][0]}" if m.get("gpus") else f"{m['cores']} cores ({m['cpu']})"
-    loads = [r["loadavg"] for p in result["points"] for r in p["runs"]]
+    loads = "; ".join(f"{p['nprocs']} proc.: " + ", ".join(f"{r['loadavg'][0]}-{r['loadavg'][1]}" for r in p["runs"]) for p in result["points"])
     lines += [
         "",
         f"Config: {' '.join(result['config']) or 'the embedded default'}; {result['max_steps']} steps, global batch "
         f"{result.get('global_batch') or '?'}, the same for every process count; repeats {result['repeats']} (round-robin, medians). "
         f"tokens/s = metrics.json `tokens_per_second` (all ranks); log windows = median of log.jsonl `train/tokens_per_s`, first window left out. "
         f"Efficiency = speed-up / (N / {base}).",
-        f"Machine: {where}, torch {m['torch']}; load average (1 min) before-after each run: "
-        + ", ".join(f"{a}-{b}" for a, b in loads) + f"; {result['seconds']:.0f} s in all.",
+        f"Machine: {where}, torch {m['torch']}; load average (1 min) before-after each run, by repeat: {loads}; "
+        f"{result['seconds']:.0f} s in all.",
     ]
     failed = [(p["nprocs"], r) for p in result["points"] for r in p["runs"] if r.get("status") != "completed"]
     for n, r in failed:
