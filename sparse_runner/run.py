@@ -58,7 +58,8 @@ def pick_device(name: str) -> torch.device:
     if device.type == "cuda" and distributed.launched():
         if device.index is not None:
             raise ConfigError(f"trainer.device: {name!r} under a multi-process launcher, where each process takes cuda:LOCAL_RANK; valid: auto, cuda")
-        device = torch.device("cuda", distributed.local_rank())
+        # Modulo: a SLURM task bound to its own GPU (--gpus-per-task) sees only that one, as cuda:0.
+        device = torch.device("cuda", distributed.local_rank() % torch.cuda.device_count())
     return device
 
 

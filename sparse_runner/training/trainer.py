@@ -157,6 +157,9 @@ class Trainer:
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
     def state_dict(self) -> dict[str, Any]:
+        """Everything a resume needs. Under DDP a collective (every rank's RNG state is gathered): every rank
+        calls it, rank 0 writes it."""
+        rng_ranks = distributed.gather_objects(ckpt.rng_state())
         return {
             "format": CHECKPOINT_FORMAT,
             "fingerprint": self.fingerprint,
@@ -164,14 +167,10 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
-            "rng": ckpt.rng_state(),
+            "rng": rng_ranks[0],  # what a single process resumes from
+            "rng_ranks": rng_ranks,
             "progress": self.progress.state_dict(),
         }
-
-    def _rng_states(self) -> dict[str, Any]:
-        """Rank 0's RNG state ("rng", what a single process resumes from) and every rank's ("rng_ranks")."""
-        states = distributed.gather_objects(ckpt.rng_state())
-        return {"rng": states[0], "rng_ranks": states}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
@@ -205,9 +204,9 @@ class Trainer:
 
     def _save_last(self) -> None:
         self._check_finite()
-        state = self._rng_states()  # a collective: every rank takes part
+        state = self.state_dict()
         if self.is_main:
-            self.checkpoints.save_last({**self.state_dict(), **state})
+            self.checkpoints.save_last(state)
         self.saved_step = self.progress.step
 
     def restore(self) -> dict[str, Any] | None:
@@ -265,6 +264,8 @@ class Trainer:
         # Loss and stats are summed on the device and read back only when logged or checkpointed: no
         # per-step host sync. A checkpoint carries the sums exactly (a float32 read as a float64), so a
         # resumed run goes on adding to the very same values.
+        if not self.is_main:  # a checkpoint's window holds the sums of all ranks (_snapshot_window): rank 0 carries them
+            p.window_loss, p.window_stats, p.window_tokens = 0.0, {}, 0
         window_loss = torch.tensor(p.window_loss, dtype=torch.float32, device=self.device)
         window_stats = {name: torch.tensor(v, dtype=torch.float32, device=self.device) for name, v in p.window_stats.items()}
         try:
