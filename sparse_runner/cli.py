@@ -198,6 +198,10 @@ def _local_launcher(hydra_cfg: Any) -> bool:
 def check_job_resources(cfg: DictConfig, hydra_cfg: Any, job: list[str]) -> None:
     """Refuse, before Hydra writes anything, a job this machine cannot run: a CUDA device it lacks, or a
     directory it cannot write (the cache, the outputs, an explicit hydra.run.dir / hydra.sweep.dir)."""
+    sweeper = str(OmegaConf.select(hydra_cfg, "sweeper._target_", default="") or "")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and sweeper and not sweeper.endswith("BasicSweeper"):
+        # Every rank would run its own search and train with its own suggestions inside one process group.
+        raise ConfigError(f"hydra/sweeper: {sweeper.rsplit('.', 1)[-1]} cannot run under torchrun (each process would search on its own); run the search on one process per job, or with hydra/launcher=slurm")
     if _local_launcher(hydra_cfg) and cfg.trainer.device.startswith("cuda"):
         import torch
 
@@ -295,13 +299,16 @@ def run_job(cfg: DictConfig) -> float | None:
     """Hydra's task function: validate, run, and turn failures into recorded, one-line outcomes."""
     from sparse_runner.cluster import REQUEUED_EXIT_STATUS, export_distributed_env, requeue_after_preemption
     from sparse_runner.run import DirectoryInUse, run
+    from sparse_runner.training.distributed import is_main, launched
     from sparse_runner.training.stopping import Preempted
     from sparse_runner.training.trainer import Diverged
 
     export_distributed_env()  # a submitit job runs this function, not run_main
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
-    multirun = hc.mode == RunMode.MULTIRUN
+    # Under a launcher the ranks must stay in step: a job that fails ends the process (torchrun then ends
+    # every rank), where a sweep on one process records it and goes on.
+    goes_on = hc.mode == RunMode.MULTIRUN and not launched()
     meta = {"experiment": hc.runtime.choices.get("experiment"), "overrides": list(hc.overrides.task)}
     typed = None
     try:
@@ -314,13 +321,13 @@ def run_job(cfg: DictConfig) -> float | None:
             sys.exit(REQUEUED_EXIT_STATUS)  # submitit's local executor restarts the job on it
         sys.exit(128 + signal.SIGINT if exc.signum == signal.SIGINT else 0)
     except ConfigError as exc:
-        if not multirun:
+        if not goes_on:
             _error(str(exc))
-            if not isinstance(exc, DirectoryInUse):
+            if not isinstance(exc, DirectoryInUse) and is_main():
                 _forget_refused_run(run_dir)
             sys.exit(EXIT_CONFIG)
         log.error("%s: %s", run_dir, exc)
-        if not isinstance(exc, DirectoryInUse):
+        if not isinstance(exc, DirectoryInUse) and is_main():
             _record_refused_job(typed, run_dir, meta, exc)
         _Failures.dirs.append(str(run_dir))
         return None
@@ -332,7 +339,7 @@ def run_job(cfg: DictConfig) -> float | None:
             _traceback_to_log_file(exc)
         log.error("run failed in %s: %s", run_dir, one_line(exc))
         _Failures.dirs.append(str(run_dir))
-        if not multirun:
+        if not goes_on:
             where = "" if expected else f" (traceback in {run_dir / 'sparse_run.log'})"
             _error(f"run failed: {one_line(exc)}{where}")
             sys.exit(1)

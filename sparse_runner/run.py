@@ -166,15 +166,32 @@ def pretrain_stage(cfg: DictConfig, meta: dict[str, Any]) -> Path:
     directory.parent.mkdir(parents=True, exist_ok=True)
     with open(directory.with_name(directory.name + ".lock"), "w") as lock:
         # Released when the file closes, also if this process is killed. Under a launcher rank 0 alone
-        # waits for it; the other ranks wait for rank 0's decision, then all train the stage together.
-        if is_main():
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        # takes it, then all ranks train the stage together.
+        _wait_for_lock(lock)
         needed = distributed.broadcast_object(_status(directory) != "completed")
         if needed:
             log.info("pre-training stage: %s", directory)
             run(validate(pretrain_config(cfg)), directory, {"experiment": meta.get("experiment"), "overrides": [], "stage": "pretrain"})
         distributed.barrier()
     return directory
+
+
+def _wait_for_lock(lock: Any) -> None:
+    """Rank 0 takes `lock`, however long another job holds it. Under a launcher the other ranks hear every
+    30 s that it is still waiting, so no collective waits long enough to time out."""
+    if not distributed.is_distributed():
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return
+    while True:
+        acquired = False
+        if is_main():
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                acquired = True
+            except BlockingIOError:
+                time.sleep(30.0)
+        if distributed.broadcast_object(acquired):
+            return
 
 
 def with_init_from(cfg: DictConfig, path: Path) -> DictConfig:

@@ -151,3 +151,20 @@ def test_sigterm_stops_every_rank_then_one_process_resumes(two_processes, tmp_pa
     assert "re-seeded" in again
     for name, value in metrics(two_processes)["metrics"].items():
         assert metrics(directory)["metrics"][name] == pytest.approx(value, rel=1e-3, abs=1e-4), name
+
+
+def test_a_token_level_loss_is_weighted_by_tokens_across_ranks(tmp_path, cache_dir):
+    """Translation's loss is a mean over target tokens, and the ranks' halves of a batch hold different
+    numbers of them: weighted by their token shares, 2 processes still compute the 1-process loss."""
+    mt = ["experiment=mt_cpu", "model.d_model=32", "model.num_heads=2", "model.ffn_dim=64", "model.num_layers=1", "model.dropout=0.0",
+          "task.max_train_pairs=2000", "trainer.batch_tokens=1024", "trainer.max_steps=20", "trainer.eval_every=20", "trainer.log_every=5",
+          "trainer.analysis=false", "trainer.eval_max_batches=2", "trainer.progress=false", "trainer.num_threads=1"]
+    directories = {}
+    for nproc in (1, 2):
+        out = tmp_path / f"n{nproc}"
+        output = finish(launch([*mt, f"paths.output_dir={out}"], tmp_path, cache_dir, nproc))
+        directories[nproc] = run_dir(out)
+        assert metrics(directories[nproc])["status"] == "completed", output[-3000:]
+    one, two = losses(directories[1]), losses(directories[2])
+    assert sorted(one) == sorted(two) == [5, 10, 15, 20]
+    assert all(two[step] == pytest.approx(loss, rel=1e-5) for step, loss in one.items()), (one, two)

@@ -46,7 +46,9 @@ class StepOutput:
     mask: bool over logits' leading dims, True where a position counts (None = all) -- what a
     regulariser comparing two passes (R-Drop, SAR) needs. tokens: real tokens in the batch (a host int,
     for throughput). stats: extra named values for the step log (tensors or floats; logged as window
-    means, `train/<name>`).
+    means, `train/<name>`). loss_count: what `loss` is the mean over, when not the batch's examples
+    (target tokens, masked positions; a host int): under DDP each rank's mean is weighted by its share
+    of it, so that the ranks together compute the mean over the whole batch.
     """
 
     loss: torch.Tensor
@@ -54,6 +56,7 @@ class StepOutput:
     tokens: int
     mask: torch.Tensor | None = None
     stats: dict[str, torch.Tensor | float] = field(default_factory=dict)
+    loss_count: int | None = None
 
 
 class Task:

@@ -138,7 +138,7 @@ class LanguageModelingTask(Task):
         loss = F.cross_entropy(
             logits.flatten(0, 1).float(), batch["targets"].flatten(), ignore_index=PAD_ID, label_smoothing=self.label_smoothing
         )
-        return StepOutput(loss=loss, logits=logits, tokens=batch["num_tokens"], mask=batch["targets"] != PAD_ID)
+        return StepOutput(loss=loss, logits=logits, tokens=batch["num_tokens"], mask=batch["targets"] != PAD_ID, loss_count=batch["num_tokens"])
 
     def eval_step(self, model, batch, split):
         targets = batch["targets"]

@@ -180,7 +180,7 @@ class MaskedLMTask(BertTextTask):
     def forward_loss(self, model, batch) -> StepOutput:
         logits = model(batch["inputs"], batch["lengths"], batch["chosen"])  # (P, vocab)
         loss = F.cross_entropy(logits.float(), batch["targets"], label_smoothing=self.label_smoothing)
-        return StepOutput(loss=loss, logits=logits, tokens=batch["num_tokens"])
+        return StepOutput(loss=loss, logits=logits, tokens=batch["num_tokens"], loss_count=len(batch["targets"]))
 
     def eval_step(self, model, batch, split):
         logits = model(batch["inputs"], batch["lengths"], batch["chosen"])

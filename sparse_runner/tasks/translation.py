@@ -187,7 +187,7 @@ class TranslationTask(Task):
     def forward_loss(self, model, batch) -> StepOutput:
         logits = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
         loss = self._loss(logits, batch, label_smoothing=self.label_smoothing)
-        return StepOutput(loss=loss, logits=logits, tokens=batch["num_tokens"], mask=batch["tgt_out"] != PAD_ID)
+        return StepOutput(loss=loss, logits=logits, tokens=batch["num_tokens"], mask=batch["tgt_out"] != PAD_ID, loss_count=batch["num_tokens"])
 
     # ------------------------------------------------------------------------------ evaluation
     def _teacher_forced_logits(self, model, batch) -> torch.Tensor:

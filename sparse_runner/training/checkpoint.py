@@ -123,7 +123,8 @@ def rng_state() -> dict[str, Any]:
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        # This process's GPU only (under DDP, cuda:LOCAL_RANK): a resume may see fewer GPUs.
+        state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
@@ -141,4 +142,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
     )
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        cuda = state["cuda"]
+        if isinstance(cuda, (list, tuple)):  # checkpoints before issue 14: one state per visible GPU
+            cuda = cuda[torch.cuda.current_device()] if torch.cuda.current_device() < len(cuda) else None
+        if cuda is not None:
+            torch.cuda.set_rng_state(cuda)

@@ -48,9 +48,10 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
-# Long enough for rank 0 to wait on a pre-training stage another sweep job holds (run.pretrain_stage);
-# a dead peer still ends a collective at once (the connection drops).
-_TIMEOUT = datetime.timedelta(hours=2)
+# How long a collective may wait for a rank. A rank that failed alone makes the others wait this long
+# (torchrun, or srun --kill-on-bad-exit=1, ends them sooner); rank 0's longest solo work (the end analysis,
+# a test set's outputs) must fit in it.
+_TIMEOUT = datetime.timedelta(minutes=30)
 
 
 def setup(device: torch.device) -> None:
@@ -60,7 +61,8 @@ def setup(device: torch.device) -> None:
         return
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=_TIMEOUT)
+    # CUDA tensors (DDP's gradients) go through NCCL, CPU tensors (host numbers, stop signals) through gloo.
+    dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo", timeout=_TIMEOUT)
     atexit.register(dist.destroy_process_group)
 
 
@@ -79,30 +81,37 @@ def shard(items: Sequence[T]) -> list[T]:
     return list(items[rank() :: world_size()])
 
 
-def split_batch(indices: np.ndarray) -> tuple[np.ndarray, float]:
-    """This rank's part of a global training batch and the weight of its loss.
+def split_batch(indices: np.ndarray) -> tuple[np.ndarray, bool]:
+    """This rank's part of a global training batch, and whether it counts.
 
-    Rank r takes examples r, r + N, ... (a length-sorted batch gives every rank similar lengths). DDP
-    averages gradients over ranks, so a rank's mean loss is weighted by N x its share of the examples:
-    the average is then the mean over the whole batch, as one process computes it. A rank left without an
-    example (a batch smaller than N) still has to take part in the step: it gets one example at weight 0.
+    Rank r takes examples r, r + N, ... (a length-sorted batch gives every rank similar lengths). A rank
+    left without an example (a batch smaller than N) still has to take part in the step: it gets a copy of
+    one, which does not count (its loss weight is 0, see `loss_weight`).
     """
     n = world_size()
     if n == 1:
-        return indices, 1.0
+        return indices, True
     part = indices[rank()::n]
-    if len(part) == 0:
-        return indices[:1], 0.0
-    return part, n * len(part) / len(indices)
+    return (part, True) if len(part) else (indices[:1], False)
+
+
+def loss_weight(count: int) -> float:
+    """The weight of this rank's mean loss: N x its share of what the batch's loss is a mean over (`count`:
+    examples, target tokens, masked positions ...). DDP averages gradients over the N ranks, so the
+    weighted means average to the mean over the whole batch, as one process computes it. 1 for one process."""
+    n = world_size()
+    if n == 1:
+        return 1.0
+    total = sum_over_ranks([float(count)])[0]
+    return n * count / total if total > 0 else 0.0
 
 
 def sum_over_ranks(values: list[float]) -> list[float]:
-    """Element-wise sums over ranks (in float64 on the host side; gloo and NCCL both reduce CPU/GPU
-    tensors, so the tensor lives on the process group's device)."""
+    """Element-wise sums of host numbers over ranks, in float64. They travel as a CPU tensor, through gloo
+    (the group has a gloo backend for CPU tensors also on GPUs, `setup`): no CUDA synchronisation."""
     if not is_distributed():
         return values
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    tensor = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(tensor)
     return tensor.tolist()
 
@@ -148,11 +157,11 @@ def add_sums(total: dict[str, Any], part: dict[str, Any]) -> None:
             total[key] = total.get(key, 0) + value
 
 
-def any_rank(flag: bool, device: torch.device) -> bool:
-    """True on every rank if it is True on any (a stop signal seen by one rank stops them all).
-    `device`: where the backend can reduce (the GPU for NCCL)."""
+def max_over_ranks(value: int) -> int:
+    """The largest of every rank's `value` (a stop signal's number, 0 for none: one rank's signal stops all,
+    and every rank knows which signal it was). A CPU tensor: through gloo, no CUDA synchronisation."""
     if not is_distributed():
-        return flag
-    value = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
+        return value
+    tensor = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor.item())

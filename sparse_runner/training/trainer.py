@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -278,7 +277,7 @@ class Trainer:
                             p.epoch, p.batch_in_epoch = p.epoch + 1, 0
                             plan = self._plan(p.epoch)
                         batch_started = time.perf_counter()
-                        indices, weight = distributed.split_batch(plan[p.batch_in_epoch])
+                        indices, counts = distributed.split_batch(plan[p.batch_in_epoch])
                         batch = self.task.make_batch("train", indices, self.device)
                         p.window_data_s += time.perf_counter() - batch_started
                         p.batch_in_epoch += 1
@@ -287,12 +286,14 @@ class Trainer:
                         with contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync():
                             with self.autocast():
                                 out = self.training_step(batch)
+                            count = (len(indices) if out.loss_count is None else out.loss_count) if counts else 0
+                            weight = distributed.loss_weight(count)
                             loss = out.loss if weight == 1.0 else out.loss * weight
                             self.scaler.scale(loss / t.accumulate).backward()
                         window_loss += loss.detach().float() / t.accumulate
                         for name, value in out.stats.items():
                             window_stats[name] = window_stats.get(name, 0.0) + torch.as_tensor(value, device=self.device).detach().float() / t.accumulate
-                        p.window_tokens += out.tokens if weight else 0
+                        p.window_tokens += out.tokens if counts else 0
                         del out, loss  # its logits (large for an LM) would otherwise live on through the next forward pass
                     if t.clip_grad_norm is not None:
                         self.scaler.unscale_(self.optimizer)
@@ -304,7 +305,9 @@ class Trainer:
                     p.window_steps += 1
                     p.window_time_s += time.perf_counter() - started
                     bar.update(1)
-                    stop = distributed.any_rank(self.stop.received is not None, self.device)
+                    # The largest signal number any rank received (0: none): all ranks stop at this step.
+                    stop_signal = distributed.max_over_ranks(self.stop.received or 0)
+                    stop = stop_signal != 0
 
                     if p.step % t.log_every == 0 or p.step == t.max_steps:
                         values = self._log_window(window_loss, window_stats)  # the only host sync of the step loop
@@ -323,7 +326,7 @@ class Trainer:
                     if stop:
                         self._save_last()
                         run_log.flush()
-                        raise Preempted(self.stop.received or signal.SIGTERM, p.step)
+                        raise Preempted(stop_signal, p.step)
         finally:
             bar.close()
             run_log.close()
