@@ -72,13 +72,13 @@ class ProgressLines:
     """A plain progress line (step, loss, tokens/s, ETA) at most every `every_s` seconds (None: at every
     step-log line), for runs that no one watches through a terminal's progress bar: a SLURM log, nohup."""
 
-    def __init__(self, every_s: float | None, max_steps: int, first_step: int) -> None:
-        self.every_s, self.max_steps = every_s, max_steps
-        self._step, self._time = first_step, time.monotonic()
+    def __init__(self, every_s: float | None, max_steps: int, first_step: int, clock=time.monotonic) -> None:
+        self.every_s, self.max_steps, self._clock = every_s, max_steps, clock
+        self._step, self._time = first_step, clock()
         self._log = logging.getLogger("sparse_runner.progress")
 
     def maybe_show(self, step: int, values: dict[str, Any]) -> None:
-        now = time.monotonic()
+        now = self._clock()
         if self.every_s and now - self._time < self.every_s and step < self.max_steps:
             return
         seconds_per_step = (now - self._time) / max(step - self._step, 1)

@@ -335,11 +335,9 @@ class Trainer:
     def _log_window(self, window_loss: torch.Tensor, window_stats: dict[str, torch.Tensor]) -> dict[str, Any]:
         """The step-log line of the window since the last one (all ranks' batches), then a new window."""
         p = self.progress
-        names = sorted(window_stats)
-        # Loss and stats of every rank (already weighted by their share of the batch) and the tokens.
-        totals = distributed.sum_over_ranks([float(window_loss), *(float(window_stats[n]) for n in names), float(p.window_tokens)])
+        loss_sum, stat_sums, tokens = self._window_totals(window_loss, window_stats)
         ranks = distributed.world_size()
-        loss, tokens = totals[0] / ranks / p.window_steps, int(totals[-1])
+        loss = loss_sum / ranks / p.window_steps
         if not math.isfinite(loss):
             raise self._diverged(f"the training loss is {loss}")
         p.tokens_seen += tokens
@@ -347,7 +345,7 @@ class Trainer:
         p.data_time_s += p.window_data_s
         values = {
             "train/loss": loss,
-            **{f"train/{name}": total / ranks / p.window_steps for name, total in zip(names, totals[1:-1])},
+            **{f"train/{name}": total / ranks / p.window_steps for name, total in stat_sums.items()},
             "train/lr": self.scheduler.get_last_lr()[0],
             "train/tokens_per_s": tokens / max(p.window_time_s, 1e-9),
             # Batches are made in the training process: this is the share of step time the model waits for data.
@@ -360,6 +358,13 @@ class Trainer:
         p.window_loss, p.window_stats, p.window_steps, p.window_tokens, p.window_time_s, p.window_data_s = 0.0, {}, 0, 0, 0.0, 0.0
         return values
 
+    def _window_totals(self, window_loss: torch.Tensor, window_stats: dict[str, torch.Tensor]) -> tuple[float, dict[str, float], int]:
+        """The window's loss sum, stat sums and tokens, added over ranks (each rank's sums are already
+        weighted by its share of the batch)."""
+        names = sorted(window_stats)
+        totals = distributed.sum_over_ranks([float(window_loss), *(float(window_stats[n]) for n in names), float(self.progress.window_tokens)])
+        return totals[0], dict(zip(names, totals[1:-1])), int(totals[-1])
+
     def _snapshot_window(self, window_loss: torch.Tensor, window_stats: dict[str, torch.Tensor]) -> None:
         """Copy the device-side window sums into Progress (host floats), so a checkpoint carries them.
 
@@ -367,14 +372,11 @@ class Trainer:
         again from zero): what a checkpoint holds is then the whole window, whatever number of processes
         resumes from it."""
         p = self.progress
-        names = sorted(window_stats)
-        totals = distributed.sum_over_ranks([float(window_loss), *(float(window_stats[n]) for n in names), float(p.window_tokens)])
-        p.window_loss, p.window_tokens = totals[0], int(totals[-1])
-        p.window_stats = dict(zip(names, totals[1:-1]))
+        p.window_loss, p.window_stats, p.window_tokens = self._window_totals(window_loss, window_stats)
         if distributed.world_size() > 1:
             keep = 1.0 if self.is_main else 0.0
             window_loss.fill_(p.window_loss * keep)
-            for name in names:
+            for name in window_stats:
                 window_stats[name].fill_(p.window_stats[name] * keep)
             p.window_tokens = p.window_tokens if self.is_main else 0
 
