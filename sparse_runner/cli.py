@@ -13,7 +13,6 @@ the run directory and Hydra's files.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
 import os
@@ -39,22 +38,34 @@ from sparse_runner.run_metrics import NON_RESULT_KEYS
 log = logging.getLogger("sparse_runner")
 
 EXIT_CONFIG = 2
-GROUPS = ("model", "task", "trainer", "experiment")
+# The config groups of conf/ (Hydra's own, hydra/launcher ..., aside).
+GROUPS = ("model", "normaliser", "pattern", "geometry", "regulariser", "task", "trainer", "experiment", "pretrain", "finetune")
+# Groups of which a run takes one option: naming two silently kept the last (`model=entmax model=fixed_head`
+# dropped entmax), so a second one is refused.
+AXES_HINT = "combine attention axes by name instead: normaliser=, pattern=, geometry=, regulariser="
 
 
-def run_name(override_dirname: str) -> str:
-    """Directory name of a run: its overrides (`model.num_heads=2,trainer.lr=0.001`), 'default' if none.
+def run_dir_name(override_dirname: str, *, _root_: Any) -> str:
+    """Directory name of a run: what it computes (`identity.run_name` of the resolved config), so that the
+    same run, however spelled, lands in the same directory and resumes there.
 
-    Long names are shortened with a hash so they stay valid file names.
-    """
-    name = override_dirname.replace("/", "_") or "default"
-    if len(name) > 150:
-        name = f"{name[:100]}...{hashlib.sha1(name.encode()).hexdigest()[:10]}"
-    return name
+    `override_dirname` holds only the keys that change no result but that a sweep varies (the command
+    line lets them through, `excluded_sweeps`): they are appended, so that each such job has its own."""
+    from sparse_runner.identity import run_name
+
+    config = _job_config(_root_)
+    shared = [item.replace("/", "_") for item in override_dirname.split(",") if item.split("=", 1)[0] in NON_RESULT_KEYS]
+    return "_".join([run_name(config), *shared])
 
 
-if not OmegaConf.has_resolver("run_name"):
-    OmegaConf.register_new_resolver("run_name", run_name)
+def _job_config(root: Any) -> dict[str, Any]:
+    """The resolved job config without its `hydra` node (resolving that would resolve this very name)."""
+    return {key: OmegaConf.to_container(root[key], resolve=True) if OmegaConf.is_config(root[key]) else root[key]
+            for key in root if key != "hydra"}
+
+
+if not OmegaConf.has_resolver("run_dir_name"):
+    OmegaConf.register_new_resolver("run_dir_name", run_dir_name)
 
 
 class _Failures:
@@ -124,6 +135,10 @@ def job_override_lists(overrides: list[str], multirun: bool) -> list[list[str]]:
     choices: dict[str, list[str]] = {}
     for o in parsed:
         key = o.get_key_element()
+        if key in GROUPS and key in choices:
+            given = ", ".join(c.split("=", 1)[1] for c in choices[key])
+            hint = f"; {AXES_HINT}" if key == "model" else ""
+            raise ConfigError(f"{key}= is given twice ({given}, {o.get_value_element_as_str()}): a run takes one {key} option{hint}")
         if not o.is_sweep_override():
             choices[key] = [f"{key}={o.get_value_element_as_str()}"]
         elif o.is_discrete_sweep():

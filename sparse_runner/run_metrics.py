@@ -75,6 +75,9 @@ NON_RESULT_KEYS = (
     "paths.output_dir",
     "paths.cache_dir",
 )
+# Config keys that name a recipe but change nothing it computes (`model=entmax` and `model=softmax
+# normaliser=alpha_entmax` are one model): left out of run-directory names and of resume comparisons.
+LABEL_KEYS = ("model.name",)
 
 # The primary metric of a file that does not name one: schema-1 files, and runs that failed before their
 # task was built (so before it could declare its metric). These are the metrics the tasks declared when

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparse_runner.cli import preflight, run_name
+from sparse_runner.cli import preflight
 from sparse_runner.config import ConfigError, group_options, validate
 from tests.conftest import TINY, compose_config, sparse_run
 
@@ -120,14 +120,6 @@ def test_cli_exits_2_with_one_line_and_writes_nothing(override, tmp_path, cache_
     assert len(lines) == 1 and lines[0].startswith("sparse-run: error: "), result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "outputs").exists()
-
-
-def test_run_name_is_stable_and_short():
-    assert run_name("") == "default"
-    assert run_name("model.num_heads=2,trainer.lr=0.001") == "model.num_heads=2,trainer.lr=0.001"
-    long = ",".join(f"k{i}=v{i}" for i in range(60))
-    assert len(run_name(long)) < 160 and run_name(long) == run_name(long)
-    assert "/" not in run_name("hydra/launcher=x")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,88 @@
+"""What a run computed, read off its resolved config: its attention axes, its directory name and a hash of
+every result-changing key.
+
+A run is named by what it computed, never by how its command line spelled it: `task=iwslt` (an alias)
+and `task=iwslt17_de_en` resolve to the same config and so to the same directory, and
+`model=softmax normaliser=alpha_entmax` is an alpha-entmax run wherever it is filed. Torch-free: the
+report reads the same functions from metrics.json's `config`.
+
+    >>> run_name(cfg)         # doctest: +SKIP
+    'listops_softmax_dense_h4_seed0_3f9c2a1b'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from sparse_runner.run_metrics import LABEL_KEYS, NON_RESULT_KEYS, flatten
+
+HASH_LENGTH = 8
+
+
+def result_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The flattened resolved config (no `hydra` node) less the keys that change no result and the labels."""
+    flat = flatten({k: v for k, v in config.items() if k != "hydra"})
+    return {k: v for k, v in flat.items() if k not in NON_RESULT_KEYS and k not in LABEL_KEYS}
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """A short, stable hash of every result-changing key: equal for two configs that compute the same run."""
+    text = json.dumps(result_keys(config), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
+
+
+@dataclass(frozen=True)
+class Axes:
+    """The attention axes of a run and what was added to its training, as short labels."""
+
+    normaliser: str   # softmax | sparsemax | entmax15 | alpha_entmax (learned per head) | alpha_entmax(1.3) (fixed)
+    pattern: str      # dense | causal | local | bigbird | hst
+    geometry: str     # h4 (standard heads: d_model / heads each) | h8_dp32 (fixed head size d_p = 32)
+    regulariser: str  # none | sar | rdrop | sar+rdrop
+    pretrained: bool  # fine-tuned from a masked-LM pre-training (a stage or model.init_from)
+
+    def label(self) -> str:
+        """`alpha_entmax · hst · h8_dp32 · sar · pre-trained`, the parts that are not the plain default."""
+        parts = [self.normaliser, self.pattern, self.geometry]
+        parts += [self.regulariser] if self.regulariser != "none" else []
+        parts += ["pre-trained"] if self.pretrained else []
+        return " · ".join(parts)
+
+
+def _get(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def axes(config: Mapping[str, Any]) -> Axes:
+    """The axes of a resolved config (a nested dict, as metrics.json's `config`)."""
+    normaliser = str(_get(config, "model.normaliser", "softmax"))
+    alpha = _get(config, "model.alpha")
+    if normaliser == "alpha_entmax" and alpha is not None:
+        normaliser = f"alpha_entmax({float(alpha):g})"
+    heads = _get(config, "model.num_heads")
+    head_size = _get(config, "model.head_size")
+    geometry = f"h{heads}" + (f"_dp{head_size}" if head_size is not None else "")
+    sar = float(_get(config, "model.sar.weight", 0.0) or 0.0) > 0
+    extra = str(_get(config, "trainer.regulariser", "none") or "none")
+    regulariser = "+".join([*(["sar"] if sar else []), *([extra] if extra != "none" else [])]) or "none"
+    pretrained = _get(config, "pretrain.task") is not None or _get(config, "model.init_from") is not None
+    return Axes(normaliser, str(_get(config, "model.pattern", "dense")), geometry, regulariser, bool(pretrained))
+
+
+def run_name(config: Mapping[str, Any]) -> str:
+    """`<task>_<normaliser>_<pattern>_<geometry>[_<regulariser>][_pretrained]_seed<k>_<hash>`: readable, and
+    unique to what the run computes (the hash covers every result-changing key)."""
+    a = axes(config)
+    parts = [str(_get(config, "task.name", "task")), a.normaliser, a.pattern, a.geometry]
+    parts += [a.regulariser] if a.regulariser != "none" else []
+    parts += ["pretrained"] if a.pretrained else []
+    parts += [f"seed{_get(config, 'seed', 0)}", config_hash(config)]
+    return "_".join(parts).replace("/", "-").replace("(", "").replace(")", "")
