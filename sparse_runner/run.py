@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
-import json
 import logging
 import os
 import random
@@ -146,14 +144,13 @@ def _figures(run_dir: Path, analysis: dict[str, Any]) -> list[str]:
 
 def pretrain_dir(cfg: DictConfig) -> Path:
     """Where the pre-training stage of `cfg` runs: one directory per pre-training config (model, task,
-    trainer, seed), shared by every fine-tuning run that needs it, under `paths.output_dir/pretrain/`."""
+    trainer, seed), named by what it computes (identity.run_name) and shared by every fine-tuning run
+    that needs it, under `paths.output_dir/pretrain/`."""
     from sparse_runner.config import pretrain_config
+    from sparse_runner.identity import run_name
 
     pre = pretrain_config(cfg)
-    digest = hashlib.sha256(json.dumps(fingerprint(pre), sort_keys=True, default=str).encode()).hexdigest()[:10]
-    m = pre.model
-    geometry = f"d{m.d_model}_l{m.num_layers}_h{m.num_heads}" + (f"_dp{m.head_size}" if m.head_size is not None else "")
-    return Path(cfg.paths.output_dir).expanduser() / "pretrain" / f"{pre.task.name}_{m.name}_{geometry}_seed{cfg.seed}_{digest}"
+    return Path(cfg.paths.output_dir).expanduser() / "pretrain" / run_name(OmegaConf.to_container(pre, resolve=True))
 
 
 def pretrain_stage(cfg: DictConfig, meta: dict[str, Any]) -> Path:
