@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sparse_runner.data import BIBLE_ES_EN_PATH, load_bible_es_en
+from sparse_runner.data.corpora import BIBLE_ES_EN_PATH, load_bible_es_en
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sparse_runner.data import fetch
-from sparse_runner.tasks.hub import DataUnavailable
+from sparse_runner.data.errors import DataUnavailable
 
 
 def _ar_header(name: str, size: int) -> bytes:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from sparse_runner.data import SOTU_EN_PATH, SOTU_FIELDS, SotuSpeech, load_sotu_en, sotu_en_metadata
+from sparse_runner.data.corpora import SOTU_EN_PATH, SOTU_FIELDS, SotuSpeech, load_sotu_en, sotu_en_metadata
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "extract_sotu_corpus.py"

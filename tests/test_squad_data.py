@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from sparse_runner.checks import ConfigError
-from sparse_runner.data import load_sotu_en
-from sparse_runner.tasks.language_modeling import split_sentences
+from sparse_runner.data.corpora import load_sotu_en
+from sparse_runner.data.documents import split_sentences
 from sparse_runner.tasks.squad_data import (
     BLANK,
     QAExample,

@@ -1,4 +1,4 @@
-"""Tests of load_parallel (sparse_runner.tasks.translation_data) on tiny files written here.
+"""Tests of load_parallel (sparse_runner.data.parallel) on tiny files written here.
 
 The hub path is exercised offline: with ``hf_path="json"`` the real ``datasets.load_dataset`` reads
 local files in the hub's ``translation`` layout; a fake entry in a temporary HF cache stands for a
@@ -12,13 +12,14 @@ import os
 import subprocess
 import sys
 import textwrap
-import types
 from pathlib import Path
 
 import pytest
 
 from sparse_runner.config import ConfigError
-from sparse_runner.tasks.translation_data import DataFormatError, DataUnavailable, load_parallel
+from sparse_runner.data import parallel
+from sparse_runner.data.errors import DataFormatError, DataUnavailable
+from sparse_runner.data.parallel import load_parallel
 
 PAIRS = {
     "train": [("Guten Morgen.", "Good morning."), ("Wie geht's?", "How are you?"), ("Danke!", "Thanks!")],
@@ -222,13 +223,11 @@ def test_auto_refuses_several_formats(tmp_path):
 # ------------------------------------------------------------------------------------------ embedded
 @pytest.fixture
 def fake_bible(monkeypatch):
-    module = types.ModuleType("sparse_runner.data")
-    module.load_bible_es_en = lambda: {
+    monkeypatch.setattr(parallel, "load_bible_es_en", lambda: {
         "train": (["En el principio.", "Y dijo Dios."], ["In the beginning.", "And God said."]),
         "val": (["Luz."], ["Light."]),
         "test": (["Agua."], ["Water."]),
-    }
-    monkeypatch.setitem(sys.modules, "sparse_runner.data", module)
+    })
 
 
 def test_embedded(fake_bible):
@@ -367,7 +366,8 @@ def test_hf_unreachable_hub_in_a_fresh_process(tmp_path):
     script = textwrap.dedent(
         """
         import datasets
-        from sparse_runner.tasks.translation_data import DataUnavailable, load_parallel
+        from sparse_runner.data.errors import DataUnavailable
+        from sparse_runner.data.parallel import load_parallel
         real = datasets.load_dataset
         def spy(*args, **kwargs):
             print("OFFLINE", datasets.config.HF_HUB_OFFLINE)

@@ -1,6 +1,6 @@
 """Language modelling (Bhojanapalli et al. 2020's LM1B experiment): text -> BPE -> causal LM -> perplexity.
 
-Text comes as documents made of lines, from the package, local files or the hub (`tasks/documents.py`).
+Text comes as documents made of lines, from the package, local files or the hub (`data/documents.py`).
 Every line ends with EOS and every document starts with BOS. `task.examples=blocks` packs each
 document's tokens into windows of `block_size` predictions that never cross a document boundary (a
 document's last window is shorter); `examples=lines` makes every line its own example, as LM1B
@@ -25,12 +25,13 @@ import torch
 import torch.nn.functional as F
 
 from sparse_runner.checks import ConfigError, choice, fail, positive
+from sparse_runner.data.documents import SPLITS, Document, load_documents
 from sparse_runner.io import atomic_write_text
 from sparse_runner.models import LM_KEYS, build_lm
 from sparse_runner.tasks.base import StepOutput, Task
 from sparse_runner.tasks.batching import pad_sequences
-from sparse_runner.tasks.documents import SPLITS, DocumentSourceConfig, Document, check_document_source, load_documents, split_sentences  # noqa: F401 (split_sentences: re-exported)
 from sparse_runner.tasks.registry import register_task
+from sparse_runner.tasks.text_source import DocumentSourceConfig, check_document_source
 from sparse_runner.tokenization import BOS_ID, EOS_ID, PAD_ID, train_or_load
 
 EXAMPLES = ("blocks", "lines")

@@ -26,7 +26,7 @@ from typing import Optional
 from sparse_runner.checks import choice, fail
 from sparse_runner.tasks import image_data
 from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
-from sparse_runner.tasks.hub import load_hub_splits
+from sparse_runner.data.hub import load_hub_splits
 from sparse_runner.tasks.registry import register_task
 from sparse_runner.tasks.sequence_splits import ImageSplit, pad_images, split_cache
 from sparse_runner.tasks.text_source import DataSourceConfig, check_source

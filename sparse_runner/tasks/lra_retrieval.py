@@ -34,7 +34,7 @@ from sparse_runner.models import build_classifier
 from sparse_runner.tasks.base import TaskConfig
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
-from sparse_runner.tasks.hub import SPLITS
+from sparse_runner.data.hub import SPLITS
 from sparse_runner.tasks.lra_text import PAD_ID, VOCAB_SIZE, encode_bytes, read_class_folders, stratified_split
 from sparse_runner.tasks.registry import register_task
 from sparse_runner.tasks.sequence_splits import PackedSplit, split_cache

@@ -29,7 +29,7 @@ import numpy as np
 from sparse_runner.checks import ConfigError, fail, in_unit_interval, positive
 from sparse_runner.data.fetch import BBC_NEWS_CLASSES, fetch_bbc_news
 from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
-from sparse_runner.tasks.hub import SPLITS, hub_splits, load_hub_splits
+from sparse_runner.data.hub import SPLITS, hub_splits, load_hub_splits
 from sparse_runner.tasks.registry import register_task
 from sparse_runner.tasks.sequence_splits import PackedSplit, split_cache
 from sparse_runner.tasks.text_source import DataSourceConfig, check_source

@@ -1,6 +1,6 @@
 """Masked-language-model pre-training (Devlin et al. 2019; Bhojanapalli et al. 2020 pre-train BERT this way).
 
-Text: documents of lines (`tasks/documents.py`: the embedded State of the Union addresses, local
+Text: documents of lines (`data/documents.py`: the embedded State of the Union addresses, local
 `{train,valid,test}.txt` files, or a Hugging Face dataset with a text column). Each document's tokens
 are packed into examples of `task.max_length` ids, `[CLS] ... [SEP]`, which never cross a document
 boundary (a document's last example is shorter). No next-sentence prediction (RoBERTa dropped it).
@@ -30,13 +30,14 @@ import torch
 import torch.nn.functional as F
 
 from sparse_runner.checks import ConfigError, fail, in_unit_interval, positive
+from sparse_runner.data.documents import SPLITS, load_documents
 from sparse_runner.io import atomic_open
 from sparse_runner.models.bert import build_masked_lm
 from sparse_runner.tasks.base import StepOutput
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.bert_text import CLS_ID, FIRST_PIECE_ID, PAD_ID, SEP_ID, BertTextTask
-from sparse_runner.tasks.documents import SPLITS, DocumentSourceConfig, check_document_source, load_documents
 from sparse_runner.tasks.registry import register_task
+from sparse_runner.tasks.text_source import DocumentSourceConfig, check_document_source
 
 EVAL_SPLITS = ("val", "test")
 

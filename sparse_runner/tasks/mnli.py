@@ -37,7 +37,7 @@ from sparse_runner.tasks import mnli_data
 from sparse_runner.tasks.base import StepOutput
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.bert_text import PAD_ID, BertTextTask, FineTuningDataConfig, check_fine_tuning_data
-from sparse_runner.tasks.hub import load_hub_splits
+from sparse_runner.data.hub import load_hub_splits
 from sparse_runner.tasks.mnli_data import LABELS, PairSplit
 from sparse_runner.tasks.registry import register_task
 

@@ -63,7 +63,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from sparse_runner.checks import ConfigError
-from sparse_runner.tasks.translation_data import DataFormatError
+from sparse_runner.data.errors import DataFormatError
 
 logger = logging.getLogger(__name__)
 
@@ -421,7 +421,7 @@ def usable_sentence(sentence: str, min_words: int = MIN_WORDS, max_words: int = 
 def sotu_documents(path: str | os.PathLike | None = None) -> dict[str, list[list[str]]]:
     """The State of the Union speeches as sentences: ``{"train" | "val" | "test": [[sentence, ...], ...]}``,
     speeches in chronological order (the order of ``sparse_runner.data.sotu_en_metadata()`` within a split)."""
-    from sparse_runner.tasks.documents import sotu_documents as documents  # imports torch: only here
+    from sparse_runner.data.documents import sotu_documents as documents
 
     return documents(path)
 

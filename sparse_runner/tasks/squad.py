@@ -41,7 +41,7 @@ from sparse_runner.tasks import squad_data
 from sparse_runner.tasks.base import StepOutput
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.bert_text import CLS_ID, PAD_ID, SEP_ID, BertTextTask, FineTuningDataConfig, check_fine_tuning_data
-from sparse_runner.tasks.hub import load_hub_splits
+from sparse_runner.data.hub import load_hub_splits
 from sparse_runner.tasks.registry import register_task
 from sparse_runner.tasks.squad_data import QAExample, QAFeature
 
@@ -108,7 +108,7 @@ class SquadTask(BertTextTask):
     def _load(self) -> tuple[dict[str, list[QAExample]], dict[str, Any]]:
         t = self.cfg
         if t.source == "cloze":
-            from sparse_runner.tasks.documents import sotu_documents
+            from sparse_runner.data.documents import sotu_documents
 
             speeches = sotu_documents()
             examples = {

@@ -507,7 +507,7 @@ def cloze_baselines(examples: Sequence[QAExample]) -> dict[str, float]:
     Returns ``{"first_sentence_exact_match", "first_sentence_f1", "same_kind_first_exact_match",
     "same_kind_first_f1"}``. Needs no network and no Hugging Face.
     """
-    from sparse_runner.tasks.language_modeling import split_sentences
+    from sparse_runner.data.documents import split_sentences
 
     golds = {ex.id: list(ex.answers) for ex in examples}
     first_sentence: dict[str, str] = {}

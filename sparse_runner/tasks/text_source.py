@@ -1,6 +1,7 @@
 """The keys of every task that reads its data from one of several sources (the package, local files or
 Hugging Face `datasets`), with their checks. `DataSourceConfig` is where the data come from;
-`TextTaskConfig` adds the subword vocabulary of the text tasks (translation, language modelling).
+`TextTaskConfig` adds the subword vocabulary of the text tasks (translation, language modelling);
+`DocumentSourceConfig` the keys of the tasks that read text as documents (`data/documents.py`).
 A family's schema extends one of them."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from sparse_runner.checks import choice, existing_dir, fail
+from sparse_runner.checks import choice, existing_dir, fail, positive
+from sparse_runner.data.documents import TEXT_FILES
 from sparse_runner.tasks.base import TaskConfig
 
 SOURCES: tuple[str, ...] = ("embedded", "files", "hf")
@@ -30,6 +32,16 @@ class DataSourceConfig(TaskConfig):
 class TextTaskConfig(DataSourceConfig):
     vocab_size: int = 8000
     character_coverage: float = 1.0
+
+
+@dataclass
+class DocumentSourceConfig(TextTaskConfig):
+    """Where a text task's documents come from (TextTaskConfig's source keys) and how much of them."""
+
+    source: str = "embedded"
+    hf_text_field: str = "text"
+    val_size: Optional[int] = None  # hold out the last N training lines as validation (hub sets without one)
+    max_train_lines: Optional[int] = None  # only the first N training lines (quick experiments)
 
 
 def check_source(t: Any, *, files: str, hub_example: str, sources: tuple[str, ...] = SOURCES) -> None:
@@ -56,3 +68,9 @@ def check_text_source(t: Any, *, files: str, hub_example: str) -> None:
         fail("task.vocab_size", f"must be at least 8 (4 special ids + pieces), got {t.vocab_size}")
     if not 0.0 < t.character_coverage <= 1.0:
         fail("task.character_coverage", f"must be in (0, 1], got {t.character_coverage}")
+
+
+def check_document_source(t: Any, *, hub_example: str) -> None:
+    check_text_source(t, files=TEXT_FILES, hub_example=hub_example)
+    for key in ("val_size", "max_train_lines"):
+        positive(f"task.{key}", t[key], allow_none=True)

@@ -1,6 +1,6 @@
 """Machine translation (Correia et al. 2019, Table 1): data -> joint BPE -> seq2seq -> decoding -> BLEU.
 
-Where the sentence pairs come from is `translation_data`'s business (embedded Bible, local files, the
+Where the sentence pairs come from is `data/parallel.py`'s business (embedded Bible, local files, the
 Hugging Face hub); this module tokenises them, batches them by tokens, trains with teacher forcing,
 decodes (greedy or beam) and scores the detokenised output against the raw references.
 """
@@ -26,7 +26,7 @@ from sparse_runner.tasks.base import StepOutput, Task
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.registry import register_task
 from sparse_runner.tasks.text_source import TextTaskConfig, check_text_source
-from sparse_runner.tasks.translation_data import FILE_FORMATS, load_parallel
+from sparse_runner.data.parallel import FILE_FORMATS, load_parallel
 from sparse_runner.tokenization import BOS_ID, EOS_ID, PAD_ID, train_or_load
 
 SPLITS = ("train", "val", "test")

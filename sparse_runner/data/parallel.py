@@ -4,7 +4,7 @@
 a ``list[str]`` of raw (detokenized) sentences, aligned by index. Three sources:
 
 ``embedded``
-    The Bible es-en corpus that ships with the package (``sparse_runner.data.load_bible_es_en``);
+    The Bible es-en corpus that ships with the package (``sparse_runner.data.corpora.load_bible_es_en``);
     works offline, for smoke tests and small CPU runs.
 
 ``files``
@@ -42,7 +42,6 @@ exiting with status 2.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -50,7 +49,10 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from sparse_runner.checks import ConfigError
-from sparse_runner.tasks.hub import DataUnavailable, hub_label, hub_splits, load_hub_splits
+from sparse_runner.data.corpora import load_bible_es_en
+from sparse_runner.data.errors import DataFormatError
+from sparse_runner.data.hub import hub_label, hub_splits, load_hub_splits
+from sparse_runner.data.lines import utf8_lines
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +76,6 @@ SPLIT_STEMS: dict[str, tuple[str, ...]] = {
 #: (``data_dir=.../kftt-data-1.0/data/orig``, files ``kyoto-{train,dev,test}.{ja,en}``).
 
 Parallel = dict[str, tuple[list[str], list[str]]]
-
-
-class DataFormatError(ConfigError):
-    """A data file (or hub dataset) does not have the expected layout; the message names file and line."""
 
 
 def load_parallel(
@@ -177,12 +175,7 @@ def _load_embedded(src_lang: str, tgt_lang: str, where: str) -> dict[str, tuple[
             f"{where}: source=embedded has only the Bible Spanish-English corpus (src_lang=es tgt_lang=en, or reversed), "
             f"not {src_lang}->{tgt_lang}; use source=files or source=hf for other pairs"
         )
-    try:
-        module = importlib.import_module("sparse_runner.data")
-        loader = module.load_bible_es_en
-    except (ImportError, AttributeError) as err:
-        raise DataUnavailable(f"{where}: the embedded Bible corpus is not available in this installation ({err})") from None
-    data = loader()
+    data = load_bible_es_en()
     out = {}
     for split in SPLITS:
         if split not in data:
@@ -254,18 +247,11 @@ def _detect_format(directory: Path, src_lang: str, tgt_lang: str, where: str) ->
 
 def _lines(path: Path, where: str) -> Iterator[tuple[int, str]]:
     """(line number, text without the line break) for each ``\\n``-terminated line of a UTF-8 file."""
-    with open(path, "rb") as handle:  # binary: split on b"\n" only, never on \r, \x85, \u2028 ...
-        for number, raw in enumerate(handle, start=1):
-            if raw.endswith(b"\n"):
-                raw = raw[:-1]
-            if raw.endswith(b"\r"):
-                raw = raw[:-1]
-            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            try:
-                yield number, raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise DataFormatError(f"{where}: {path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start}); files must be UTF-8") from None
+
+    def error(number: int, err: UnicodeDecodeError) -> DataFormatError:
+        return DataFormatError(f"{where}: {path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start}); files must be UTF-8")
+
+    return utf8_lines(path, error, keep_ends=False)
 
 
 def _read_aligned(src_path: Path, tgt_path: Path, where: str) -> tuple[list[str], list[str]]:

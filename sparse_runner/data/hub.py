@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from urllib.parse import urlparse
 
 from sparse_runner.checks import ConfigError
+from sparse_runner.data.errors import DataUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -29,10 +30,6 @@ DEFAULT_HF_SPLITS: dict[str, str] = {"train": "train", "val": "validation", "tes
 
 #: Seconds to wait for a TCP connection to the hub before treating it as unreachable.
 HUB_PROBE_TIMEOUT_S = 5.0
-
-
-class DataUnavailable(ConfigError):
-    """The data could not be obtained (hub unreachable and not cached); the message says what to do."""
 
 
 def hub_label(path: str, name: str | None) -> str:

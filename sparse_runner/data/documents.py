@@ -1,7 +1,7 @@
 """Text as documents of lines, from the package, local files or Hugging Face `datasets`: the corpus
 loading that the language-modelling and masked-LM tasks share.
 
-  embedded  the State of the Union addresses shipped in the package (`sparse_runner.data.load_sotu_en`),
+  embedded  the State of the Union addresses shipped in the package (`sparse_runner.data.corpora.load_sotu_en`),
             offline: a speech is a document and, as the source has no paragraph breaks, a sentence a line;
   files     `task.data_dir/{train,valid,test}.txt`, one sentence (or document) per line, an empty line
             between documents (without empty lines a file is one document);
@@ -12,13 +12,12 @@ loading that the language-modelling and masked-LM tasks share.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from sparse_runner.checks import ConfigError, fail, positive
-from sparse_runner.tasks.hub import hub_splits, load_hub_splits
-from sparse_runner.tasks.text_source import TextTaskConfig, check_text_source
+from sparse_runner.checks import ConfigError, fail
+from sparse_runner.data.corpora import load_sotu_en
+from sparse_runner.data.hub import hub_splits, load_hub_splits
 
 SPLITS = ("train", "val", "test")
 # File-name stems tried for each split under task.data_dir (`{stem}.txt`).
@@ -28,32 +27,15 @@ TEXT_FILES = "a folder with {train,valid,test}.txt (one sentence or document per
 Document = list[str]  # its lines
 
 
-@dataclass
-class DocumentSourceConfig(TextTaskConfig):
-    """Where a text task's documents come from (TextTaskConfig's source keys) and how much of them."""
-
-    source: str = "embedded"
-    hf_text_field: str = "text"
-    val_size: Optional[int] = None  # hold out the last N training lines as validation (hub sets without one)
-    max_train_lines: Optional[int] = None  # only the first N training lines (quick experiments)
-
-
-def check_document_source(t: Any, *, hub_example: str) -> None:
-    check_text_source(t, files=TEXT_FILES, hub_example=hub_example)
-    for key in ("val_size", "max_train_lines"):
-        positive(f"task.{key}", t[key], allow_none=True)
-
-
 def sotu_documents(path: Any = None) -> dict[str, list[Document]]:
     """The embedded State of the Union speeches, each a list of sentences, per split (speeches in
     chronological order); the text of the masked-LM task and of the SQuAD and MNLI substitutes."""
-    from sparse_runner.data import load_sotu_en
-
     return {split: [split_sentences(text) for text in texts] for split, texts in load_sotu_en(path).items()}
 
 
 def load_documents(t: Any) -> dict[str, list[Document]]:
-    """Each split's documents (lists of non-empty, stripped lines) from a typed DocumentSourceConfig node."""
+    """Each split's documents (lists of non-empty, stripped lines) from a typed DocumentSourceConfig node
+    (tasks/text_source.py: task.source, data_dir, hf_*, val_size, max_train_lines)."""
     if t.source == "embedded":
         docs = sotu_documents()
     elif t.source == "files":
@@ -65,6 +47,7 @@ def load_documents(t: Any) -> dict[str, list[Document]]:
     if t.max_train_lines is not None:
         docs["train"] = _first_lines(docs["train"], t.max_train_lines)
     return docs
+
 
 def _load_hub(t: Any) -> dict[str, list[Document]]:
     where = f"task {t.name}"
