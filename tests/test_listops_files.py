@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sparse_runner.checks import ConfigError, DataError
-from sparse_runner.tasks import build_task, listops_data
+from sparse_runner.data.listops_splits import prepare_listops
+from sparse_runner.tasks import build_task
 from tests.conftest import TINY, sparse_run
 
 GOOD_ROWS = "( ( ( [MAX 2 ) 9 ) ] )\t9\n( ( ( [MIN 4 ) 1 ) ] )\t1\n( ( ( [SM 5 ) 7 ) ] )\t2\n"
@@ -112,7 +113,7 @@ def test_cli_refuses_broken_release_file_in_one_line(tmp_path, case):
 
 def test_cli_refuses_incomplete_cache_in_one_line(tmp_path):
     data_dir = release_dir(tmp_path / "lra", "Source\tTarget\n" + GOOD_ROWS)
-    listops_data.prepare_listops(
+    prepare_listops(
         data_dir=data_dir, cache_dir=tmp_path / "cache",
         num_train=1, num_val=1, num_test=1, min_length=0, max_length=2, max_depth=1, max_args=2, seed=0,
     )

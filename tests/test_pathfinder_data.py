@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from sparse_runner.tasks import pathfinder_data as pf
-from sparse_runner.tasks.sequence_splits import ImageSplit
+from sparse_runner.data.splits import ImageSplit
 
 CHUNK = pf.CHUNK_SIZE
 

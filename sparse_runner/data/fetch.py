@@ -30,8 +30,8 @@ import zipfile
 from pathlib import Path
 from typing import BinaryIO, Iterator, NamedTuple
 
-from sparse_runner.io import atomic_directory
 from sparse_runner.data.errors import DataUnavailable
+from sparse_runner.io import atomic_directory
 
 #: Seconds a registry client may take before the fetch counts as failed (a 31 MB package takes
 #: about a second on a good link; a dead one can make apt retry for minutes).

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Optional
 
 from sparse_runner.checks import choice, fail
-from sparse_runner.tasks import image_data
-from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
+from sparse_runner.data import images
 from sparse_runner.data.hub import load_hub_splits
+from sparse_runner.data.split_cache import split_cache
+from sparse_runner.data.splits import ImageSplit
+from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
 from sparse_runner.tasks.registry import register_task
-from sparse_runner.tasks.sequence_splits import ImageSplit, pad_images, split_cache
 from sparse_runner.tasks.text_source import DataSourceConfig, check_source
 
 SOURCES = ("hf", "files", "fashion_mnist")
@@ -42,7 +43,7 @@ def padded(split: ImageSplit, size: int) -> ImageSplit:
     """`split` centred on a size x size canvas (28 x 28 MNIST-style images -> LRA's 32 x 32)."""
     if (split.height, split.width) == (size, size):
         return split
-    return ImageSplit(pad_images(split.images(), size, size), split.labels, size, size)
+    return ImageSplit(images.pad_images(split.images(), size, size), split.labels, size, size)
 
 
 class ImageClassificationTask(SequenceClassificationTask):
@@ -90,7 +91,7 @@ class LraImageTask(ImageClassificationTask):
         if t.source == "hf":
             identity = {"version": _FORMAT_VERSION, "hf": [t.hf_path, t.hf_name, t.hf_revision, t.hf_data_dir, str(t.hf_data_files), dict(t.hf_splits)],
                         "fields": [t.hf_image_field, t.hf_label_field]}
-            base = split_cache(root / "hf", ImageSplit, identity, self._from_hub)
+            base = split_cache(root / "hf", ImageSplit, identity, self._from_hub, what="LRA Image")
             real = t.hf_path == "uoft-cs/cifar10"
             info = {"name": "cifar10" if real else str(t.hf_path), "source": "hub" if real else "release", "substitute_for": None,
                     "description": f"{t.hf_path} through datasets, greyscale 32x32"}
@@ -98,19 +99,19 @@ class LraImageTask(ImageClassificationTask):
             data_dir = Path(os.path.expanduser(t.data_dir))
             stats = sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in data_dir.rglob("*") if p.is_file())
             identity = {"version": _FORMAT_VERSION, "format": t.file_format, "files": stats}
-            load = image_data.load_cifar10_batches if t.file_format == "cifar10" else image_data.load_idx_dataset
-            base = split_cache(root / "files", ImageSplit, identity, lambda: load(data_dir))
+            load = images.load_cifar10_batches if t.file_format == "cifar10" else images.load_idx_dataset
+            base = split_cache(root / "files", ImageSplit, identity, lambda: load(data_dir), what="LRA Image")
             info = {"name": "cifar10" if t.file_format == "cifar10" else data_dir.name, "source": "release", "substitute_for": None,
                     "description": f"{t.file_format} files in {t.data_dir}"}
         else:
             from sparse_runner.data.fetch import fetch_fashion_mnist
 
             identity = {"version": _FORMAT_VERSION, "source": "fashion_mnist"}
-            base = split_cache(root / "fashion_mnist", ImageSplit, identity, lambda: image_data.load_idx_dataset(fetch_fashion_mnist(self.cache_dir)))
+            base = split_cache(root / "fashion_mnist", ImageSplit, identity, lambda: images.load_idx_dataset(fetch_fashion_mnist(self.cache_dir)), what="LRA Image")
             info = {"name": "fashion_mnist", "source": "substitute", "substitute_for": "CIFAR-10",
                     "description": "Fashion-MNIST (Xiao et al. 2017) from Debian's dataset-fashion-mnist, padded to 32x32; real images standing in for CIFAR-10"}
         base = {s: padded(split, IMAGE_SIZE) for s, split in base.items()}
-        splits = image_data.lra_image_splits(base["train"], base["test"], val_fraction=t.val_fraction)
+        splits = images.lra_image_splits(base["train"], base["test"], val_fraction=t.val_fraction)
         num_classes = int(max(int(s.labels.max()) for s in splits.values())) + 1
         return self.image_data(splits, num_classes, info)
 
@@ -120,4 +121,4 @@ class LraImageTask(ImageClassificationTask):
             t.hf_path, t.hf_name, splits=dict(t.hf_splits), revision=t.hf_revision, data_dir=t.hf_data_dir, data_files=t.hf_data_files,
             where=f"task {t.name}", local_files=f"task.source=files task.data_dir=<{RELEASE_FILES}>, or task.source=fashion_mnist (offline substitute)",
         )
-        return {s: image_data.images_from_hf(ds, image_column=t.hf_image_field, label_column=t.hf_label_field) for s, ds in loaded.items()}
+        return {s: images.images_from_hf(ds, image_column=t.hf_image_field, label_column=t.hf_label_field) for s, ds in loaded.items()}

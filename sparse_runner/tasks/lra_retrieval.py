@@ -30,14 +30,15 @@ import torch
 
 from sparse_runner.checks import ConfigError, choice, fail, positive
 from sparse_runner.data.fetch import BBC_NEWS_CLASSES, fetch_bbc_news
+from sparse_runner.data.hub import SPLITS
+from sparse_runner.data.split_cache import split_cache
+from sparse_runner.data.splits import PackedSplit
 from sparse_runner.models import build_classifier
 from sparse_runner.tasks.base import TaskConfig
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
-from sparse_runner.data.hub import SPLITS
 from sparse_runner.tasks.lra_text import PAD_ID, VOCAB_SIZE, encode_bytes, read_class_folders, stratified_split
 from sparse_runner.tasks.registry import register_task
-from sparse_runner.tasks.sequence_splits import PackedSplit, split_cache
 from sparse_runner.tasks.text_source import check_source
 
 SOURCES = ("files", "bbc_pairs")
@@ -182,7 +183,7 @@ class LraRetrievalTask(SequenceClassificationTask):
                     out[f"{split}_{side}"] = PackedSplit.from_sequences([encode_bytes(x or "", t.max_length) for x in ds[column]], labels)
             return out
 
-        return split_cache(root / "aan", PackedSplit, identity, build)
+        return split_cache(root / "aan", PackedSplit, identity, build, what="LRA Retrieval")
 
     def _bbc_pairs(self, root: Path) -> dict[str, PackedSplit]:
         t = self.cfg
@@ -201,7 +202,7 @@ class LraRetrievalTask(SequenceClassificationTask):
                 out[f"{split}_second"] = PackedSplit.from_sequences(second, labels)
             return out
 
-        return split_cache(root / "bbc_pairs", PackedSplit, identity, build)
+        return split_cache(root / "bbc_pairs", PackedSplit, identity, build, what="LRA Retrieval")
 
     # ------------------------------------------------------------------------------ pairs
     def build_model(self, model_cfg: Any) -> torch.nn.Module:

@@ -28,10 +28,11 @@ import numpy as np
 
 from sparse_runner.checks import ConfigError, fail, in_unit_interval, positive
 from sparse_runner.data.fetch import BBC_NEWS_CLASSES, fetch_bbc_news
-from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
 from sparse_runner.data.hub import SPLITS, hub_splits, load_hub_splits
+from sparse_runner.data.split_cache import split_cache
+from sparse_runner.data.splits import PackedSplit
+from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
 from sparse_runner.tasks.registry import register_task
-from sparse_runner.tasks.sequence_splits import PackedSplit, split_cache
 from sparse_runner.tasks.text_source import DataSourceConfig, check_source
 
 logger = logging.getLogger(__name__)
@@ -173,7 +174,7 @@ class LraTextTask(SequenceClassificationTask):
                 out[split] = byte_split(texts, labels, t.max_length)
             return out
 
-        return split_cache(root / "files", PackedSplit, identity, build)
+        return split_cache(root / "files", PackedSplit, identity, build, what="LRA Text")
 
     def _bbc_news(self, root: Path) -> dict[str, PackedSplit]:
         t = self.cfg
@@ -185,4 +186,4 @@ class LraTextTask(SequenceClassificationTask):
             index = stratified_split(labels, tuple(t.substitute_split), t.substitute_seed)
             return {s: byte_split([texts[i] for i in idx], labels[idx], t.max_length) for s, idx in index.items()}
 
-        return split_cache(root / "bbc_news", PackedSplit, identity, build)
+        return split_cache(root / "bbc_news", PackedSplit, identity, build, what="LRA Text")

@@ -32,12 +32,12 @@ import torch
 import torch.nn.functional as F
 
 from sparse_runner.checks import ConfigError, fail, positive
+from sparse_runner.data.hub import load_hub_splits
 from sparse_runner.models.bert import build_pair_classifier
 from sparse_runner.tasks import mnli_data
 from sparse_runner.tasks.base import StepOutput
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.bert_text import PAD_ID, BertTextTask, FineTuningDataConfig, check_fine_tuning_data
-from sparse_runner.data.hub import load_hub_splits
 from sparse_runner.tasks.mnli_data import LABELS, PairSplit
 from sparse_runner.tasks.registry import register_task
 

@@ -15,7 +15,7 @@ What this module provides
   (``<root>/curv_contour_length_14/metadata/<k>.npy`` + ``imgs/<k>/sample_<i>.png``) and the 80/10/10
   split.
 * ``prepare_pathfinder``: released or generated ``{"train", "val", "test"}`` splits, cached as ``.npz``
-  by ``sequence_splits.split_cache``.
+  by ``split_cache.split_cache``.
 * ``save_example_grid``: a PNG of a few examples titled with their labels.
 
 Generator
@@ -83,8 +83,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sparse_runner.data.split_cache import split_cache
+from sparse_runner.data.splits import ImageSplit
 from sparse_runner.io import atomic_open
-from sparse_runner.tasks.sequence_splits import ImageSplit, split_cache
 
 logger = logging.getLogger(__name__)
 
@@ -774,7 +775,7 @@ def prepare_pathfinder(
             logger.info("Pathfinder: read %d released images from %s in %.1f s", len(images), directory, time.perf_counter() - start)
             return split_released(images, seed)
 
-        return split_cache(root, ImageSplit, identity, build)
+        return split_cache(root, ImageSplit, identity, build, what="Pathfinder")
 
     params = PathfinderParams.lra(DIFFICULTIES[difficulty], resolution)
     identity = {
@@ -797,7 +798,7 @@ def prepare_pathfinder(
             begin += counts[name]
         return splits
 
-    return split_cache(root, ImageSplit, identity, build)
+    return split_cache(root, ImageSplit, identity, build, what="Pathfinder")
 
 
 # ----------------------------------------------------------------------------------------------------

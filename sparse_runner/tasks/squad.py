@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from sparse_runner.checks import ConfigError, fail, positive
+from sparse_runner.data.hub import load_hub_splits
 from sparse_runner.io import atomic_write_text
 from sparse_runner.metrics.squad import squad_scores
 from sparse_runner.models.bert import build_span_extractor
@@ -41,7 +42,6 @@ from sparse_runner.tasks import squad_data
 from sparse_runner.tasks.base import StepOutput
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.bert_text import CLS_ID, PAD_ID, SEP_ID, BertTextTask, FineTuningDataConfig, check_fine_tuning_data
-from sparse_runner.data.hub import load_hub_splits
 from sparse_runner.tasks.registry import register_task
 from sparse_runner.tasks.squad_data import QAExample, QAFeature
 

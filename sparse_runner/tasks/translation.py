@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sparse_runner.checks import ConfigError, choice, fail, positive
+from sparse_runner.data.parallel import FILE_FORMATS, load_parallel
 from sparse_runner.decoding import beam_search, greedy_search
 from sparse_runner.io import atomic_write_text
 from sparse_runner.metrics.translation import translation_scores
@@ -26,7 +27,6 @@ from sparse_runner.tasks.base import StepOutput, Task
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.registry import register_task
 from sparse_runner.tasks.text_source import TextTaskConfig, check_text_source
-from sparse_runner.data.parallel import FILE_FORMATS, load_parallel
 from sparse_runner.tokenization import BOS_ID, EOS_ID, PAD_ID, train_or_load
 
 SPLITS = ("train", "val", "test")

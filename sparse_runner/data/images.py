@@ -8,8 +8,9 @@ levels), split train[:90%] / train[90%:] / the official test set (`lra_image_spl
   load_idx_dataset      MNIST-style IDX files (Fashion-MNIST is the offline stand-in, fetched by
                         `sparse_runner.data.fetch.fetch_fashion_mnist`), centred in size x size.
 
-Every reader returns pixels (n, height * width) uint8 in row-major order and labels (n,) int64.
-Numpy only (no torch): data preparation must not depend on the model side.
+`to_greyscale` (LRA's weights) and `pad_images` (centred on a larger canvas) are the pixel transforms
+the readers share. Every reader returns pixels (n, height * width) uint8 in row-major order and labels
+(n,) int64. Numpy only (no torch): data preparation must not depend on the model side.
 """
 
 from __future__ import annotations
@@ -22,7 +23,28 @@ from typing import Any
 
 import numpy as np
 
-from sparse_runner.tasks.sequence_splits import ImageSplit, pad_images, to_greyscale
+from sparse_runner.data.splits import ImageSplit
+
+# --- Pixels ---------------------------------------------------------------------------------------
+
+
+def to_greyscale(rgb: np.ndarray) -> np.ndarray:
+    """(..., 3) uint8 RGB -> (...) uint8 grey, with the ITU-R 601 weights of `tf.image.rgb_to_grayscale`
+    (0.2989 R + 0.5870 G + 0.1140 B), which LRA's Image task applies to CIFAR-10; rounded to nearest."""
+    weights = np.array([0.2989, 0.5870, 0.1140], dtype=np.float64)
+    return np.clip(np.rint(np.asarray(rgb, dtype=np.float64) @ weights), 0, 255).astype(np.uint8)
+
+
+def pad_images(images: np.ndarray, height: int, width: int, value: int = 0) -> np.ndarray:
+    """(n, h, w) -> (n, height, width), centred, padded with `value` (28x28 MNIST -> LRA's 32x32)."""
+    n, h, w = images.shape
+    if h > height or w > width:
+        raise ValueError(f"cannot pad {h}x{w} images to {height}x{width}")
+    top, left = (height - h) // 2, (width - w) // 2
+    out = np.full((n, height, width), value, dtype=images.dtype)
+    out[:, top : top + h, left : left + w] = images
+    return out
+
 
 # --- IDX (MNIST, Fashion-MNIST) -------------------------------------------------------------------
 

@@ -12,19 +12,13 @@ Numpy only: data preparation must not depend on torch.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
-from sparse_runner.io import atomic_directory, atomic_open, atomic_write_json
-
-logger = logging.getLogger(__name__)
+from sparse_runner.io import atomic_open
 
 
 def _load_npz(path: str | os.PathLike, names: tuple[str, ...], what: str) -> dict[str, np.ndarray]:
@@ -167,43 +161,3 @@ class ImageSplit:
             return cls(data["pixels"], data["labels"], *data["shape"].tolist())
         except ValueError as err:
             raise ValueError(f"{path}: {err}") from None
-
-
-def to_greyscale(rgb: np.ndarray) -> np.ndarray:
-    """(..., 3) uint8 RGB -> (...) uint8 grey, with the ITU-R 601 weights of `tf.image.rgb_to_grayscale`
-    (0.2989 R + 0.5870 G + 0.1140 B), which LRA's Image task applies to CIFAR-10; rounded to nearest."""
-    weights = np.array([0.2989, 0.5870, 0.1140], dtype=np.float64)
-    return np.clip(np.rint(np.asarray(rgb, dtype=np.float64) @ weights), 0, 255).astype(np.uint8)
-
-
-def pad_images(images: np.ndarray, height: int, width: int, value: int = 0) -> np.ndarray:
-    """(n, h, w) -> (n, height, width), centred, padded with `value` (28x28 MNIST -> LRA's 32x32)."""
-    n, h, w = images.shape
-    if h > height or w > width:
-        raise ValueError(f"cannot pad {h}x{w} images to {height}x{width}")
-    top, left = (height - h) // 2, (width - w) // 2
-    out = np.full((n, height, width), value, dtype=images.dtype)
-    out[:, top : top + h, left : left + w] = images
-    return out
-
-
-def split_cache(root: str | os.PathLike, kind: type, identity: object, build) -> dict:
-    """`build()` -> {split: kind}, cached under `root/<hash of identity>/` (`kind` is PackedSplit or
-    ImageSplit). A later call with the same identity loads the cache and builds nothing; the directory
-    is renamed into place only when complete, so a killed build leaves nothing to mistake for a cache.
-    `identity`: anything JSON-serialisable that determines the content (parameters, file stats, a
-    format version)."""
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    directory = Path(root).expanduser() / digest
-    if directory.is_dir():
-        # train, val, test first (the order logs and metrics show), then any other name
-        order = {"train": 0, "val": 1, "test": 2}
-        names = sorted((p.name[: -len(".npz")] for p in directory.glob("*.npz")), key=lambda n: (order.get(n.split("_")[0], 3), n))
-        return {name: kind.load(directory / f"{name}.npz") for name in names}
-    splits = build()
-    with atomic_directory(directory) as tmp:
-        for name, split in splits.items():
-            split.save(tmp / f"{name}.npz")
-        atomic_write_json(tmp / "identity.json", identity)
-    logger.info("cached %s in %s", "/".join(f"{k}={len(v)}" for k, v in splits.items()), directory)
-    return splits
