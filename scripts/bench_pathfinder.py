@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from sparse_runner.benchmarking import write_benchmark
-from sparse_runner.tasks.pathfinder_data import CHUNK_SIZE, DIFFICULTIES, generate_pathfinder
+from sparse_runner.data.pathfinder_generator import CHUNK_SIZE, generate_pathfinder
+from sparse_runner.data.pathfinder_params import DIFFICULTIES
 
 PROJECTED_IMAGES = 200_000
 

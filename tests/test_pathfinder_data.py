@@ -1,4 +1,5 @@
-"""Tests of the Pathfinder generator, release reader, cache and figure (sparse_runner.tasks.pathfinder_data).
+"""Tests of the Pathfinder generator, release reader, cache and figure (sparse_runner.data.pathfinder_*;
+the figure: sparse_runner.tasks.pathfinder).
 
 Connectivity is checked on the rendered pixels with a flood fill written here, not with the
 generator's own occupancy grid, and the path's ends with a breadth-first search over the path mask.
@@ -14,23 +15,27 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from sparse_runner.tasks import pathfinder_data as pf
+from sparse_runner.data import pathfinder_generator as gen
+from sparse_runner.data import pathfinder_params as params
+from sparse_runner.data import pathfinder_release as pr
+from sparse_runner.data import pathfinder_splits as pf
 from sparse_runner.data.splits import ImageSplit
+from sparse_runner.tasks.pathfinder import save_example_grid
 
-CHUNK = pf.CHUNK_SIZE
+CHUNK = gen.CHUNK_SIZE
 
 
 @pytest.fixture(scope="module")
 def hard():
     """1024 hard (contour length 14) images with their ground truth."""
-    return pf.generate_pathfinder(2 * CHUNK, contour_length=14, seed=11, return_meta=True)
+    return gen.generate_pathfinder(2 * CHUNK, contour_length=14, seed=11, return_meta=True)
 
 
 @pytest.fixture(scope="module")
 def by_difficulty(hard):
     out = {"hard": hard}
     for name in ("easy", "intermediate"):
-        out[name] = pf.generate_pathfinder(CHUNK, contour_length=pf.DIFFICULTIES[name], seed=12, return_meta=True)
+        out[name] = gen.generate_pathfinder(CHUNK, contour_length=params.DIFFICULTIES[name], seed=12, return_meta=True)
     return out
 
 
@@ -154,36 +159,36 @@ def test_connectivity_by_flood_fill_on_the_image(by_difficulty):
 
 
 def test_each_difficulty_runs_and_longer_contours_give_longer_paths(by_difficulty):
-    lengths = {name: by_difficulty[name][1].path_mask.sum(axis=(1, 2)).mean() for name in pf.DIFFICULTIES}
+    lengths = {name: by_difficulty[name][1].path_mask.sum(axis=(1, 2)).mean() for name in params.DIFFICULTIES}
     assert lengths["easy"] < lengths["intermediate"] < lengths["hard"]
     # Each paddle (2 px + a 1 px gap) adds about 2-3 lit pixels to the path.
-    for name, contour_length in pf.DIFFICULTIES.items():
+    for name, contour_length in params.DIFFICULTIES.items():
         assert 1.5 * contour_length < lengths[name] < 4 * contour_length, (name, lengths[name])
 
 
 def test_lra_parameters():
-    easy, hard = pf.PathfinderParams.lra(6), pf.PathfinderParams.lra(14)
+    easy, hard = params.PathfinderParams.lra(6), params.PathfinderParams.lra(14)
     assert (easy.distractor_length, easy.num_distractor_snakes) == (2, 10)
     assert (hard.distractor_length, hard.num_distractor_snakes) == (4, 5)
-    assert hard == pf.PathfinderParams()  # the defaults are LRA's 32x32 hard settings
+    assert hard == params.PathfinderParams()  # the defaults are LRA's 32x32 hard settings
     with pytest.raises(ValueError, match="separation"):
-        pf.PathfinderParams(separation=1)
+        params.PathfinderParams(separation=1)
 
 
 def test_same_seed_same_bytes_other_seed_other_images():
-    a = pf.generate_pathfinder(300, contour_length=9, seed=3)
-    b = pf.generate_pathfinder(300, contour_length=9, seed=3)
-    c = pf.generate_pathfinder(300, contour_length=9, seed=4)
+    a = gen.generate_pathfinder(300, contour_length=9, seed=3)
+    b = gen.generate_pathfinder(300, contour_length=9, seed=3)
+    c = gen.generate_pathfinder(300, contour_length=9, seed=4)
     assert a.pixels.tobytes() == b.pixels.tobytes() and a.labels.tobytes() == b.labels.tobytes()
     assert a.pixels.tobytes() != c.pixels.tobytes()
     # Fixed chunks: a shorter request is a prefix of a longer one.
-    prefix = pf.generate_pathfinder(100, contour_length=9, seed=3)
+    prefix = gen.generate_pathfinder(100, contour_length=9, seed=3)
     assert prefix.pixels.tobytes() == a.pixels[:100].tobytes()
 
 
 def test_workers_do_not_change_the_output():
-    one = pf.generate_pathfinder(CHUNK + 10, contour_length=6, seed=5, workers=1)
-    two = pf.generate_pathfinder(CHUNK + 10, contour_length=6, seed=5, workers=2)
+    one = gen.generate_pathfinder(CHUNK + 10, contour_length=6, seed=5, workers=1)
+    two = gen.generate_pathfinder(CHUNK + 10, contour_length=6, seed=5, workers=2)
     assert one.pixels.tobytes() == two.pixels.tobytes() and one.labels.tobytes() == two.labels.tobytes()
 
 
@@ -223,7 +228,7 @@ def release(tmp_path):
 def test_reader_reads_the_release_layout_in_order(release):
     root, images, labels = release
     for data_dir in (root, root / "curv_contour_length_14"):  # the root or the difficulty folder
-        split = pf.read_released(data_dir, "hard")
+        split = pr.read_released(data_dir, "hard")
         np.testing.assert_array_equal(split.images(), images)
         np.testing.assert_array_equal(split.labels, labels)
 
@@ -234,7 +239,7 @@ def test_reader_orders_files_by_number_and_skips_empty_images(tmp_path):
     labels = rng.integers(0, 2, 24)
     base = write_release(tmp_path, images, labels, per_file=2)  # metadata 0..11: "10" sorts after "9"
     (base / "imgs" / "0" / "sample_1.png").write_bytes(b"")  # like curv_baseline/imgs/0/sample_172.png
-    split = pf.read_released(tmp_path, "hard")
+    split = pr.read_released(tmp_path, "hard")
     keep = np.arange(24) != 1
     np.testing.assert_array_equal(split.images(), images[keep])
     np.testing.assert_array_equal(split.labels, labels[keep])
@@ -245,20 +250,20 @@ def test_reader_accepts_real_npy_metadata(tmp_path):
     images = rng.integers(0, 256, (9, 32, 32), dtype=np.uint8)
     labels = rng.integers(0, 2, 9)
     write_release(tmp_path, images, labels, folder="curv_baseline", npy=True)
-    split = pf.read_released(tmp_path, "easy")
+    split = pr.read_released(tmp_path, "easy")
     np.testing.assert_array_equal(split.images(), images)
     np.testing.assert_array_equal(split.labels, labels)
 
 
 def test_release_split_is_80_10_10_disjoint_and_seeded(release):
     root, images, _ = release
-    split = pf.read_released(root, "hard")
-    parts = pf.split_released(split, seed=0)
+    split = pr.read_released(root, "hard")
+    parts = pr.split_released(split, seed=0)
     assert {name: len(part) for name, part in parts.items()} == {"train": 40, "val": 5, "test": 5}
     rows = {name: {part.pixels[i].tobytes() for i in range(len(part))} for name, part in parts.items()}
     assert not (rows["train"] & rows["val"]) and not (rows["train"] & rows["test"]) and not (rows["val"] & rows["test"])
     assert rows["train"] | rows["val"] | rows["test"] == {image.tobytes() for image in images.reshape(50, -1)}
-    again, other = pf.split_released(split, seed=0), pf.split_released(split, seed=1)
+    again, other = pr.split_released(split, seed=0), pr.split_released(split, seed=1)
     assert again["test"].pixels.tobytes() == parts["test"].pixels.tobytes()
     assert other["test"].pixels.tobytes() != parts["test"].pixels.tobytes()
 
@@ -271,7 +276,7 @@ def test_bad_data_dir_is_one_clear_line(tmp_path, make):
     elif make == "no_metadata":
         (data_dir / "curv_contour_length_14" / "imgs" / "0").mkdir(parents=True)
     for call in (
-        lambda: pf.read_released(data_dir, "hard"),
+        lambda: pr.read_released(data_dir, "hard"),
         lambda: pf.prepare_pathfinder(data_dir=data_dir, cache_dir=tmp_path / "cache", difficulty="hard",
                                       num_train=1, num_val=1, num_test=1, seed=0),
     ):
@@ -286,7 +291,7 @@ def test_bad_metadata_line_names_the_file(tmp_path):
     base = write_release(tmp_path, np.zeros((3, 32, 32), np.uint8), np.array([0, 1, 0]))
     (base / "metadata" / "0.npy").write_text("imgs/0 sample_0.png 0\n")
     with pytest.raises(ValueError, match=r"0\.npy:1: expected"):
-        pf.read_released(tmp_path, "hard")
+        pr.read_released(tmp_path, "hard")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -296,12 +301,12 @@ def test_bad_metadata_line_names_the_file(tmp_path):
 
 def test_prepare_generates_once_then_loads_the_cache(tmp_path, monkeypatch, caplog):
     args = dict(data_dir=None, cache_dir=tmp_path, difficulty="easy", num_train=96, num_val=16, num_test=16, seed=7)
-    with caplog.at_level(logging.INFO, logger="sparse_runner.tasks.pathfinder_data"):
+    with caplog.at_level(logging.INFO, logger=pf.__name__):
         first = pf.prepare_pathfinder(**args)
     assert "images/s" in caplog.text
     assert {name: len(split) for name, split in first.items()} == {"train": 96, "val": 16, "test": 16}
     # One stream cut train | val | test.
-    stream = pf.generate_pathfinder(128, contour_length=6, seed=7)
+    stream = gen.generate_pathfinder(128, contour_length=6, seed=7)
     assert first["train"].pixels.tobytes() == stream.pixels[:96].tobytes()
     assert first["test"].pixels.tobytes() == stream.pixels[112:].tobytes()
 
@@ -350,7 +355,7 @@ def test_prepare_rejects_unknown_difficulty(tmp_path):
 def test_example_grid_is_a_png_written_atomically(hard, tmp_path):
     split, _ = hard
     path = tmp_path / "figures" / "examples.png"
-    pf.save_example_grid(split, path, count=8, columns=4)
+    save_example_grid(split, path, count=8, columns=4)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with Image.open(path) as image:
         width, height = image.size
