@@ -1,6 +1,6 @@
-"""Tests of sparse_runner.tasks.mnli_data: the MNLI readers on tiny files written here (the MultiNLI 1.0
-JSONL layout and GLUE's TSV layout), Hugging Face rows, the State of the Union substitute (on the whole
-shipped corpus) and the trivial baselines."""
+"""Tests of the MNLI data (sparse_runner.data.mnli_pairs, sotu_pairs) and baselines (sparse_runner.tasks.mnli):
+the readers on tiny files written here (the MultiNLI 1.0 JSONL layout and GLUE's TSV layout), Hugging
+Face rows, the State of the Union substitute (on the whole shipped corpus) and the trivial baselines."""
 
 from __future__ import annotations
 
@@ -11,26 +11,21 @@ import numpy as np
 import pytest
 
 from sparse_runner.checks import ConfigError
-from sparse_runner.tasks.mnli_data import (
+from sparse_runner.data.documents import sotu_documents
+from sparse_runner.data.mnli_pairs import (
     GLUE_FILES,
     JSONL_FILES,
     LABELS,
-    MAX_WORDS,
-    MIN_WORDS,
-    OverlapRule,
     PairSplit,
     find_mnli_files,
-    fit_overlap_rule,
     from_hub_rows,
-    majority_baseline,
-    overlap_baseline,
     read_glue_tsv,
     read_mnli_dir,
     read_multinli_jsonl,
-    sotu_documents,
-    sotu_pairs,
     split_of_file,
 )
+from sparse_runner.data.sotu_pairs import MAX_WORDS, MIN_WORDS, sotu_pairs
+from sparse_runner.tasks.mnli import OverlapRule, fit_overlap_rule, majority_baseline, overlap_baseline
 
 # (gold_label, premise, hypothesis, genre); the "-" row has no consensus and is skipped
 TRAIN = [

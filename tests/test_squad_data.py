@@ -1,5 +1,7 @@
-"""Tests of the extractive-QA data layer (sparse_runner.tasks.squad_data) and of
-SubwordTokenizer.encode_with_offsets, which maps predicted pieces back to the passage."""
+"""Tests of extractive QA: the readers (sparse_runner.data.squad_examples), the cloze substitute
+(sparse_runner.data.cloze) and its baselines, the windows and span decoding
+(sparse_runner.tasks.squad_windows), and of SubwordTokenizer.encode_with_offsets, which maps predicted
+pieces back to the passage."""
 
 from __future__ import annotations
 
@@ -9,21 +11,12 @@ import numpy as np
 import pytest
 
 from sparse_runner.checks import ConfigError
+from sparse_runner.data.cloze import BLANK, answer_kind, cloze_examples
 from sparse_runner.data.corpora import load_sotu_en
 from sparse_runner.data.documents import split_sentences
-from sparse_runner.tasks.squad_data import (
-    BLANK,
-    QAExample,
-    QAFeature,
-    answer_kind,
-    best_span,
-    cloze_baselines,
-    cloze_examples,
-    examples_from_rows,
-    make_features,
-    predict_answers,
-    read_squad_json,
-)
+from sparse_runner.data.squad_examples import QAExample, examples_from_rows, read_squad_json
+from sparse_runner.tasks.squad import cloze_baselines
+from sparse_runner.tasks.squad_windows import QAFeature, best_span, make_features, predict_answers
 from sparse_runner.tokenization import BOS_ID, EOS_ID, train_or_load
 
 NON_ASCII = "Zürich — 5 € in der Straße, ﬁne Ｆｕｌｌ ½ 😀!"

@@ -29,7 +29,8 @@ Document = list[str]  # its lines
 
 def sotu_documents(path: Any = None) -> dict[str, list[Document]]:
     """The embedded State of the Union speeches, each a list of sentences, per split (speeches in
-    chronological order); the text of the masked-LM task and of the SQuAD and MNLI substitutes."""
+    chronological order: the order of ``corpora.sotu_en_metadata()`` within a split); the text of the
+    masked-LM task and of the SQuAD and MNLI substitutes."""
     return {split: [split_sentences(text) for text in texts] for split, texts in load_sotu_en(path).items()}
 
 

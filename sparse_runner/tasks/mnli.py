@@ -8,7 +8,7 @@ two development sets, matched (genres seen in training) and mismatched (five uns
 apart: `accuracy` (= matched, the paper's MNLI column) and `accuracy_mismatched`. The official test sets
 have no public labels.
 
-Sources (`task.source`, data layer in `mnli_data.py`):
+Sources (`task.source`; readers in `data/mnli_pairs.py`, the substitute in `data/sotu_pairs.py`):
   hf          `nyu-mll/multi_nli` (or GLUE's: hf_path=nyu-mll/glue hf_name=mnli) through `datasets`;
   files       a folder with the official MultiNLI 1.0 JSONL release or GLUE's MNLI TSV files;
   sotu_pairs  the offline SUBSTITUTE: sentence pairs of the embedded State of the Union addresses whose
@@ -17,12 +17,15 @@ Sources (`task.source`, data layer in `mnli_data.py`):
               split is SOTU's test speeches, all "matched" (one genre).
 
 Baselines beside the metrics: `majority_accuracy` (the most frequent training label) and, in
-metrics.json `task_info.baselines`, a word-overlap rule fitted on train.
+metrics.json `task_info.baselines`, a word-overlap rule fitted on train (two thresholds on the share
+of the hypothesis's words found in the premise): the floors a model has to beat.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -32,13 +35,14 @@ import torch
 import torch.nn.functional as F
 
 from sparse_runner.checks import ConfigError, fail, positive
+from sparse_runner.data.documents import sotu_documents
 from sparse_runner.data.hub import load_hub_splits
+from sparse_runner.data.mnli_pairs import LABELS, PairSplit, from_hub_rows, read_mnli_dir
+from sparse_runner.data.sotu_pairs import SUBSTITUTE_DESCRIPTION, sotu_pairs
 from sparse_runner.models.bert import build_pair_classifier
-from sparse_runner.tasks import mnli_data
 from sparse_runner.tasks.base import StepOutput
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.bert_text import PAD_ID, BertTextTask, FineTuningDataConfig, check_fine_tuning_data
-from sparse_runner.tasks.mnli_data import LABELS, PairSplit
 from sparse_runner.tasks.registry import register_task
 
 log = logging.getLogger(__name__)
@@ -58,6 +62,91 @@ class MnliTaskConfig(FineTuningDataConfig):
     val_size: int = 2000  # training pairs held out for checkpoint selection (the test splits stay untouched)
     max_train_examples: Optional[int] = None  # use only the first N training pairs (quick experiments)
     split_seed: int = 0  # which training pairs are held out; the substitute's pairs too
+
+
+# ----------------------------------------------------------------------------------------------------
+# Baselines
+# ----------------------------------------------------------------------------------------------------
+
+
+def majority_baseline(train: PairSplit, split: PairSplit) -> float:
+    """Accuracy on `split` of always answering the most frequent label of `train` (the lowest id on a tie)."""
+    if not len(split):
+        raise ValueError("majority_baseline: the split to score is empty")
+    majority = int(np.argmax(train.label_counts()))
+    return float(np.mean(split.labels == majority))
+
+
+_WORD = re.compile(r"\w+")
+
+
+def overlap_scores(pairs: PairSplit) -> np.ndarray:
+    """(n,) float: the share of the hypothesis's distinct words (lower-cased ``\\w+``) that occur in the premise."""
+    cache: dict[str, frozenset] = {}  # a premise comes with three hypotheses, and sentences recur
+
+    def words(text: str) -> frozenset:
+        found = cache.get(text)
+        if found is None:
+            found = cache[text] = frozenset(_WORD.findall(text.lower()))
+        return found
+
+    out = np.empty(len(pairs))
+    for k, (premise, hypothesis) in enumerate(zip(pairs.premises, pairs.hypotheses)):
+        h = words(hypothesis)
+        out[k] = len(h & words(premise)) / len(h) if h else 0.0
+    return out
+
+
+@dataclass(frozen=True)
+class OverlapRule:
+    """Label by word overlap: `labels[0]` below `low`, `labels[1]` in [low, high), `labels[2]` from `high` on."""
+
+    low: float
+    high: float
+    labels: tuple[int, int, int]
+    train_accuracy: float = field(default=float("nan"), compare=False)
+
+    def predict(self, pairs: PairSplit) -> np.ndarray:
+        scores = overlap_scores(pairs)
+        bins = (scores >= self.low).astype(np.int64) + (scores >= self.high)
+        return np.asarray(self.labels, np.int64)[bins]
+
+
+def fit_overlap_rule(train: PairSplit, quantiles: int = 200) -> OverlapRule:
+    """The `OverlapRule` most accurate on `train`: two cut points among `quantiles` quantiles of its overlap
+    scores, and any label for each of the three intervals (so a single cut and the majority are candidates)."""
+    if not len(train):
+        raise ValueError("fit_overlap_rule: the training split is empty")
+    scores = overlap_scores(train)
+    # cut points are scores of train (all of them when there are few distinct ones); +inf = "no cut"
+    cuts = np.unique(np.concatenate([np.quantile(scores, np.linspace(0, 1, quantiles + 1), method="lower"), [np.inf]]))
+    order = np.argsort(scores, kind="stable")
+    sorted_scores, sorted_labels = scores[order], train.labels[order]
+    # below[c, k]: pairs of label c with a score < cuts[k]
+    position = np.searchsorted(sorted_scores, cuts, side="left")
+    onehot = np.zeros((len(LABELS), len(scores) + 1), np.int64)
+    onehot[sorted_labels, np.arange(1, len(scores) + 1)] = 1
+    below = np.cumsum(onehot, axis=1)[:, position]  # (3, cuts)
+    total = below[:, -1:]
+    best = (-1, 0, 0, (0, 0, 0))
+    for assignment in itertools.product(range(len(LABELS)), repeat=3):
+        lo, mid, hi = assignment
+        # correct[a, b] = below[lo, a] + (below[mid, b] - below[mid, a]) + (total[hi] - below[hi, b]), a <= b
+        correct = (below[lo] - below[mid])[:, None] + (below[mid] - below[hi])[None, :] + total[hi]
+        correct = np.where(np.triu(np.ones_like(correct, dtype=bool)), correct, -1)
+        a, b = np.unravel_index(int(np.argmax(correct)), correct.shape)
+        if correct[a, b] > best[0]:
+            best = (int(correct[a, b]), a, b, assignment)
+    correct, a, b, assignment = best
+    return OverlapRule(float(cuts[a]), float(cuts[b]), assignment, correct / len(scores))
+
+
+def overlap_baseline(train: PairSplit, split: PairSplit) -> float:
+    """Accuracy on `split` of the word-overlap rule fitted on `train` (``fit_overlap_rule``): the floor of a
+    model that only counts shared words."""
+    if not len(split):
+        raise ValueError("overlap_baseline: the split to score is empty")
+    return float(np.mean(fit_overlap_rule(train).predict(split) == split.labels))
 
 
 @register_task("mnli", config=MnliTaskConfig)
@@ -92,12 +181,12 @@ class MnliTask(BertTextTask):
         """{train, val, test} pairs and what they are (metrics.json task_info.data)."""
         t = self.cfg
         if t.source == "sotu_pairs":
-            parts = mnli_data.sotu_pairs(mnli_data.sotu_documents(), seed=t.split_seed)
-            info = {"name": "sotu_pairs", "source": "substitute", "substitute_for": "MNLI", "description": mnli_data.SUBSTITUTE_DESCRIPTION}
+            parts = sotu_pairs(sotu_documents(), seed=t.split_seed)
+            info = {"name": "sotu_pairs", "source": "substitute", "substitute_for": "MNLI", "description": SUBSTITUTE_DESCRIPTION}
             self.skipped = 0
             return {"train": parts["train"], "val": parts["val"], "test": parts["test"]}, info
         if t.source == "files":
-            parts = mnli_data.read_mnli_dir(Path(t.data_dir).expanduser())
+            parts = read_mnli_dir(Path(t.data_dir).expanduser())
             info = {"name": "mnli", "source": "release", "substitute_for": None, "description": f"MultiNLI files in {t.data_dir}"}
         else:
             where = f"task {t.name}"
@@ -106,7 +195,7 @@ class MnliTask(BertTextTask):
                                               "validation_mismatched": t.hf_splits["mismatched"]},
                 revision=t.hf_revision, data_dir=t.hf_data_dir, data_files=t.hf_data_files, where=where, local_files=f"task.source=files task.data_dir=<{FILES}>",
             )
-            parts = {split: mnli_data.from_hub_rows(ds, matched=split != "validation_mismatched", where=f"{t.hf_path} {split}") for split, ds in loaded.items()}
+            parts = {split: from_hub_rows(ds, matched=split != "validation_mismatched", where=f"{t.hf_path} {split}") for split, ds in loaded.items()}
             info = {"name": "mnli", "source": "hub", "substitute_for": None, "description": f"{t.hf_path} through datasets"}
         self.skipped = sum(part.skipped for part in parts.values())  # rows without a gold label, in the files read
         train = parts["train"]
@@ -137,12 +226,12 @@ class MnliTask(BertTextTask):
 
     def describe(self) -> dict[str, Any]:
         train, test = self.pairs["train"], self.pairs["test"]
-        baselines: dict[str, Any] = {"majority": mnli_data.majority_baseline(train, test.select(test.matched))}
-        rule = mnli_data.fit_overlap_rule(train)
+        baselines: dict[str, Any] = {"majority": majority_baseline(train, test.select(test.matched))}
+        rule = fit_overlap_rule(train)
         for part, mask in (("", test.matched), ("_mismatched", ~test.matched)):
             if mask.any():
                 chosen = test.select(mask)
-                baselines["majority" + part] = mnli_data.majority_baseline(train, chosen)
+                baselines["majority" + part] = majority_baseline(train, chosen)
                 baselines["word_overlap" + part] = float((rule.predict(chosen) == chosen.labels).mean())
         return {
             "data": self.data_info,

@@ -5,7 +5,8 @@ context-window [SEP]`; contexts longer than a window are split into windows `tas
 apart; the answer is the best-scoring span over all windows of a question (end >= start, at most
 `task.max_answer_length` tokens), cut from the original context through the tokens' character
 offsets. Metrics: the official v1.1 exact match and F1 (`metrics/squad.py`), in percent, as the paper
-reports them. The data layer (readers, windows, span decoding, the cloze substitute) is `squad_data.py`.
+reports them. The readers are `data/squad_examples.py`, the cloze substitute `data/cloze.py`, the
+windows and span decoding `squad_windows.py`.
 
 Splits: `test` is SQuAD's development set (its test set is hidden); `val` is `task.val_size` training
 articles (whole titles, so no context is shared with train) held out for checkpoint selection.
@@ -27,23 +28,25 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from sparse_runner.checks import ConfigError, fail, positive
+from sparse_runner.data.cloze import answer_candidates, answer_kind, cloze_examples
+from sparse_runner.data.documents import sotu_documents, split_sentences
 from sparse_runner.data.hub import load_hub_splits
+from sparse_runner.data.squad_examples import QAExample, examples_from_rows, read_squad_json
 from sparse_runner.io import atomic_write_text
 from sparse_runner.metrics.squad import squad_scores
 from sparse_runner.models.bert import build_span_extractor
-from sparse_runner.tasks import squad_data
 from sparse_runner.tasks.base import StepOutput
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.bert_text import CLS_ID, PAD_ID, SEP_ID, BertTextTask, FineTuningDataConfig, check_fine_tuning_data
 from sparse_runner.tasks.registry import register_task
-from sparse_runner.tasks.squad_data import QAExample, QAFeature
+from sparse_runner.tasks.squad_windows import QAFeature, make_features, predict_answers
 
 SOURCES = ("hf", "files", "cloze")
 FILES = "a folder with the official train-v1.1.json and dev-v1.1.json"
@@ -65,6 +68,40 @@ class SquadTaskConfig(FineTuningDataConfig):
     split_seed: int = 0  # which articles are held out; the cloze questions too
     passage_sentences: int = 5  # cloze: sentences per passage
     questions_per_passage: int = 2  # cloze: questions per passage
+
+
+def cloze_baselines(examples: Sequence[QAExample]) -> dict[str, float]:
+    """Trivial predictors on cloze examples, scored with ``squad_scores`` (percent): the floors a model
+    must beat.
+
+    * ``first_sentence``: the passage's first sentence, whatever the question;
+    * ``same_kind_first``: the first span in the passage of the gold answer's kind (``answer_kind``):
+      the first number, the first multi-word name that does not start a sentence, or the first long
+      word -- a reader that knows what kind of answer is wanted but not where.
+
+    Returns ``{"first_sentence_exact_match", "first_sentence_f1", "same_kind_first_exact_match",
+    "same_kind_first_f1"}``. Needs no network and no Hugging Face.
+    """
+    golds = {ex.id: list(ex.answers) for ex in examples}
+    first_sentence: dict[str, str] = {}
+    same_kind: dict[str, str] = {}
+    for ex in examples:
+        sentences = [s.strip() for s in split_sentences(ex.context)]
+        first_sentence[ex.id] = sentences[0] if sentences else ""
+        kind = answer_kind(ex.answers[0]) if ex.answers else "word"
+        same_kind[ex.id] = ""
+        for sentence in sentences:
+            spans = answer_candidates(sentence)[kind]
+            if spans:
+                begin, end = spans[0]
+                same_kind[ex.id] = sentence[begin:end]
+                break
+    out: dict[str, float] = {}
+    for name, predictions in (("first_sentence", first_sentence), ("same_kind_first", same_kind)):
+        scores = squad_scores(predictions, golds)
+        out[f"{name}_exact_match"] = scores["exact_match"]
+        out[f"{name}_f1"] = scores["f1"]
+    return out
 
 
 @register_task("squad", config=SquadTaskConfig)
@@ -96,7 +133,7 @@ class SquadTask(BertTextTask):
         train = self.examples["train"]
         self.load_tokenizer(lambda: list(dict.fromkeys(ex.context for ex in train)) + [ex.question for ex in train])
         self.features = {
-            split: squad_data.make_features(
+            split: make_features(
                 self.examples[split], self.tokenizer, max_length=t.max_length, doc_stride=t.doc_stride, max_query_length=t.max_query_length,
                 cls_id=CLS_ID, sep_id=SEP_ID, train=split == "train",
             )
@@ -108,12 +145,10 @@ class SquadTask(BertTextTask):
     def _load(self) -> tuple[dict[str, list[QAExample]], dict[str, Any]]:
         t = self.cfg
         if t.source == "cloze":
-            from sparse_runner.data.documents import sotu_documents
-
             speeches = sotu_documents()
             examples = {
-                split: squad_data.cloze_examples(speeches[split], seed=t.split_seed, passage_sentences=t.passage_sentences,
-                                                 questions_per_passage=t.questions_per_passage, id_prefix=f"sotu-{split}")
+                split: cloze_examples(speeches[split], seed=t.split_seed, passage_sentences=t.passage_sentences,
+                                      questions_per_passage=t.questions_per_passage, id_prefix=f"sotu-{split}")
                 for split in SPLITS
             }
             info = {"name": "sotu_cloze", "source": "substitute", "substitute_for": "SQuAD v1.1",
@@ -125,13 +160,13 @@ class SquadTask(BertTextTask):
             for split, name in (("train", "train-v1.1.json"), ("test", "dev-v1.1.json")):
                 if not (root / name).is_file():
                     raise ConfigError(f"task.data_dir: {root} has no {name}; valid: {FILES}")
-                parts[split] = squad_data.read_squad_json(root / name)
+                parts[split] = read_squad_json(root / name)
             info = {"name": "squad", "source": "release", "substitute_for": None, "description": f"SQuAD v1.1 files in {root}"}
         else:
             where = f"task {t.name}"
             loaded = load_hub_splits(t.hf_path, t.hf_name, splits=dict(t.hf_splits), revision=t.hf_revision, data_dir=t.hf_data_dir,
                                      data_files=t.hf_data_files, where=where, local_files=f"task.source=files task.data_dir=<{FILES}>")
-            parts = {split: squad_data.examples_from_rows(ds, where=f"{t.hf_path} {t.hf_splits[split]}") for split, ds in loaded.items()}
+            parts = {split: examples_from_rows(ds, where=f"{t.hf_path} {t.hf_splits[split]}") for split, ds in loaded.items()}
             info = {"name": "squad", "source": "hub", "substitute_for": None, "description": f"{t.hf_path} through datasets"}
         titles = sorted({ex.title for ex in parts["train"]})
         if t.val_size >= len(titles):
@@ -157,7 +192,7 @@ class SquadTask(BertTextTask):
             "tokenizer": self.tokenizer_info(),
         }
         if self.data_info["source"] == "substitute":
-            info["baselines"] = squad_data.cloze_baselines(self.examples["test"])
+            info["baselines"] = cloze_baselines(self.examples["test"])
         return info
 
     # ------------------------------------------------------------------------------ model and steps
@@ -198,7 +233,7 @@ class SquadTask(BertTextTask):
         spans = sorted(sums.get("spans", []), key=lambda s: s[0])
         examples, features = self.examples[split], self.features[split]
         chosen = [features[i] for i, _, _ in spans]
-        predictions = squad_data.predict_answers(examples, chosen, [(s, e) for _, s, e in spans], self.cfg.max_answer_length)
+        predictions = predict_answers(examples, chosen, [(s, e) for _, s, e in spans], self.cfg.max_answer_length)
         # Scored over the questions that had a window evaluated (all of them unless trainer.eval_max_batches cuts the split).
         scored = {features[i].example_index for i, _, _ in spans}
         scores = squad_scores(predictions, {examples[k].id: list(examples[k].answers) for k in scored})
