@@ -18,11 +18,11 @@ import torch
 
 from sparse_runner.checks import ConfigError
 from sparse_runner.config import validate
+from sparse_runner.data.byte_text import encode_bytes
 from sparse_runner.models import DualEncoderClassifier
 from sparse_runner.run import run
 from sparse_runner.tasks import build_task
 from sparse_runner.tasks.lra_retrieval import LraRetrievalTask
-from sparse_runner.tasks.lra_text import encode_bytes
 from tests.conftest import compose_config, on_train_batch, simulated_crash, sparse_run
 
 SMALL_MODEL = [

@@ -28,7 +28,9 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from sparse_runner.checks import ConfigError, choice, fail, positive
+from sparse_runner.checks import choice, fail, positive
+from sparse_runner.data.byte_text import PAD_ID, VOCAB_SIZE, read_class_folders, stratified_split
+from sparse_runner.data.document_pairs import AAN_FILES, PAIRINGS, article_pairs, read_aan_pairs
 from sparse_runner.data.fetch import BBC_NEWS_CLASSES, fetch_bbc_news
 from sparse_runner.data.hub import SPLITS
 from sparse_runner.data.split_cache import split_cache
@@ -37,14 +39,11 @@ from sparse_runner.models import build_classifier
 from sparse_runner.tasks.base import TaskConfig
 from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.classification import ClassificationData, SequenceClassificationTask
-from sparse_runner.tasks.lra_text import PAD_ID, VOCAB_SIZE, encode_bytes, read_class_folders, stratified_split
 from sparse_runner.tasks.registry import register_task
 from sparse_runner.tasks.text_source import check_source
 
 SOURCES = ("files", "bbc_pairs")
 RELEASE_FILES = "a folder with LRA's new_aan_pairs.{train,eval,test}.tsv"
-AAN_FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
-AAN_COLUMNS = ["label", "id1", "id2", "text1", "text2"]
 _FORMAT_VERSION = 1
 
 
@@ -69,48 +68,6 @@ class PairSplit:
     def lengths(self) -> np.ndarray:
         """The longer document of each pair (what batching by length needs)."""
         return np.maximum(self.first.lengths(), self.second.lengths())
-
-
-PAIRINGS = ("halves", "topic")
-
-
-def article_pairs(texts: list[str], topics: np.ndarray, *, pairing: str, count: int, max_length: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
-    """`count` pairs (first document, second document, label) over the articles `texts`, half positive.
-
-    Every article is cut into its first and second half (in bytes); a document is a half's first
-    `max_length` byte tokens; the first document of a pair is always a first half, the second a second half.
-      halves  positive (label 1): both halves of one article; negative: halves of two articles, of the
-              same topic for half of the negatives (so the topic alone does not decide).
-      topic   positive: halves of two different articles of the same topic; negative: of two topics.
-    Articles are drawn with replacement.
-    """
-    if len(texts) < 2:
-        raise ConfigError(f"bbc_pairs: needs at least two articles, got {len(texts)}")
-    halves = []
-    for text in texts:
-        data = text.encode("utf-8")
-        middle = len(data) // 2
-        halves.append((encode_bytes(data[:middle], max_length), encode_bytes(data[middle:], max_length)))
-    rng = np.random.default_rng(seed)
-    everything = np.arange(len(texts))
-    labels = rng.permutation(np.arange(count) % 2)
-    first, second = [], []
-    for label in labels:
-        a = int(rng.integers(len(texts)))
-        same_topic = np.flatnonzero(topics == topics[a])
-        if pairing == "halves":
-            pool = [a] if label else (same_topic if rng.random() < 0.5 and len(same_topic) > 1 else everything)
-        else:
-            pool = same_topic if label else np.flatnonzero(topics != topics[a])
-        pool = np.asarray(pool)
-        if not label or pairing == "topic":
-            pool = pool[pool != a]
-        if len(pool) == 0:
-            raise ConfigError(f"bbc_pairs: article {a} has no partner for pairing={pairing} (too few articles per topic)")
-        b = int(rng.choice(pool))
-        first.append(halves[a][0])
-        second.append(halves[b][1])
-    return first, second, labels
 
 
 @dataclass
@@ -164,24 +121,7 @@ class LraRetrievalTask(SequenceClassificationTask):
                     "max_length": t.max_length}
 
         def build() -> dict[str, PackedSplit]:
-            import csv
-
-            import datasets
-
-            loaded = datasets.load_dataset(
-                "csv", data_files={s: str(p) for s, p in files.items()}, delimiter="\t", column_names=AAN_COLUMNS,
-                quoting=csv.QUOTE_NONE, keep_in_memory=True,
-            )
-            out = {}
-            for split in SPLITS:
-                ds = loaded[split]
-                # The release writes labels as floats ("1.0") in some copies and ints in others.
-                labels = np.asarray([int(float(x)) for x in ds["label"]], dtype=np.int64)
-                if len(labels) and not set(np.unique(labels)) <= {0, 1}:
-                    raise ConfigError(f"task {t.name}: {files[split]}: labels must be 0 or 1, got {sorted(set(labels.tolist()))[:5]}")
-                for side, column in (("first", "text1"), ("second", "text2")):
-                    out[f"{split}_{side}"] = PackedSplit.from_sequences([encode_bytes(x or "", t.max_length) for x in ds[column]], labels)
-            return out
+            return read_aan_pairs(files, t.max_length, f"task {t.name}")
 
         return split_cache(root / "aan", PackedSplit, identity, build, what="LRA Retrieval")
 
