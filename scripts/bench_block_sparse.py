@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Block-sparse attention layers on CPU: dense SDPA vs Hugging Face BigBird vs our local / BigBird / HST.
 
-Issue 11's targets, measured side by side in one run (2-core CPU):
+The targets, measured side by side in one run (2-core CPU):
   - HST layer (8 heads x 64, forward+backward) at 4096 tokens >= 6x faster than dense SDPA softmax and
     faster than HF's BigBirdBlockSparseAttention (block 64, 3 random blocks);
   - HST time growing ~linearly from 1k to 8k tokens (16k reported too), with the peak memory at each length;
@@ -13,13 +13,13 @@ Issue 11's targets, measured side by side in one run (2-core CPU):
 
 Writes <out-dir>/block_sparse.json and .md (default out-dir: outputs/bench/block_sparse).
 
-Method (PERF_BASELINE.md sections 1, 4.2, 6; the harness of scripts/bench_attention.py and bench_normalisers.py):
+Method (docs/benchmarks.md; the harness of scripts/bench_attention.py and bench_normalisers.py):
 * Every row is one whole attention layer on x (1, N, 512) float32: Q/K/V projections, attention, output
   projection (ours: `MultiHeadAttention(512, AttentionSpec(8 heads x 64, normaliser, pattern, block_size 64))`).
   HF BigBird is `BigBirdBlockSparseAttention` (hidden 512, 8 heads, block_size 64, num_random_blocks 3,
   dropout 0, train mode: its random blocks are redrawn with numpy on every call, as in training; masks from
   `BigBirdModel.create_masks_for_block_sparse_attn`) followed by an nn.Linear(512, 512) output projection, so
-  both sides compute the same projections (PERF_BASELINE 4.2 timed HF without the output projection).
+  both sides compute the same projections (timing HF without it would flatter HF).
 * The "projections" row times those projections alone (no attention), so that each row splits into
   projections + attention; the targets table adds the dense/HST ratio with the projections subtracted.
 * HST: the encoder inserts one representative token in front of every block (`SequenceLayout.enter`), so the
@@ -30,7 +30,7 @@ Method (PERF_BASELINE.md sections 1, 4.2, 6; the harness of scripts/bench_attent
   Per length, every case is built and warmed up once, then all cases are measured in --rounds round-robin
   rounds; a number is the median of the per-round medians; ratios are to dense SDPA in the same rounds.
 * Allocator: the timing process re-executes itself with glibc's MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_
-  fixed (freed blocks are reused instead of page-faulted again; see PERF_BASELINE 1), and records them.
+  fixed (freed blocks are reused instead of page-faulted again; see docs/benchmarks.md), and records them.
 * Peak memory: see `memory_child` (one fresh subprocess per row and length, after all the timings).
 * Load average (1 min) is recorded before and after each length: another process on the 2 cores halves
   every number.
@@ -321,7 +321,7 @@ def markdown(meta: dict, results: dict, memory: dict, rows: list[str], lengths: 
         lines.append(f"| {ROWS[row][0]} |" + "".join(cells))
     lines.append("")
     lines += [f"{note_id}. {text}" for note_id, text in enumerate(notes, 1)] + [""] if notes else []
-    lines += ["## Targets (issue 11)", "", "| ratio | value | met |", "|---|---:|---|"]
+    lines += ["## Targets", "", "| ratio | value | met |", "|---|---:|---|"]
     for t in target_rows:
         v = "n/a" if t["value"] is None else f"{t['value']:.2f}"
         met = "n/a" if t["met"] is None else ("yes" if t["met"] else "**NO**")

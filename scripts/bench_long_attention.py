@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Long dense attention on CPU: PyTorch SDPA softmax vs explicit vs memory-efficient entmax attention.
 
-Issue 12's targets, measured side by side in one run (2-core CPU):
+The targets, measured side by side in one run (2-core CPU):
   - memory-efficient alpha-entmax (learned alpha per head), one layer forward+backward, at 4096 and
     8192 tokens: time <= 2x SDPA softmax and peak memory <= 2x SDPA softmax's;
   - at 16384 tokens it runs (peak memory reported), where the explicit path cannot: explicit
@@ -36,7 +36,7 @@ Method (that of scripts/bench_block_sparse.py; helpers in sparse_runner/benchmar
   Per length, every case is built and warmed up once, then all cases are measured in --rounds round-robin
   rounds; a number is the median of the per-round medians; ratios are to SDPA softmax in the same rounds.
 * Allocator: the timing process re-executes itself with glibc's MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_
-  fixed (freed blocks are reused instead of page-faulted again; see PERF_BASELINE 1), and records them.
+  fixed (freed blocks are reused instead of page-faulted again; see docs/benchmarks.md), and records them.
 * Peak memory: one fresh subprocess per row and length, after all the timings (`memory_child`; method in
   `sparse_runner.benchmarking.peak_step_memory`), each under resource.setrlimit(RLIMIT_AS,
   --memory-limit-gib). Untimed explicit cells are not measured, except the rows of --attempt-memory
@@ -363,7 +363,7 @@ def markdown(meta: dict, results: dict, memory: dict, rows: list[str], lengths: 
             lines.append(f"| {ROWS[row][0]} |" + "".join(cells))
         lines.append("")
 
-    lines += ["## Targets (issue 12)", "", "| target | value | met |", "|---|---:|---|"]
+    lines += ["## Targets", "", "| target | value | met |", "|---|---:|---|"]
     for t in target_rows:
         if t["value"] is not None:
             v = f"{t['value']:.0f} MiB" if "MiB" in t["name"] else f"{t['value']:.2f}"

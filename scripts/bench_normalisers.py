@@ -6,7 +6,7 @@
 
 Writes <out>/normalisers.json and <out>/normalisers.md (default out: outputs/benchmarks).
 
-Method (see docs/reference PERF_BASELINE.md, section 1):
+Method (docs/benchmarks.md):
 * Inputs: float32 attention-like scores x ~ N(0, 1) * scale, for each of --scales (default 0.3, 1
   and 3: the solvers' cost depends on the density of the output, 10-50 % at scale 0.3-1 and a few %
   at 3, the spread of q.k/sqrt(d) in a trained layer), all in one table, laid out as (B, H=4, Nq, Nk) with

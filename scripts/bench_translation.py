@@ -34,7 +34,7 @@ from sparse_runner.tasks.batching import plan_eval
 from sparse_runner.tokenization import BOS_ID, EOS_ID
 
 MODELS = ["softmax", "sparsemax", "entmax15", "entmax"]
-PAPER_SPEED = {"softmax": 1.0, "entmax15": 0.90, "entmax": 0.75}  # Correia et al. 2019, PAPERS.md A.3
+PAPER_SPEED = {"softmax": 1.0, "entmax15": 0.90, "entmax": 0.75}  # Correia et al. 2019 (docs/papers.md)
 
 
 def decode_all(task, model, batches, *, beam: int, use_cache: bool) -> tuple[list[list[int]], float]:

@@ -11,7 +11,7 @@ from sparse_runner.config import group_options, validate
 from sparse_runner.models import build_classifier
 from tests.conftest import compose_config
 
-# Table 2 of the paper (PAPERS.md B.3): 24 layers, d = 512, BERT-large's FFN width 4096 and its
+# Table 2 of the paper (docs/papers.md): 24 layers, d = 512, BERT-large's FFN width 4096 and its
 # 30,522-word vocabulary; (heads, head size) -> published millions of parameters.
 TABLE2 = {(8, 128): 168, (12, 128): 193, (16, 128): 218, (32, 128): 319, (8, 32): 130, (8, 64): 142, (8, 256): 218}
 

@@ -105,7 +105,7 @@ def test_shared_and_separate_embeddings():
 
 
 def test_analysis_sees_all_types_and_exact_possible_pairs():
-    """Density counts only real pairs: src_len^2, src_len*tgt_len and tgt_len(tgt_len+1)/2 (PAPERS.md A.5)."""
+    """Density counts only real pairs: src_len^2, src_len*tgt_len and tgt_len(tgt_len+1)/2 (docs/papers.md)."""
     model = make_model("softmax")
     src, lengths = random_batch()
     tgt_lengths = torch.tensor([3, 6, 1, 4, 5])

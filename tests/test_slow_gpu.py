@@ -34,8 +34,8 @@ def test_gpu_training_with_autocast(tmp_path, tiny_config, precision):
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["softmax", "entmax"])
 def test_mt_cpu_preset_reaches_bleu_10(tmp_path, cache_dir, model):
-    """Issue 4's bar: the CPU preset on the embedded es->en Bible reaches sacreBLEU >= 10. (Its wall time,
-    ~25 min on 2 cores, is in metrics.json and the README; time is not asserted on.)"""
+    """The bar: the CPU preset on the embedded es->en Bible reaches sacreBLEU >= 10. (Its wall time,
+    ~25 min on 2 cores, is in metrics.json and docs/results.md; time is not asserted on.)"""
     cfg = validate(compose_config(["experiment=mt_cpu", f"model={model}", "trainer.progress=false"], cache_dir=cache_dir, tiny=False))
     run(cfg, tmp_path)
     m = json.loads((tmp_path / "metrics.json").read_text())
