@@ -1,4 +1,7 @@
-"""sparse-report on fake run directories: statuses, varying columns, paper table, writers, bad input."""
+"""sparse-report on fake run directories: statuses, varying columns, paper table, writers, bad input.
+
+Their configs are the real presets' (`preset_config`: conf/ composed as sparse-run composes it), so that the
+paper tables file them by what they computed, as they file real runs."""
 
 from __future__ import annotations
 
@@ -12,32 +15,42 @@ import pytest
 
 from sparse_runner.reporting import collect_runs, main
 from sparse_runner.reporting.papers.lra import LRA_TABLE1
-
-BASE_CONFIG = {
-    "model": {"name": "softmax", "d_model": 64, "num_heads": 4, "num_layers": 2},
-    "task": {"name": "listops", "family": "listops", "max_length": 100},
-    "trainer": {"max_steps": 50, "device": "cpu", "resume": True, "log_every": 20},
-    "paths": {"output_dir": "outputs"},
-    "seed": 0,
-}
+from sparse_runner.reporting.presets import compose
 
 
-def write_run(run_dir: Path, *, status="completed", config_updates=None, experiment=None, task="listops",
-              model="softmax", test_acc=0.4123, val_acc=0.40, overrides=(), **extra) -> Path:
-    """A metrics.json as the trainer writes it (schema 1), plus Hydra's .hydra/ files."""
-    config = copy.deepcopy(BASE_CONFIG)
-    config["task"]["name"] = task
-    config["model"]["name"] = model
-    for dotted, value in (config_updates or {}).items():
+def set_dotted(config: dict, updates: dict) -> dict:
+    """`{"model.num_heads": 8}` into a nested config, in place."""
+    for dotted, value in updates.items():
         node = config
         *parents, leaf = dotted.split(".")
         for parent in parents:
             node = node.setdefault(parent, {})
         node[leaf] = value
+    return config
+
+
+def preset_config(*overrides: str, **updates) -> dict:
+    """The resolved config a command composes (`preset_config("experiment=lra_listops", "model=bigbird")`), with
+    dotted `updates` (`**{"trainer.lr": 0.01}`): what a run of it writes into metrics.json."""
+    composed = compose(tuple(overrides))
+    assert composed is not None, overrides
+    return set_dotted(copy.deepcopy(composed), updates)
+
+
+def write_run(run_dir: Path, *, status="completed", config_updates=None, experiment=None, task=None,
+              model=None, test_acc=0.4123, val_acc=0.40, overrides=(), preset=(), **extra) -> Path:
+    """A metrics.json as the trainer writes it (schema 1), plus Hydra's .hydra/ files. Its config is the one
+    `preset` composes (the embedded default, CPU-size ListOps, without), with `config_updates`; `model` is the
+    model= label the command line gave (metrics.json `model`, cfg.model.name)."""
+    config = preset_config(*preset, **(config_updates or {}))
+    config["task"]["name"] = task = task or config["task"]["name"]
+    if model is not None:
+        config["model"]["name"] = model
+    model = config["model"]["name"]
     metrics = {
         "schema": 1, "status": status, "error": None, "run_dir": str(run_dir), "task": task,
         "task_family": "listops", "model": model, "experiment": experiment, "overrides": list(overrides),
-        "config": config,
+        "config": config, "seed": config["seed"],
         "metrics": {"test/accuracy": test_acc, "val/accuracy": val_acc, "test/loss": 1.6},
         "selection": {"metric": "val/accuracy", "mode": "max", "best_value": val_acc, "best_step": 40},
         "step": 50, "max_steps": 50, "num_parameters": 123456, "tokens_per_second": 8123.4,
@@ -122,16 +135,21 @@ def test_report_markdown_csv_latex(outputs: Path, capsys) -> None:
     assert order == ["multirun/model.num_heads=2", "multirun/model.num_heads=8", "runs/a_done",
                      "runs/c_running", "runs/b_failed", "runs/e_never"]
 
-    # Paper table: published rows, a missing cell says how to fill it, runs outside the LRA presets in a row
-    # of their task config (the best of the three completed runs on validation, ties broken on test).
+    # Paper table: published rows, a missing cell says how to fill it; the embedded default is the CPU preset
+    # (no experiment= needed to compute it), the head sweep's runs are other runs beside it.
     paper_md = md.split("## LRA Table 1: published vs ours (test accuracy %)")[1].split("\n## ")[0]
     assert "| Transformer | published | 36.37 | 64.27 | 57.46 | 42.44 | 71.40 | 54.39 |" in paper_md
     assert ("| Transformer (softmax) | ours: paper presets | run: sparse-run experiment=lra_listops | "
             "run: sparse-run experiment=lra_text |") in paper_md
     assert "| Reformer | published | 37.27 |" in paper_md
-    assert "| Transformer (softmax) | ours: task=listops (CPU size) | 41.23 |  |  |  |  |  |" in paper_md
+    assert ("| Transformer (softmax) | ours: CPU presets | 41.23 | run: sparse-run experiment=lra_text_cpu |"
+            in paper_md)
+    for heads, acc in ((2, "32.00"), (8, "38.00")):
+        assert (f"| softmax · dense · h{heads} | ours: other runs (nearest: CPU presets; model.num_heads={heads}) "
+                f"| {acc} |  |  |  |  |  |") in paper_md
     runs_md = md.split("## LRA Table 1: our runs")[1].split("\n## ")[0]
-    assert runs_md.count("| ListOps | Transformer (softmax) | ours: task=listops (CPU size) |") == 3
+    assert runs_md.count("| ListOps | Transformer (softmax) | ours: CPU presets |") == 1
+    assert runs_md.count("| ListOps | softmax · dense · h") == 2
 
     # CSV: one file per table, parseable, same content.
     paper_csv = list(csv.reader(io.StringIO(read(report_dir / "lra_table1.csv"))))
@@ -153,15 +171,15 @@ def test_report_markdown_csv_latex(outputs: Path, capsys) -> None:
 
 
 def test_completed_paper_run_fills_our_cell(outputs: Path, capsys) -> None:
-    config = {"model.d_model": 512, "model.num_heads": 8, "trainer.max_steps": 5000}
-    write_run(outputs / "runs" / "lra_a", experiment="lra_listops", task="listops_lra", test_acc=0.3650,
-              val_acc=0.37, config_updates=config, overrides=["experiment=lra_listops"])
+    paper = ("experiment=lra_listops",)
+    write_run(outputs / "runs" / "lra_a", experiment="lra_listops", preset=paper, test_acc=0.3650,
+              val_acc=0.37, overrides=["experiment=lra_listops"])
     # Another seed of the same configuration: averaged in.
-    write_run(outputs / "runs" / "lra_b", experiment="lra_listops", task="listops_lra", test_acc=0.3900,
-              val_acc=0.35, config_updates={**config, "seed": 1}, overrides=["experiment=lra_listops", "seed=1"])
+    write_run(outputs / "runs" / "lra_b", experiment="lra_listops", preset=paper, test_acc=0.3900,
+              val_acc=0.35, config_updates={"seed": 1}, overrides=["experiment=lra_listops", "seed=1"])
     # A failed paper run never fills the cell.
-    write_run(outputs / "runs" / "lra_c", experiment="lra_listops", task="listops_lra", status="failed",
-              test_acc=0.99, val_acc=0.99, config_updates={**config, "seed": 2})
+    write_run(outputs / "runs" / "lra_c", experiment="lra_listops", preset=paper, status="failed",
+              test_acc=0.99, val_acc=0.99, config_updates={"seed": 2})
     assert main([str(outputs), "--formats", "md,csv"]) == 0
     md = capsys.readouterr().out
     paper_md = md.split("## LRA Table 1: published vs ours (test accuracy %)")[1].split("\n## ")[0]
@@ -169,8 +187,8 @@ def test_completed_paper_run_fills_our_cell(outputs: Path, capsys) -> None:
             in paper_md)
     assert "run: sparse-run experiment=lra_listops |" not in paper_md
     runs_md = md.split("## LRA Table 1: our runs")[1].split("\n## ")[0]
-    assert ("| 37.75 ± 1.77 (n=2) | 36.00 ± 1.41 (n=2) |  | 2L d512 h8, len 100, 50 steps | yes | runs/lra_a; runs/lra_b "
-            "| experiment=lra_listops seed=0,1 |") in runs_md
+    assert ("| 37.75 ± 1.77 (n=2) | 36.00 ± 1.41 (n=2) |  | 4L d512 h8, len 2000, 50 steps | yes | runs/lra_a; "
+            "runs/lra_b | experiment=lra_listops seed=0,1 |") in runs_md
     assert "runs/lra_c" not in runs_md             # failed
     assert "## Runs: task=listops_lra" in md       # the paper-size task gets its own runs table
     assert not (outputs / "report" / "runs_listops.tex").exists()   # tex not requested

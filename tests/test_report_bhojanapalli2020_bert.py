@@ -1,6 +1,7 @@
 """sparse-report's Bhojanapalli et al. 2020 Tables 1, 2A and 2B (BERT on SQuAD and MNLI against heads and head
-size): published numbers and parameter counts, our cells from fake squad/mnli run directories (GPU and CPU
-presets, pre-trained and from scratch, seeds averaged), substitute data labelled, fill commands (no torch)."""
+size): published numbers and parameter counts, our cells from fake squad/mnli run directories whose configs are
+the tables' jobs (GPU and CPU presets, pre-trained and from scratch, seeds averaged), other runs beside the
+nearest job, substitute data labelled, fill commands (no torch)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from sparse_runner.reporting import collect_runs, main
 from sparse_runner.reporting.papers import bhojanapalli2020, bhojanapalli2020_bert as bert
 from sparse_runner.reporting.render import Table
+from test_report import preset_config
 
 SQUAD_HUB = {"name": "squad", "source": "hub", "substitute_for": None, "description": "SQuAD v1.1 from the hub"}
 MNLI_HUB = {"name": "multi_nli", "source": "hub", "substitute_for": None, "description": "MultiNLI from the hub"}
@@ -23,13 +25,14 @@ CLOZE_BASELINES = {"first_sentence": {"f1": 20.0, "exact_match": 10.0}, "same_ki
 PAIRS_BASELINES = {"majority": 0.35}
 
 
-def write_bert_run(run_dir: Path, family: str, *, experiment: str, heads: int, head_size: int | None = None,
-                   d_model: int = 1024, num_layers: int = 24, ffn_dim: int = 4096, seed: int = 0,
-                   pretrained_params: int | None = 335_170_362, scores: tuple = (), data: dict | None = None,
-                   baselines: dict | None = None, overrides: tuple = (), status: str = "completed",
-                   vocab: int | None = None, positions: str = "learned", max_length: int = 512) -> Path:
-    """A fine-tuning run's metrics.json as the squad/mnli tasks write it: scores are (F1, EM) in percent for
-    squad and (matched, mismatched) fractions for mnli; pretraining is null when trained from scratch."""
+def write_bert_run(run_dir: Path, family: str, *, experiment: str, heads: int | None = None,
+                   head_size: int | None = None, seed: int = 0, pretrained_params: int | None = 335_170_362,
+                   scores: tuple = (), data: dict | None = None, baselines: dict | None = None,
+                   overrides: tuple = (), status: str = "completed", vocab: int | None = None) -> Path:
+    """A fine-tuning run's metrics.json as the squad/mnli tasks write it, its config the job of the table's
+    multirun (`experiment`, the swept heads or head size, the task's fine-tuning recipe, `pretrain=none` when
+    `pretrained_params` is None) with `overrides`: scores are (F1, EM) in percent for squad and (matched,
+    mismatched) fractions for mnli; pretraining is null when trained from scratch."""
     if family == "squad":
         f1, em = scores or (90.0, 83.0)
         metrics = {"test/f1": f1, "test/exact_match": em, "val/f1": f1 + 0.5}
@@ -37,23 +40,22 @@ def write_bert_run(run_dir: Path, family: str, *, experiment: str, heads: int, h
         matched, mismatched = scores or (0.84, 0.83)
         metrics = {"test/accuracy_matched": matched, "test/accuracy_mismatched": mismatched, "test/accuracy": matched,
                    "val/accuracy": matched}
-    swept = ["model.head_size=" + str(head_size)] if "table2b" in experiment else [f"model.num_heads={heads}"]
+    swept = [f"model.head_size={head_size}"] if "table2b" in experiment else [f"model.num_heads={heads}"]
+    finetune = f"finetune={family}" + ("_cpu" if experiment.endswith("_cpu") else "")
+    scratch = ["pretrain=none"] if pretrained_params is None else []
+    config = preset_config(f"experiment={experiment}", *swept, finetune, *scratch, *overrides, seed=seed)
+    assert config["task"]["family"] == family
     info: dict = {"data": data or (SQUAD_HUB if family == "squad" else MNLI_HUB)}
     if baselines:
         info["baselines"] = baselines
     if vocab is not None:
         info["tokenizer"] = {"type": "sentencepiece-bpe", "vocab_size": vocab}
     payload = {
-        "schema": 2, "status": status, "task": family, "task_family": family, "experiment": experiment,
-        "model": "softmax", "primary_metric": "test/f1" if family == "squad" else "test/accuracy",
-        "overrides": [f"experiment={experiment}", *swept, f"task={family}", f"seed={seed}", *overrides],
-        "config": {
-            "model": {"name": "softmax", "d_model": d_model, "num_layers": num_layers, "num_heads": heads,
-                      "head_size": head_size, "ffn_dim": ffn_dim, "normaliser": "softmax", "positions": positions,
-                      "norm_first": False},
-            "task": {"name": family, "family": family, "max_length": max_length},
-            "seed": seed,
-        },
+        "schema": 2, "status": status, "task": config["task"]["name"], "task_family": family,
+        "experiment": experiment, "model": config["model"]["name"],
+        "primary_metric": "test/f1" if family == "squad" else "test/accuracy",
+        "overrides": [f"experiment={experiment}", *swept, finetune, f"seed={seed}", *scratch, *overrides],
+        "config": config,
         "metrics": metrics if status == "completed" else {},
         "task_info": info,
         "pretraining": None if pretrained_params is None else
@@ -73,8 +75,8 @@ def write_mlm_run(run_dir: Path, experiment: str = "bhojanapalli2020_table1_cpu"
     return run_dir
 
 
-T1, T1_CPU, T2B = "bhojanapalli2020_table1", "bhojanapalli2020_table1_cpu", "bhojanapalli2020_table2b"
-CPU_GEOMETRY = dict(d_model=128, num_layers=2, ffn_dim=256)
+T1, T1_CPU, T2A, T2B = ("bhojanapalli2020_table1", "bhojanapalli2020_table1_cpu", "bhojanapalli2020_table2a",
+                         "bhojanapalli2020_table2b")
 
 
 @pytest.fixture
@@ -86,24 +88,23 @@ def runs(tmp_path: Path) -> Path:
     write_bert_run(root / "t1/h8_mnli", "mnli", experiment=T1, heads=8, scores=(0.8412, 0.8301))
     # ... from scratch, the same geometry: a row of its own, never averaged with the pre-trained one.
     write_bert_run(root / "t1/h8_squad_scratch", "squad", experiment=T1, heads=8, pretrained_params=None,
-                   scores=(70.0, 60.0), overrides=("pretrain=none",), vocab=30521)
+                   scores=(70.0, 60.0), vocab=30521)
     # 32 heads: a failed squad run fills nothing; another run with a shorter schedule is a row of its own.
     write_bert_run(root / "t1/h32_squad_failed", "squad", experiment=T1, heads=32, status="failed")
     write_bert_run(root / "t1/h32_squad_short", "squad", experiment=T1, heads=32, scores=(50.0, 40.0),
                    overrides=("trainer.max_steps=100",))
     # Table 1, CPU-sized: substitute data with its trivial baselines, pre-trained (count from the pre-training run)
     # and from scratch (count from the config and the vocabulary).
-    write_bert_run(root / "cpu/h8_squad", "squad", experiment=T1_CPU, heads=8, **CPU_GEOMETRY, scores=(41.0, 33.0),
-                   pretrained_params=424_242, data=CLOZE, baselines=CLOZE_BASELINES, max_length=128)
-    write_bert_run(root / "cpu/h8_mnli", "mnli", experiment=T1_CPU, heads=8, **CPU_GEOMETRY, scores=(0.5, 0.48),
-                   pretrained_params=424_242, data=PAIRS, baselines=PAIRS_BASELINES, max_length=128)
-    write_bert_run(root / "cpu/h8_mnli_scratch", "mnli", experiment=T1_CPU, heads=8, **CPU_GEOMETRY, scores=(0.4, 0.39),
-                   pretrained_params=None, data=PAIRS, baselines=PAIRS_BASELINES, overrides=("pretrain=none",),
-                   vocab=999, max_length=128)
+    write_bert_run(root / "cpu/h8_squad", "squad", experiment=T1_CPU, heads=8, scores=(41.0, 33.0),
+                   pretrained_params=424_242, data=CLOZE, baselines=CLOZE_BASELINES)
+    write_bert_run(root / "cpu/h8_mnli", "mnli", experiment=T1_CPU, heads=8, scores=(0.5, 0.48),
+                   pretrained_params=424_242, data=PAIRS, baselines=PAIRS_BASELINES)
+    write_bert_run(root / "cpu/h8_mnli_scratch", "mnli", experiment=T1_CPU, heads=8, scores=(0.4, 0.39),
+                   pretrained_params=None, data=PAIRS, baselines=PAIRS_BASELINES, vocab=999)
     # Table 2B, GPU preset, head size 64 (8 heads, d 512): both tasks.
-    write_bert_run(root / "t2b/dp64_squad", "squad", experiment=T2B, heads=8, head_size=64, d_model=512,
+    write_bert_run(root / "t2b/dp64_squad", "squad", experiment=T2B, head_size=64,
                    pretrained_params=142_221_626, scores=(85.5, 77.25))
-    write_bert_run(root / "t2b/dp64_mnli", "mnli", experiment=T2B, heads=8, head_size=64, d_model=512,
+    write_bert_run(root / "t2b/dp64_mnli", "mnli", experiment=T2B, head_size=64,
                    pretrained_params=142_221_626, scores=(0.8, 0.79))
     write_mlm_run(root / "cpu/mlm")
     return root
@@ -174,7 +175,8 @@ def test_cells_land_in_their_rows(runs: Path) -> None:
     scratch = row(t1, "GPU preset, from scratch", "8", "128")  # right under its pre-trained twin, not averaged in
     assert t1.rows.index(list(scratch.values())) == t1.rows.index(list(h8.values())) + 1
     assert scratch["SQuAD F1 ours"] == "70.00" and scratch["MNLI-m ours"] == "" and scratch["SQuAD F1 published"] == ""
-    assert scratch["params (M) ours"] == "335.17"  # bert_parameters of its config, vocabulary 30521 + [MASK]
+    # bert_parameters of its config: vocabulary 30521 + [MASK], learned positions as long as squad's 384 tokens
+    assert scratch["params (M) ours"] == "335.04"
     h32 = row(t1, "GPU preset, pre-trained", "32", "32")
     assert h32["SQuAD F1 ours"] == ""  # the failed run fills nothing, the short one is elsewhere
     short = row(t1, "GPU preset, pre-trained, + trainer.max_steps=100", "32", "32")
@@ -187,14 +189,14 @@ def test_cells_land_in_their_rows(runs: Path) -> None:
 
 def test_cpu_runs_are_separate_labelled_rows_with_substitutes_marked(runs: Path) -> None:
     t1 = bert.tables(collect_runs([runs]))[0]
-    cpu = "CPU-sized preset (d 128, 2 layers, FFN 256)"
+    cpu = "CPU-sized preset (d 128, 2 layers, FFN 512)"
     pre = row(t1, f"{cpu}, pre-trained", "8", "16")
     assert pre["SQuAD F1 ours"] == "41.00 †" and pre["SQuAD EM ours"] == "33.00 †"
     assert pre["MNLI-m ours"] == "50.00 †" and pre["MNLI-mm ours"] == "48.00 †"
     assert pre["params (M) ours"] == "0.42" and pre["params (M) published"] == pre["SQuAD F1 published"] == ""
     scratch = row(t1, f"{cpu}, from scratch", "8", "16")
-    expected = bert.bert_parameters(d_model=128, num_layers=2, num_heads=8, head_size=16, ffn_dim=256, vocab_size=1000,
-                                    max_positions=128, learned_positions=True, norm_first=False)
+    expected = bert.bert_parameters(d_model=128, num_layers=2, num_heads=8, head_size=16, ffn_dim=512, vocab_size=1000,
+                                    max_positions=0, learned_positions=False, norm_first=True)
     assert scratch["MNLI-m ours"] == "40.00 †" and scratch["params (M) ours"] == f"{expected / 1e6:.2f}"
     # CPU rows come after every GPU row, below a rule.
     first_cpu = next(i for i, r in enumerate(t1.rows) if r[0].startswith("CPU"))
@@ -217,6 +219,15 @@ def test_commands_fill_exactly_the_empty_rows(runs: Path) -> None:
     assert "`sparse-run -m experiment=bhojanapalli2020_table1_cpu model.num_heads=8 pretrain=none`" in text
     assert "model.num_heads=8,16" not in text and "bhojanapalli2020_table1_cpu model.num_heads=8`" not in text
     assert "`sparse-run -m experiment=bhojanapalli2020_table2b model.head_size=32,128,256`" in notes(t2b)
+
+
+def test_a_job_of_two_tables_is_in_both(tmp_path: Path) -> None:
+    # Table 2A's 8 heads of 128 and Table 2B's head size 128 at 8 heads are one model: a run of either is both.
+    write_bert_run(tmp_path / "a", "squad", experiment=T2A, heads=8, scores=(89.0, 82.0))
+    t1, t2a, t2b = bert.tables(collect_runs([tmp_path]))
+    assert row(t2a, "GPU preset, pre-trained", "8", "128")["SQuAD F1 ours"] == "89.00"
+    assert row(t2b, "GPU preset, pre-trained", "8", "128")["SQuAD F1 ours"] == "89.00"
+    assert all(r[6] == "" for r in t1.rows)
 
 
 def test_substitute_runs_are_not_averaged_with_official_ones(tmp_path: Path) -> None:

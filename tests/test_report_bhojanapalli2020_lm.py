@@ -1,5 +1,6 @@
 """sparse-report's LM head sweep (Bhojanapalli et al. 2020, Fig. 1/3): perplexity against heads, one line per
-head geometry, from LM runs' metrics.json as the runner writes them (no torch, no training)."""
+head geometry, from LM runs' metrics.json as the runner writes them, their configs the sweep's jobs (no torch,
+no training); runs that are no job form a sweep of their own."""
 
 from __future__ import annotations
 
@@ -8,16 +9,22 @@ from pathlib import Path
 
 from sparse_runner.reporting import collect_runs, main
 from sparse_runner.reporting.papers import bhojanapalli2020, bhojanapalli2020_lm
+from test_report import preset_config
 
 
 def write_lm_run(run_dir: Path, *, heads: int, head_size: int | None, ppl: float, status: str = "completed",
-                 experiment: str = "bhojanapalli2020_lm_cpu") -> Path:
+                 experiment: str = "bhojanapalli2020_lm_cpu", more: tuple = ()) -> Path:
+    """An LM run's metrics.json, its config what `experiment=<experiment> model=standard_heads|fixed_head
+    model.num_heads=<heads> [model.head_size=<head_size>]` composes."""
+    model = "fixed_head" if head_size else "standard_heads"
+    overrides = [f"experiment={experiment}", f"model={model}", f"model.num_heads={heads}",
+                 *([f"model.head_size={head_size}"] if head_size else []), *more]
+    config = preset_config(*overrides)
     data = {
-        "schema": 2, "status": status, "task": "sotu_en", "task_family": "lm", "experiment": experiment,
-        "model": "fixed_head" if head_size else "standard_heads", "overrides": [], "primary_metric": "test/ppl",
+        "schema": 2, "status": status, "task": config["task"]["name"], "task_family": "lm", "experiment": experiment,
+        "model": model, "overrides": overrides, "primary_metric": "test/ppl",
         "num_parameters": 1_000_000 + heads * (head_size or 256 // heads) * 4 * 256 * 2,
-        "config": {"task": {"name": "sotu_en", "family": "lm"},
-                   "model": {"name": "x", "d_model": 256, "num_heads": heads, "head_size": head_size}},
+        "config": config,
         "metrics": {"test/ppl": ppl, "val/ppl": ppl + 1} if status == "completed" else {},
         "selection": {"metric": "val/ppl", "mode": "min", "best_value": ppl + 1, "best_step": 10},
     }
@@ -56,3 +63,17 @@ def test_report_command_shows_the_sweep(tmp_path, capsys):
     assert main([str(sweep_dir(tmp_path / "runs")), "--out", str(tmp_path / "report")]) == 0
     text = (tmp_path / "report" / "report.md").read_text()
     assert "LM head sweep: test perplexity against heads" in text and "d=256, d_p=32 test ppl" in text
+
+
+def test_runs_that_are_no_job_sweep_apart(tmp_path):
+    root = tmp_path / "runs"
+    for h, ppl in ((2, 90.0), (8, 85.0)):
+        write_lm_run(root / f"standard_h{h}", heads=h, head_size=None, ppl=ppl)
+        write_lm_run(root / f"lr_h{h}", heads=h, head_size=None, ppl=ppl + 10, more=("trainer.lr=0.01",))
+    tables = [t for t in bhojanapalli2020.tables(collect_runs([root])) if "_lm_" in t.slug]
+    assert [t.title.split("(")[-1] for t in tables] == [
+        "task=sotu_en, experiment=bhojanapalli2020_lm_cpu)",
+        "task=sotu_en, experiment=bhojanapalli2020_lm_cpu + trainer.lr=0.01)"]
+    assert [row[1] for row in tables[0].rows] == ["90.00", "85.00"]
+    assert [row[1] for row in tables[1].rows] == ["100.00", "95.00"]
+    assert "differs from the nearest job in trainer.lr=0.01" in " ".join(tables[1].notes)

@@ -1,6 +1,7 @@
-"""The ERNIE-Sparse tables of sparse-report: published rows, our variants (model, SAR, regulariser) as
-mean ± std over seeds from fake LRA run directories, averages, fill commands, the ablation differences and
-the Pathfinder robustness table."""
+"""The ERNIE-Sparse tables of sparse-report: published rows, our variants (model preset, SAR, regulariser) as
+mean ± std over seeds from fake LRA run directories (their configs the presets' own), runs filed by what they
+computed, other runs beside the nearest variant, averages, fill commands, the ablation differences and the
+Pathfinder robustness table."""
 
 from __future__ import annotations
 
@@ -33,17 +34,16 @@ def runner_models(monkeypatch):
 def write_run(root: Path, name: str, family: str = "listops", *, experiment: str | None = None,
               model: str = "ernie_sparse", seed: int = 0, acc: float = 0.4, val: float | None = None,
               sar: float | None = None, regulariser: str = "none", shifted: float | None = None, shift: int = 0,
-              lr: float = 1e-3, status: str = "completed", data: dict | None = None) -> Path:
-    """An LRA run of `model` (CPU preset of `family` unless `experiment` says otherwise); SAR on by default
-    for the models whose preset has it."""
+              lr: float | None = None, status: str = "completed", data: dict | None = None) -> Path:
+    """An LRA run of `model` (CPU preset of `family` unless `experiment` says otherwise) with the overrides
+    `sar` (model.sar.weight), `regulariser`, `shift` (trainer.test_topology_shift) and `lr` where given."""
+    more = [*([f"model.sar.weight={sar}"] if sar is not None else []),
+            *([f"trainer.regulariser={regulariser}"] if regulariser != "none" else []),
+            *([f"trainer.test_topology_shift={shift}"] if shift else []),
+            *([f"trainer.lr={lr}"] if lr is not None else [])]
     run_dir = write_lra_run(root / name, family, experiment=experiment or CPU[family], model=model, test_acc=acc,
-                            val_acc=acc if val is None else val, status=status, data=data)
+                            val_acc=acc if val is None else val, status=status, data=data, seed=seed, more=tuple(more))
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    config = metrics["config"]
-    config["seed"] = seed
-    weight = sar if sar is not None else (1.0 if model in ernie_sparse.SAR_MODELS else 0.0)
-    config["model"]["sar"] = {"weight": weight, "shift": 1, "random_shift": False}
-    config["trainer"].update(regulariser=regulariser, regulariser_weight=1.0, test_topology_shift=shift, lr=lr)
     if shifted is not None:
         metrics["metrics"]["test_shifted/accuracy"] = shifted
     (run_dir / "metrics.json").write_text(json.dumps(metrics))
@@ -123,33 +123,43 @@ def test_a_cell_is_mean_and_std_over_seeds(tmp_path: Path) -> None:
 
 
 def test_runs_differing_in_more_than_the_seed_are_not_pooled(tmp_path: Path) -> None:
-    write_run(tmp_path, "a0", seed=0, acc=0.30, lr=1e-3)
-    write_run(tmp_path, "a1", seed=1, acc=0.34, lr=1e-3)
-    write_run(tmp_path, "b0", seed=0, acc=0.50, lr=3e-4)   # another learning rate, the better on validation
+    write_run(tmp_path, "a0", seed=0, acc=0.30)
+    write_run(tmp_path, "a1", seed=1, acc=0.34)
+    write_run(tmp_path, "b0", seed=0, acc=0.50, lr=3e-4)   # another learning rate: no preset's, however good
+    write_run(tmp_path, "h0", model="hst", acc=0.45, lr=3e-4)
     table = tables(tmp_path)["ernie_sparse_lra"]
-    assert row(table, ERNIE, OURS_CPU)["ListOps"] == "50.00"
-    assert f"ListOps of {ERNIE}, {OURS_CPU}: 2" in notes(table)
+    assert row(table, ERNIE, OURS_CPU)["ListOps"] == "32.00 ± 2.83 (n=2)"
+    other = "ours: other runs (nearest: CPU presets, model=ernie_sparse; trainer.lr=0.0003)"
+    assert row(table, "softmax · hst · h4 · sar", other)["ListOps"] == "50.00"
+    assert row(table, "softmax · hst · h4", "ours: other runs (nearest: CPU presets, model=hst; trainer.lr=0.0003)")[
+        "ListOps"] == "45.00"
+    assert "Cells chosen among several configurations" not in notes(table)
+    # The ablation compares the two other runs of the same difference, and the two presets' runs apart.
+    ablation = tables(tmp_path)["ernie_sparse_ablation"]
+    assert ["ERNIE-Sparse minus w/o SAR (ernie_sparse - hst)",
+            "ours: other runs (nearest: CPU presets; trainer.lr=0.0003)", "+5.00 (50.00 vs 45.00)", ""] in ablation.rows
 
 
-def test_rows_are_model_sar_and_regulariser(tmp_path: Path) -> None:
+def test_rows_are_the_variant_presets_the_runs_are(tmp_path: Path) -> None:
     write_run(tmp_path, "sar", acc=0.40)
-    write_run(tmp_path, "nosar", sar=0.0, acc=0.41)                        # ernie_sparse with SAR off
+    write_run(tmp_path, "nosar", sar=0.0, acc=0.41)                        # ernie_sparse with SAR off: it is hst
+    write_run(tmp_path, "hst_sar", model="hst", sar=1.0, acc=0.39, seed=1)  # hst with ernie_sparse's SAR: it is that
     write_run(tmp_path, "hst_rdrop", model="hst", regulariser="rdrop", acc=0.42)
     write_run(tmp_path, "sar_rdrop", regulariser="rdrop", acc=0.43)
-    write_run(tmp_path, "hst_sar", model="hst", sar=0.5, acc=0.44)          # SAR switched on for hst
+    write_run(tmp_path, "hst_sar_half", model="hst", sar=0.5, acc=0.44)    # a SAR weight no preset has
     table = tables(tmp_path)["ernie_sparse_lra"]
     assert labels(table, OURS_CPU) == [
         "Transformer (softmax)", "Local Attention (local)", "BigBird (bigbird)", HST, ERNIE, BIGBIRD_SAR,
-        "HST + R-Drop (hst)", "HST + SAR (hst)", "HST (ernie_sparse)", "HST + SAR + R-Drop (ernie_sparse)"]
-    assert row(table, ERNIE, OURS_CPU)["ListOps"] == "40.00"
-    assert row(table, "HST (ernie_sparse)", OURS_CPU)["ListOps"] == "41.00"
-    assert row(table, "HST (ernie_sparse)", OURS_CPU)["Text"] == \
-        "run: sparse-run experiment=lra_text_cpu model=ernie_sparse model.sar.weight=0"
+        "HST + R-Drop (hst)", "HST + SAR + R-Drop (ernie_sparse)"]
+    assert row(table, ERNIE, OURS_CPU)["ListOps"] == "39.50 ± 0.71 (n=2)"   # sar and hst_sar: two seeds of it
+    assert row(table, HST, OURS_CPU)["ListOps"] == "41.00"
     rdrop = row(table, "HST + SAR + R-Drop (ernie_sparse)", OURS_CPU)
     assert rdrop["ListOps"] == "43.00"
     assert rdrop["Image"] == "run: sparse-run experiment=lra_image_cpu model=ernie_sparse trainer.regulariser=rdrop"
     assert row(table, "HST + R-Drop (hst)", OURS_CPU)["ListOps"] == "42.00"
-    assert row(table, "HST + SAR (hst)", OURS_CPU)["Text"] == ""           # its SAR weight is not a preset's
+    half = row(table, "softmax · hst · h4 · sar", "ours: other runs (nearest: CPU presets, model=ernie_sparse; "
+                                                  "model.sar.weight=0.5)")
+    assert half["ListOps"] == "44.00" and half["Text"] == ""               # no preset: no command
     assert ("HST + SAR + R-Drop (ernie_sparse), ours: CPU presets: `sparse-run -m experiment=lra_listops_cpu,"
             "lra_text_cpu,lra_retrieval_cpu,lra_image_cpu,lra_pathfinder_cpu model=ernie_sparse "
             "trainer.regulariser=rdrop seed=0,1,2`") in table.notes

@@ -1,9 +1,10 @@
-"""LRA Table 1 in sparse-report: the published rows, our rows per (model, setting) filled from fake run
-directories, substitute-data markers, averages, the commands in empty cells, and the runs table behind it."""
+"""LRA Table 1 in sparse-report: the published rows, our rows per (model preset, setting) filled from fake run
+directories whose configs are the real presets', runs filed by what they computed (not by their model= label),
+other runs beside their nearest preset, substitute-data markers, averages, the commands in empty cells, and the
+runs table behind it."""
 
 from __future__ import annotations
 
-import copy
 import csv
 import io
 import json
@@ -14,18 +15,12 @@ import pytest
 from sparse_runner.reporting import collect_runs, main
 from sparse_runner.reporting.papers import lra
 from sparse_runner.reporting.render import Table, render_markdown_table
+from test_report import preset_config
 
-# The task config each family's runs name, as the LRA task files do (the report reads only the family).
+# The task config each family's runs name without an experiment= (the report reads the family).
 TASKS = {"listops": "listops_lra", "lra_text": "lra_text", "lra_retrieval": "lra_retrieval",
          "lra_image": "lra_image", "pathfinder": "pathfinder"}
 FAMILIES = list(TASKS)
-
-BASE_CONFIG = {
-    "model": {"name": "softmax", "d_model": 512, "num_heads": 8, "num_layers": 4},
-    "task": {"name": "listops_lra", "family": "listops", "max_length": 2000},
-    "trainer": {"max_steps": 5000, "device": "cuda"},
-    "seed": 0,
-}
 
 OFFICIAL = {"name": "imdb", "source": "hub", "substitute_for": None, "description": "IMDB reviews, bytes"}
 BBC = {"name": "bbc_news", "source": "substitute", "substitute_for": "IMDB",
@@ -34,20 +29,30 @@ FASHION = {"name": "fashion_mnist", "source": "substitute", "substitute_for": "C
            "description": "Fashion-MNIST, 28x28 grayscale padded to 32x32"}
 
 
+def lra_config(family: str, experiment: str | None = None, model: str = "softmax", *more: str, **updates) -> dict:
+    """The config `sparse-run experiment=<experiment> model=<model> <more>` composes (without an experiment:
+    `task=<the family's task>`), with dotted `updates`."""
+    overrides = [f"experiment={experiment}"] if experiment else [f"task={TASKS[family]}"]
+    return preset_config(*overrides, *([f"model={model}"] if model != "softmax" else []), *more, **updates)
+
+
 def write_lra_run(run_dir: Path, family: str, *, experiment: str | None = None, model: str = "softmax",
                   test_acc: float | None = 0.40, val_acc: float | None = 0.40, status: str = "completed",
-                  data: dict | None = None, task: str | None = None, majority: float = 0.10,
-                  overrides: tuple = ()) -> Path:
-    """A metrics.json of an LRA task as the trainer writes it: task family, experiment, test/val accuracy,
-    the majority-class floor and task_info.data (left out when `data` is None, like ListOps runs of old)."""
-    task = task or TASKS[family]
-    config = copy.deepcopy(BASE_CONFIG)
-    config["task"].update(name=task, family=family)
-    config["model"]["name"] = model
+                  data: dict | None = None, majority: float = 0.10, overrides: tuple = (), more: tuple = (),
+                  seed: int = 0, label: str | None = None, config_updates: dict | None = None) -> Path:
+    """A metrics.json of an LRA task as the trainer writes it: its config (lra_config of `experiment`, `model`
+    and `more` overrides, `seed`), test/val accuracy, the majority-class floor and task_info.data (left out when
+    `data` is None, like ListOps runs of old). `label`: the model= name the command line gave, when it is not
+    `model` (metrics.json `model` and cfg.model.name)."""
+    config = lra_config(family, experiment, model, *more, **{**(config_updates or {}), "seed": seed})
+    if label is not None:
+        config["model"]["name"] = label
+    task, model = config["task"]["name"], config["model"]["name"]
+    assert config["task"]["family"] == family
     metrics = {
         "schema": 1, "status": status, "error": None, "run_dir": str(run_dir), "task": task,
         "task_family": family, "model": model, "experiment": experiment, "overrides": list(overrides),
-        "config": config, "primary_metric": "test/accuracy",
+        "config": config, "seed": seed, "primary_metric": "test/accuracy",
         "metrics": {"test/accuracy": test_acc, "val/accuracy": val_acc, "test/majority_accuracy": majority},
         "selection": {"metric": "val/accuracy", "mode": "max", "best_value": val_acc, "best_step": 4000},
         "step": 5000, "max_steps": 5000,
@@ -176,17 +181,82 @@ def test_other_models_get_their_own_rows_with_commands(tmp_path: Path) -> None:
     assert table.rules_before == {11, 13}
 
 
-def test_runs_outside_the_presets_get_a_row_per_task_config(tmp_path: Path) -> None:
-    # The embedded default (no experiment, CPU-size ListOps) and paper-size ListOps without the preset:
-    # two task configs, never candidates for one cell.
-    write_lra_run(tmp_path / "default", "listops", task="listops", test_acc=0.41)
-    write_lra_run(tmp_path / "big", "listops", task="listops_lra", test_acc=0.35, overrides=("task=listops_lra",))
+def test_a_run_is_filed_by_what_it_computed_not_by_its_model_label(tmp_path: Path) -> None:
+    # `model=softmax model.normaliser=alpha_entmax` computes what `model=entmax` computes: its metrics.json says
+    # "model": "softmax", yet it is the entmax preset, in the entmax row and not in the Transformer's.
+    write_lra_run(tmp_path / "spelled", "listops", experiment="lra_listops_cpu", more=("model.normaliser=alpha_entmax",),
+                  test_acc=0.45, overrides=("experiment=lra_listops_cpu", "model.normaliser=alpha_entmax"))
+    # ... and so is the group override of the same axis, on another task.
+    write_lra_run(tmp_path / "group", "pathfinder", experiment="lra_pathfinder_cpu", more=("normaliser=alpha_entmax",),
+                  test_acc=0.66, overrides=("experiment=lra_pathfinder_cpu", "normaliser=alpha_entmax"))
+    records = collect_runs([tmp_path])
+    assert {rec.model for rec in records} == {"softmax"}
+    table = lra.tables(records)[0]
+    entmax = row(table, "entmax", "ours: CPU presets")
+    assert entmax["ListOps"] == "45.00" and entmax["Pathfinder"] == "66.00"
+    assert entmax["Text"] == "run: sparse-run experiment=lra_text_cpu model=entmax"
+    softmax = row(table, "Transformer (softmax)", "ours: CPU presets")
+    assert softmax["ListOps"] == "run: sparse-run experiment=lra_listops_cpu"
+    assert softmax["Pathfinder"] == "run: sparse-run experiment=lra_pathfinder_cpu"
+    assert "45.00" not in str([r for r in table.rows if r[0] != "entmax"])
+    runs = lra.tables(records)[1]
+    assert {r[1] for r in runs.rows} == {"entmax"}
+
+
+def test_a_run_that_is_no_preset_is_an_other_run_beside_the_nearest(tmp_path: Path) -> None:
+    write_lra_run(tmp_path / "preset", "listops", experiment="lra_listops_cpu", test_acc=0.41)
+    write_lra_run(tmp_path / "lr", "listops", experiment="lra_listops_cpu", config_updates={"trainer.lr": 0.01},
+                  test_acc=0.20, val_acc=0.9, overrides=("experiment=lra_listops_cpu", "trainer.lr=0.01"))
+    write_lra_run(tmp_path / "lr_text", "lra_text", experiment="lra_text_cpu", config_updates={"trainer.lr": 0.01},
+                  test_acc=0.55)
     table = table1(tmp_path)
-    cpu = row(table, "Transformer (softmax)", "ours: task=listops (CPU size)")
-    assert cpu["ListOps"] == "41.00" and cpu["Text"] == "" and cpu["Avg"] == ""   # no preset, no command
-    assert row(table, "Transformer (softmax)", "ours: task=listops_lra (paper size)")["ListOps"] == "35.00"
+    # The preset's cell holds its own run only, however much better the other run is on validation.
+    assert row(table, "Transformer (softmax)", "ours: CPU presets")["ListOps"] == "41.00"
+    other = row(table, "softmax · dense · h4", "ours: other runs (nearest: CPU presets; trainer.lr=0.01)")
+    assert other["ListOps"] == "20.00" and other["Text"] == "55.00"
+    assert other["Retrieval"] == "" and other["Avg"] == ""           # no preset, no command
+    assert table.rules_before == {11, 12, 13}                        # published | paper | CPU | other runs
+    assert "`other runs` rows = runs that are no preset" in notes(table)
+    runs = lra.tables(collect_runs([tmp_path]))[1]
+    assert [(r[0], r[2], r[-2]) for r in runs.rows] == [
+        ("ListOps", "ours: CPU presets", "preset"),
+        ("ListOps", "ours: other runs (nearest: CPU presets; trainer.lr=0.01)", "lr"),
+        ("Text", "ours: other runs (nearest: CPU presets; trainer.lr=0.01)", "lr_text")]
+
+
+def test_a_run_far_from_every_preset_names_its_first_differences(tmp_path: Path) -> None:
+    # Paper-size ListOps without the paper preset's model and training: an other run, not the paper preset.
+    write_lra_run(tmp_path / "big", "listops", test_acc=0.35, overrides=("task=listops_lra",))
+    table = table1(tmp_path)
+    [other] = [r for r in table.rows if r[1].startswith("ours: other runs")]
+    assert other[1].startswith("ours: other runs (nearest: ") and "more)" in other[1]
+    assert other[2] == "35.00" and other[3:] == ["", "", "", "", ""]
+    assert row(table, "Transformer (softmax)", "ours: paper presets")["ListOps"] == \
+        "run: sparse-run experiment=lra_listops"
+
+
+def test_the_embedded_default_is_the_cpu_preset(tmp_path: Path) -> None:
+    # `sparse-run` alone computes what `sparse-run experiment=lra_listops_cpu` computes.
+    write_lra_run(tmp_path / "default", "listops", test_acc=0.41, label="softmax")
+    data = json.loads((tmp_path / "default" / "metrics.json").read_text())
+    data["config"] = preset_config(seed=0)
+    (tmp_path / "default" / "metrics.json").write_text(json.dumps(data))
+    assert row(table1(tmp_path), "Transformer (softmax)", "ours: CPU presets")["ListOps"] == "41.00"
+
+
+def test_two_seeds_of_a_preset_share_its_cell(tmp_path: Path) -> None:
+    for seed, acc in ((0, 0.40), (1, 0.44)):
+        write_lra_run(tmp_path / f"s{seed}", "lra_text", experiment="lra_text_cpu", seed=seed, test_acc=acc,
+                      val_acc=acc)
+    write_lra_run(tmp_path / "s2_lr", "lra_text", experiment="lra_text_cpu", seed=2, test_acc=0.9, val_acc=0.9,
+                  config_updates={"trainer.lr": 0.01})
+    table = table1(tmp_path)
+    assert row(table, "Transformer (softmax)", "ours: CPU presets")["Text"] == "42.00 ± 2.83 (n=2)"
+    assert row(table, "softmax · dense · h4", "ours: other runs (nearest: CPU presets; trainer.lr=0.01)")["Text"] == \
+        "90.00"
     # Old ListOps runs wrote no task_info.data: our generator's data.
-    assert "ListOps: generated." in notes(table)
+    write_lra_run(tmp_path / "listops", "listops", experiment="lra_listops_cpu")
+    assert "ListOps: generated;" in notes(table1(tmp_path))
 
 
 # ---------------------------------------------------------------------------- data and averages
@@ -243,8 +313,9 @@ def test_an_avg_over_substitute_cells_is_marked(tmp_path: Path) -> None:
 def test_runs_table_lists_every_completed_run(tmp_path: Path) -> None:
     write_lra_run(tmp_path / "a", "listops", experiment="lra_listops", test_acc=0.365, val_acc=0.37,
                   overrides=("experiment=lra_listops",))
-    # Another configuration (a longer task), better on test but worse on validation: listed, not shown.
-    write_lra_run(tmp_path / "b", "listops", experiment="lra_listops", test_acc=0.39, val_acc=0.35, task="listops_4k")
+    # The same preset on other data (a substitute), better on validation: listed, not shown (official data
+    # first).
+    write_lra_run(tmp_path / "b", "listops", experiment="lra_listops", test_acc=0.39, val_acc=0.5, data=BBC)
     write_lra_run(tmp_path / "t", "lra_text", experiment="lra_text_cpu", test_acc=0.8, data=BBC, majority=0.77)
     write_lra_run(tmp_path / "f", "lra_text", experiment="lra_text", status="failed")
     runs = lra.tables(collect_runs([tmp_path]))[1]
@@ -256,6 +327,7 @@ def test_runs_table_lists_every_completed_run(tmp_path: Path) -> None:
         "data": "generated", "test acc": "36.50", "best val acc": "37.00", "majority floor": "10.00",
         "scale": "4L d512 h8, len 2000, 5000 steps", "in Table 1": "yes", "run": "a",
         "overrides": "experiment=lra_listops"}
+    assert got[1]["data"] == "bbc_news † (substitute for IMDB)"
     assert got[2]["data"] == "bbc_news † (substitute for IMDB)" and got[2]["majority floor"] == "77.00"
     assert "bbc_news: BBC News articles, business vs rest, bytes" in notes(runs)
 

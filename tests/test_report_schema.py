@@ -85,7 +85,7 @@ def test_schema_2_primary_metric_is_read_from_metrics_json(tmp_path: Path, capsy
     markdown = capsys.readouterr().out
     runs = runs_section(markdown, "bible_es_en")
     assert "| test chrF |" in runs.splitlines()[2] and "test BLEU" not in runs
-    assert "| chrf | completed | softmax | 47.50 |" in runs
+    assert "| chrf | completed | softmax · dense · h4 | 47.50 |" in runs
     assert "run: sparse-run experiment=mt_cpu model=softmax" in markdown          # Table 1's cell stays empty
     assert "## Correia et al. 2019 Table 1: our runs" not in markdown
 
@@ -107,4 +107,4 @@ def test_runs_table_follows_the_primary_metric_most_runs_declare(tmp_path: Path,
     update_metrics(write_listops_run(root / "c", test_acc=0.5), schema=2, primary_metric="test/loss")
     assert main([str(root), "--formats", "md"]) == 0
     runs = runs_section(capsys.readouterr().out, "listops")
-    assert "| test acc (%) |" in runs and "| c | completed | softmax | 50.00 |" in runs
+    assert "| test acc (%) |" in runs and "| c | completed | softmax · dense · h4 | 50.00 |" in runs

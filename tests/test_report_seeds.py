@@ -96,7 +96,7 @@ def test_report_summary_counts_diverged_runs(sweep: Path, capsys) -> None:
     assert main([str(sweep), "--formats", "md"]) == 0
     md = capsys.readouterr().out
     assert "6 run(s) under" in md and "4 completed, 1 failed, 1 diverged." in md
-    assert f"| seed=0; seed=1; seed=2 | completed | softmax | 4 | 0,1,2 | {MEAN_STD} |" in md
+    assert f"| seed=0; seed=1; seed=2 | completed | softmax · dense · h4 | 4 | 0,1,2 | {MEAN_STD} |" in md
 
 
 # ------------------------------------------------------------------------------------ LRA Table 1

@@ -1,8 +1,8 @@
 """sparse-report on fake translation runs: Correia et al. (2019) Table 1, the runs behind it, the figures.
 
 The run directories are written here with the layout of a real translation run's metrics.json (a 20-step
-`experiment=mt_cpu` run: schema 1, config, analysis, metrics, task_info, selection, speed); only the numbers
-are invented. The report is built once for the module (drawing the figures is the slow part) and each test
+`experiment=mt_cpu` run: schema 1, config, analysis, metrics, task_info, selection, speed), their configs the
+ones the presets compose; only the numbers are invented. The report is built once for the module (drawing the figures is the slow part) and each test
 reads a different part of it.
 """
 
@@ -21,17 +21,16 @@ import pytest
 
 from sparse_runner.reporting import main
 from sparse_runner.reporting.papers.correia2019.published import CORREIA2019_TABLE1, TRANSLATION_COLUMNS
+from test_report import preset_config
 
 ATTENTION_TYPES = ("encoder_self", "context", "decoder_self")
-NORMALISERS = {"softmax": "softmax", "entmax15": "entmax15", "entmax": "alpha_entmax", "sparsemax": "sparsemax"}
 BLEU_TOKENIZATION = ("Moses tokenizer (sacremoses 0.2.0, lang=en, escape=False, aggressive_dash_splits=False), "
                      "case-sensitive, multi-bleu.perl-style corpus BLEU (4-grams, no smoothing) via sacrebleu "
                      "tokenize=none")
 SACREBLEU_SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
-CPU_SIZE = {"layers": 3, "d_model": 256, "heads": 4, "batch_tokens": 3000, "max_steps": 1400, "task": "bible_es_en",
-            "experiment": "mt_cpu"}
-PAPER_SIZE = {"layers": 6, "d_model": 512, "heads": 8, "batch_tokens": 8192, "max_steps": 100000,
-              "task": "iwslt17_de_en", "experiment": "correia2019_iwslt17_de_en"}
+# The experiment a run composes, and config keys changed from it (`more`: overrides the command line adds).
+CPU_SIZE = {"experiment": "mt_cpu"}                       # 3+3 layers, d 256, 4 heads, 3000 tokens/batch, 1000 steps
+PAPER_SIZE = {"experiment": "correia2019_iwslt17_de_en"}  # Transformer-Base: 6+6, d 512, 8 heads, 8192 tokens/batch
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -90,33 +89,24 @@ def alpha_analysis(model: str, layers: int, heads: int) -> dict:
 
 def translation_metrics(run_dir: Path, *, model: str, size: dict, status: str = "completed", test_bleu=20.0,
                         val_bleu=19.0, tokens_per_second=1500.0, analysis: bool = True, step=None,
-                        stopped_early: bool = False, seed: int = 0) -> dict:
-    """A translation run's metrics.json, in the layout of a real one."""
-    task, experiment, layers, heads = size["task"], size["experiment"], size["layers"], size["heads"]
-    config = {
-        "model": {"name": model, "d_model": size["d_model"], "num_layers": layers, "num_heads": heads,
-                  "head_size": None, "ffn_dim": 4 * size["d_model"], "dropout": 0.1, "attention_dropout": 0.0,
-                  "normaliser": NORMALISERS[model], "alpha": None, "alpha_init": "random", "pattern": "dense",
-                  "pooling": "cls", "positions": "sinusoidal", "norm_first": layers < 6,
-                  "decoder_layers": layers, "share_embeddings": True},
-        "task": {"name": task, "family": "translation", "source": "embedded", "src_lang": "es", "tgt_lang": "en",
-                 "vocab_size": 8000, "max_length": 128, "max_eval_pairs": None, "val_beam_size": 1,
-                 "decoding": {"beam_size": 4, "length_penalty": 1.0, "max_len_a": 1.5, "max_len_b": 10}},
-        "trainer": {"device": "auto", "precision": "fp32", "max_steps": size["max_steps"], "batch_size": 100,
-                    "batch_tokens": size["batch_tokens"], "lr": 0.0015, "schedule": "inverse_sqrt",
-                    "warmup_steps": 400, "label_smoothing": 0.1, "eval_every": 350, "monitor": "val/bleu",
-                    "monitor_mode": "max", "analysis": True, "log_every": 20, "progress": "auto", "resume": True},
-        "paths": {"output_dir": str(run_dir.parent), "cache_dir": "~/.cache/sparse_runner"},
-        "seed": seed,
-    }
+                        stopped_early: bool = False, seed: int = 0, label: str | None = None) -> dict:
+    """A translation run's metrics.json, in the layout of a real one: its config is what `experiment=<size's>
+    model=<model> <size's more>` composes (monitor resolved, as the runner writes it); `label` is the model=
+    name its command line gave, when that is not `model`."""
+    experiment, more = size["experiment"], size.get("more", ())
+    config = preset_config(f"experiment={experiment}", f"model={model}", *more, seed=seed,
+                           **{"paths.output_dir": str(run_dir.parent), "trainer.monitor": "val/bleu",
+                              "trainer.monitor_mode": "max"})
+    model = config["model"]["name"] = label or model
+    task, layers, heads = config["task"]["name"], config["model"]["num_layers"], config["model"]["num_heads"]
     finished = status == "completed"
-    step = size["max_steps"] if step is None else step
+    step = config["trainer"]["max_steps"] if step is None else step
     metrics = {
         "schema": 1, "status": status, "error": "CUDA out of memory" if status == "failed" else None,
         "run_dir": str(run_dir), "task": task, "task_family": "translation", "model": model,
-        "experiment": experiment, "overrides": [f"experiment={experiment}", f"model={model}"], "config": config,
+        "experiment": experiment, "overrides": [f"experiment={experiment}", f"model={model}", *more], "config": config,
         "seed": seed, "num_parameters": 7578624, "device": "cpu", "attention_backend": "sdpa",
-        "max_steps": size["max_steps"], "dataset_sizes": {"train": 28771, "val": 500, "test": 500},
+        "max_steps": config["trainer"]["max_steps"], "dataset_sizes": {"train": 28771, "val": 500, "test": 500},
         "figures": [str(run_dir / "figures" / "js_per_layer.png")],
         "metrics": {
             "val/loss": 3.1, "val/ppl": 22.2, "val/bleu": val_bleu - 0.5, "val/sacrebleu": val_bleu - 1.0,
@@ -165,10 +155,10 @@ def build_runs(root: Path) -> None:
     write_run(root, "e", model="entmax15", test_bleu=29.25, val_bleu=30.1, tokens_per_second=18000.0,
               analysis=False, **paper)
     write_run(root, "f", model="entmax", test_bleu=29.5, val_bleu=30.2, tokens_per_second=15000.0, **paper)
-    # Another configuration (smaller batches), better test BLEU but worse validation BLEU than "d": not
-    # chosen; listed as another run.
+    # Another configuration (smaller batches), better test BLEU but worse validation BLEU than "d": no preset,
+    # an other run beside it.
     write_run(root, "g", model="softmax", test_bleu=31.0, val_bleu=29.0, tokens_per_second=20000.0,
-              **{**paper, "size": {**PAPER_SIZE, "batch_tokens": 4096}})
+              **{**paper, "size": {**PAPER_SIZE, "more": ("trainer.batch_tokens=4096",)}})
     # Failed and unfinished runs never fill a cell, whatever they score.
     write_run(root, "h", model="entmax", status="failed", test_bleu=99.0, val_bleu=99.0, **paper)
     write_run(root, "i", model="softmax", status="running", test_bleu=98.0, val_bleu=98.0, **paper)
@@ -229,7 +219,7 @@ def test_table1_scale_row_and_caption(report: dict) -> None:
     scale = next(line for line in table.splitlines() if line.startswith("| scale |"))
     assert scale.startswith("| scale |  | paper size: 6+6 layers d512 h8, 8192 tokens/batch, 45k steps (stopped early) "
                             "|  |  |  |  |  |  |")
-    assert scale.endswith("| CPU size: 3+3 layers d256 h4, 3000 tokens/batch, 1400 steps |")
+    assert scale.endswith("| CPU size: 3+3 layers d256 h4, 3000 tokens/batch, 1000 steps |")
     assert "Correia et al., EMNLP 2019, Table 1" in table
     assert f"Tokenized BLEU of ours: {BLEU_TOKENIZATION}." in table
     assert SACREBLEU_SIGNATURE in table
@@ -243,20 +233,26 @@ def test_bleu_is_rounded(report: dict) -> None:
         assert "100.00000000000004" not in path.read_text(encoding="utf-8")
 
 
-def test_failed_running_and_worse_runs_do_not_fill_cells(report: dict) -> None:
+def test_failed_running_and_other_runs_do_not_fill_preset_cells(report: dict) -> None:
     table = table1(report["md"])
-    assert "99.00" not in table and "98.00" not in table and "31.00" not in table
+    assert "99.00" not in table and "98.00" not in table
+    # g is no preset (another batch size): an other run beside softmax, not in the softmax cell.
+    assert "| softmax | 29.79 | 29.10 |" in table
+    other = next(line for line in table.splitlines() if line.startswith("| other runs:"))
+    assert other.startswith("| other runs: softmax · dense · h8 (softmax + trainer.batch_tokens=4096) |  | 31.00 |  |  |  |"
+                            "  |  |  |  |")
     runs = section(report["md"], "Correia et al. 2019 Table 1: our runs")
     rows = {line.split("|")[-2].strip(): line for line in runs.splitlines() if line.startswith("| ")}
     assert set(rows) - {"run"} == {"a", "b", "c", "d", "e", "f", "g"}   # h failed, i running: not here
-    assert rows["g"].startswith("| not in Table 1: task=iwslt17_de_en, experiment=correia2019_iwslt17_de_en |")
+    assert rows["g"].startswith("| IWSLT17 de→en | other runs: softmax · dense · h8 (softmax + trainer.batch_tokens=4096) "
+                                "| 31.00 |")
 
 
 def test_runs_table_sacrebleu_chrf_speed(report: dict) -> None:
     runs = section(report["md"], "Correia et al. 2019 Table 1: our runs")
     # column | model | BLEU | sacreBLEU | chrF | best val | tokens/s | speed % ours | speed % published | scale | run
     assert ("| es→en Bible (ours, CPU) | α-entmax | 12.50 | 11.25 | 47.50 | 11.20 | 1100 | 73 | 75 | CPU size: "
-            "3+3 layers d256 h4, 3000 tokens/batch, 1400 steps | c |") in runs
+            "3+3 layers d256 h4, 3000 tokens/batch, 1000 steps | c |") in runs
     assert "| IWSLT17 de→en | 1.5-entmax | 29.25 | 28.00 | 47.50 | 30.10 | 18000 | 90 | 90 |" in runs
     assert "| IWSLT17 de→en | softmax | 29.10 | 27.85 | 47.50 | 30.00 | 20000 | 100 | 100 |" in runs
 
@@ -333,9 +329,25 @@ def test_published_table1_is_complete() -> None:
     assert published == CORREIA2019_TABLE1["columns"]
 
 
+def test_alpha_entmax_spelled_as_softmax_is_in_the_alpha_entmax_row(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "outputs"
+    write_run(root, "spelled", model="softmax", size={**CPU_SIZE, "more": ("normaliser=alpha_entmax",)},
+              test_bleu=13.0, analysis=False)
+    write_run(root, "keyed", model="softmax", size={**PAPER_SIZE, "more": ("model.normaliser=alpha_entmax",)},
+              test_bleu=30.0, analysis=False)
+    assert main([str(root), "--formats", "md"]) == 0
+    table = table1(capsys.readouterr().out)
+    assert "| α-entmax | 29.90 | 30.00 | 21.74 |" in table
+    assert next(line for line in table.splitlines() if line.startswith("| α-entmax |")).endswith("| 13.00 |")
+    softmax = next(line for line in table.splitlines() if line.startswith("| softmax |"))
+    assert "13.00" not in softmax and "30.00" not in softmax
+    assert not [line for line in table.splitlines() if line.startswith("| other runs")]
+
+
 def test_iwslt_alias_and_sparsemax_row(tmp_path: Path, capsys) -> None:
     root = tmp_path / "outputs"
-    write_run(root, "alias", model="softmax", size={**PAPER_SIZE, "task": "iwslt"}, test_bleu=28.0, analysis=False)
+    write_run(root, "alias", model="softmax", size={**PAPER_SIZE, "more": ("task=iwslt",)}, test_bleu=28.0,
+              analysis=False)
     write_run(root, "sparse", model="sparsemax", size=CPU_SIZE, test_bleu=11.0, analysis=False)
     assert main([str(root), "--formats", "md"]) == 0
     table = table1(capsys.readouterr().out)

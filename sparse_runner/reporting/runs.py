@@ -7,15 +7,17 @@ may rename or move them. A run that never wrote metrics.json is read from `.hydr
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from sparse_runner import run_metrics
+from sparse_runner import identity, run_metrics
 from sparse_runner.checks import one_line
 from sparse_runner.reporting.console import warn
+from sparse_runner.reporting.presets import Keys
 from sparse_runner.reporting.values import as_float, as_str
 
 # Folders that never contain runs of their own; hidden folders (.hydra, .git, ...) are skipped as well.
@@ -37,6 +39,7 @@ def status_rank(status: str) -> int:
     return _STATUS_RANK.get(status, len(STATUS_ORDER))
 
 
+@functools.lru_cache(maxsize=4096)   # a report asks about the same few hundred keys for every run
 def is_noise(key: str) -> bool:
     return key in NOISE_KEYS or any(fnmatch.fnmatchcase(key, pattern) for pattern in NOISE_PATTERNS)
 
@@ -50,12 +53,28 @@ class RunRecord:
     status: str                        # one of STATUS_ORDER, or whatever else metrics.json says
     task: str | None = None
     task_family: str | None = None
-    model: str | None = None
-    experiment: str | None = None
+    model: str | None = None           # cfg.model.name: a label (the axes say what the run computed)
+    experiment: str | None = None      # the experiment= it was spelled with (presets.py says which it is)
     primary_metric: str | None = None  # headline test metric (run_metrics.primary_metric)
     overrides: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)   # flattened to dotted keys
     data: dict[str, Any] = field(default_factory=dict)     # metrics.json as read ({} when there is none)
+    nested_config: dict[str, Any] = field(default_factory=dict)   # the resolved config as written
+
+    @functools.cached_property
+    def keys(self) -> Keys:
+        """Its result-changing config keys but the seed, to compare with a paper preset (presets.py)."""
+        return Keys.of(self.nested_config)
+
+    @property
+    def axes(self) -> identity.Axes:
+        """What its attention computed (normaliser, pattern, heads, regulariser, pre-trained), from its config."""
+        return identity.axes(self.nested_config)
+
+    @property
+    def label(self) -> str:
+        """`alpha_entmax · dense · h4`: the run by what it computed, whatever its model= label says."""
+        return self.axes.label()
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -202,7 +221,7 @@ def read_run(run_dir: Path, display: str) -> RunRecord:
     return RunRecord(
         path=run_dir, display=display, status=status, task=task, task_family=family, model=model,
         experiment=experiment, primary_metric=run_metrics.primary_metric(data, family), overrides=overrides,
-        config=flat, data=data,
+        config=flat, data=data, nested_config=config or {},
     )
 
 

@@ -1,6 +1,7 @@
-"""One runs table per task: every run with its status, the config values that vary between the runs, its
-primary test metric, best validation value, attention statistics, size, speed and wall time. Completed runs
-that differ only in their seed share a row (seeds.py: mean ± std (n)); every other run has a row of its own."""
+"""One runs table per task: every run with its status, what it computed (identity.axes: normaliser, pattern,
+heads, regulariser, pre-trained), the config values that vary between the runs, its primary test metric, best
+validation value, attention statistics, size, speed and wall time. Completed runs that differ only in their
+seed share a row (seeds.py: mean ± std (n)); every other run has a row of its own."""
 
 from __future__ import annotations
 
@@ -123,9 +124,10 @@ def _runs_table(task: str, runs: list[RunRecord]) -> Table:
     rows = []
     for group, note in zip(groups, notes):
         rec = group.first
-        row = [group.display, rec.status, rec.model or ""]
+        # what the runs computed (their axes), not the model= label they were spelled with
+        row = [group.display, rec.status, distinct(r.label for r in group.runs)]
         if show_experiment:
-            row.append(rec.experiment or "")
+            row.append(distinct(r.experiment or "" for r in group.runs))
         row += [group.config_text(key) for key in varied]
         row += [
             group.text(metric, lambda value: _metric_cell(metric, value)),

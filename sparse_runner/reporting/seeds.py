@@ -57,7 +57,7 @@ class SeedGroup:
 
     @property
     def first(self) -> RunRecord:
-        """The run to read what the group shares from: model, task, experiment, config but the seed."""
+        """The run to read what the group shares from: task, axes, config but the seed."""
         return self.runs[0]
 
     @property
@@ -109,15 +109,16 @@ class SeedGroup:
 
 
 def signature(rec: RunRecord, ignore: Iterable[str] = ()) -> tuple:
-    """What the runs of one group share: task, model, experiment, data, the metric they are scored on, and every
-    config value that may change a result (runs.is_noise) but the seed and `ignore`."""
+    """What the runs of one group share: task, data, the metric they are scored on, and every config value that
+    may change a result (runs.is_noise) but the seed and `ignore`. Not the model= label or the experiment= a
+    run was spelled with: `model=softmax normaliser=alpha_entmax` and `model=entmax` are seeds of one group."""
     ignored = {SEED_KEY, *ignore}
     config = sorted((key, fmt_value(value)) for key, value in rec.config.items()
                     if key not in ignored and not is_noise(key))
     info = rec.data.get("task_info")
     data = info.get("data") if isinstance(info, dict) else None
     data = (as_str(data.get("source")), as_str(data.get("name"))) if isinstance(data, dict) else None
-    return (rec.task, rec.model, rec.experiment, data, rec.primary_metric, tuple(config))
+    return (rec.task, data, rec.primary_metric, tuple(config))
 
 
 def seed_groups(runs: Iterable[RunRecord], ignore: Iterable[str] = ()) -> list[SeedGroup]:

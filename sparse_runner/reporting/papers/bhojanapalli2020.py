@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import re
 import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from sparse_runner.checks import one_line
 from sparse_runner.io import atomic_open
 from sparse_runner.reporting.console import warn
-from sparse_runner.reporting.papers import bhojanapalli2020_bert
+from sparse_runner.reporting.papers import bhojanapalli2020_bert, register_paper
 from sparse_runner.reporting.papers.bhojanapalli2020_lm import lm_sections, lm_tables
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting import seeds
@@ -213,3 +214,6 @@ def draw_lowrank(runs: list[LowRankRun], path: Path) -> Path:
     with atomic_open(path, "wb") as handle:
         fig.savefig(handle, format="png", dpi=120)
     return path
+
+
+register_paper("bhojanapalli2020", order=30)(sys.modules[__name__])

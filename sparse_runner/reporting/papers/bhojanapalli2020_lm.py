@@ -1,10 +1,13 @@
 """Bhojanapalli et al. (2020), the LM1B experiment (paper Fig. 1/3): perplexity against the number of heads,
 one line per head geometry (standard head size d/h against a fixed head size d_p), and against parameters.
 
-Built from completed language-model runs (task family `lm`) of one task and experiment that differ in
-their heads: `sparse-run -m experiment=bhojanapalli2020_lm_cpu model=standard_heads,fixed_head
-model.num_heads=2,4,8,16,32`; runs that differ only in their seed are one point, their mean (± std (n) in the
-table, seeds.py). The paper gives these results only as plots (PAPERS.md B.3), so there are no published
+Built from completed language-model runs (task family `lm`) that differ in their heads:
+`sparse-run -m experiment=bhojanapalli2020_lm_cpu model=standard_heads,fixed_head model.num_heads=2,4,8,16,32`.
+A run is in the sweep of an experiment when its resolved config is a job of such a sweep (the experiment, the
+geometry preset, and the run's own heads, width and head size) in every result-changing key but the seed
+(presets.py), whatever its command line said; a run that is no job is in a sweep of its own, titled with what
+differs from the nearest job (`+ trainer.lr=0.01`). Runs that differ only in their seed are one point, their
+mean (± std (n) in the table, seeds.py). The paper gives these results only as plots (PAPERS.md B.3), so there are no published
 numbers to print beside ours. Torch-free; matplotlib is imported only to draw.
 """
 
@@ -17,14 +20,22 @@ from sparse_runner.checks import one_line
 from sparse_runner.io import atomic_open
 from sparse_runner.reporting import seeds
 from sparse_runner.reporting.console import warn
+from sparse_runner.reporting.presets import Preset, agrees, closest_models, match, shown
 from sparse_runner.reporting.render import Table
-from sparse_runner.reporting.runs import RunRecord
+from sparse_runner.reporting.runs import RunRecord, completed
 from sparse_runner.reporting.seeds import SeedGroup, best_group, distinct, seed_groups
-from sparse_runner.reporting.values import as_float, number_format
+from sparse_runner.reporting.values import as_float, number_format, slug
 
 LM_FAMILY = "lm"
 METRIC = "test/ppl"
 SWEEP_COMMAND = "sparse-run -m experiment=bhojanapalli2020_lm_cpu model=standard_heads,fixed_head model.num_heads=2,4,8,16,32"
+# The experiments whose sweeps the figure draws, and the geometry presets they sweep (standard d/h, fixed d_p).
+EXPERIMENTS = ("bhojanapalli2020_lm_cpu", "bhojanapalli2020_lm1b")
+GEOMETRY_MODELS = ("standard_heads", "fixed_head")
+# What a job of the sweep sets to the run's own values (so runs differing in them share a sweep), and what tells
+# the two experiments apart before any job is composed.
+SWEPT_KEYS = ("model.d_model", "model.num_heads")
+_SHAPE_KEYS = ("task.name", "model.num_layers", "model.ffn_dim")
 
 
 @dataclass(frozen=True)
@@ -46,17 +57,42 @@ def geometry(rec: RunRecord) -> str:
     return f"d={_int(rec, 'model.d_model')}, " + ("d/h" if head_size is None else f"d_p={head_size}")
 
 
-def sweeps(records: list[RunRecord]) -> dict[tuple[str | None, str | None], dict[str, list[Point]]]:
-    """(task, experiment) -> geometry -> points sorted by heads, for groups where the heads vary. A point is
-    one group of seeds; among several configurations of one geometry and heads, the best on validation."""
-    candidates: dict[tuple[str | None, str | None], dict[str, dict[int, list[SeedGroup]]]] = {}
-    for group in seed_groups(rec for rec in records if rec.task_family == LM_FAMILY):
-        heads = _int(group.first, "model.num_heads")
-        if heads is not None and group.values(METRIC):
-            lines = candidates.setdefault((group.first.task, group.first.experiment), {})
-            lines.setdefault(geometry(group.first), {}).setdefault(heads, []).append(group)
+def _job(experiment: str, model: str, values: dict) -> Preset:
+    """A job of an experiment's head sweep with a run's own width, heads (and head size, for fixed heads)."""
+    swept = [*SWEPT_KEYS, *(["model.head_size"] if model != "standard_heads" else [])]
+    return Preset((f"experiment={experiment}", f"model={model}",
+                   *(f"{key}={'null' if values.get(key) is None else values.get(key)}" for key in swept)))
+
+
+def sweep_of(rec: RunRecord) -> tuple[str, tuple[str, ...]] | None:
+    """The experiment whose sweep the run is a job of, else the nearest job's, with what differs from it."""
+    values = rec.keys.values
+    near = [e for e in EXPERIMENTS if agrees(rec.keys, Preset((f"experiment={e}",)), _SHAPE_KEYS)]
+    where = {_job(experiment, model, values): experiment for experiment in near or EXPERIMENTS
+             for model in closest_models(rec.keys, GEOMETRY_MODELS)}
+    found = match(rec.keys, where, primary_metric=rec.primary_metric)
+    return None if found is None else (where[found.preset], found.pairs)
+
+
+Sweep = tuple[str | None, str, tuple[str, ...]]   # (task, experiment, what differs from its jobs: `key=value`)
+
+
+def sweeps(records: list[RunRecord]) -> dict[Sweep, dict[str, list[Point]]]:
+    """(task, experiment, difference) -> geometry -> points sorted by heads, for sweeps where the heads vary. A
+    point is one group of seeds; among several configurations of one geometry and heads, the best on validation."""
+    by_sweep: dict[Sweep, list[RunRecord]] = {}
+    for rec in completed(records, LM_FAMILY, METRIC):
+        if (found := sweep_of(rec)) is not None:
+            by_sweep.setdefault((rec.task, *found), []).append(rec)
+    candidates: dict[Sweep, dict[str, dict[int, list[SeedGroup]]]] = {}
+    for key, runs in by_sweep.items():
+        for group in seed_groups(runs):
+            heads = _int(group.first, "model.num_heads")
+            if heads is not None and group.values(METRIC):
+                lines = candidates.setdefault(key, {})
+                lines.setdefault(geometry(group.first), {}).setdefault(heads, []).append(group)
     out = {}
-    for key, lines in candidates.items():
+    for key, lines in sorted(candidates.items(), key=lambda item: (str(item[0][0]), item[0][1], item[0][2])):
         if len({heads for points in lines.values() for heads in points}) > 1:
             out[key] = {name: [_point(heads, best_group(points[heads])) for heads in sorted(points)]
                         for name, points in sorted(lines.items())}
@@ -72,13 +108,19 @@ def _millions(rec: RunRecord) -> str:
     return "" if count is None else f"{count / 1e6:.2f}"
 
 
-def _slug(task: str | None, experiment: str | None) -> str:
-    return f"bhojanapalli2020_lm_{task or 'task'}_{experiment or 'none'}".replace("/", "_")
+def _slug(task: str | None, experiment: str | None, other: tuple[str, ...] = ()) -> str:
+    stem = f"bhojanapalli2020_lm_{task or 'task'}_{experiment or 'none'}".replace("/", "_")
+    return stem + (f"_{slug('_'.join(other))}" if other else "")
+
+
+def _where(task: str | None, experiment: str, other: tuple[str, ...]) -> str:
+    """`task=sotu_en, experiment=bhojanapalli2020_lm_cpu`, `+ trainer.lr=0.01` for a sweep of other runs."""
+    return f"task={task}, experiment={experiment}" + (f" + {shown(other)}" if other else "")
 
 
 def lm_tables(records: list[RunRecord]) -> list[Table]:
     tables = []
-    for (task, experiment), lines in sweeps(records).items():
+    for (task, experiment, other), lines in sweeps(records).items():
         names = list(lines)
         heads = sorted({p.heads for points in lines.values() for p in points})
         by_heads = {name: {p.heads: p for p in points} for name, points in lines.items()}
@@ -92,8 +134,8 @@ def lm_tables(records: list[RunRecord]) -> list[Table]:
             rows.append(row)
         headers = ["heads", *(f"{name} {col}" for name in names for col in ("test ppl", "params (M)"))]
         tables.append(Table(
-            slug=_slug(task, experiment),
-            title=f"Bhojanapalli et al. 2020, LM head sweep: test perplexity against heads (task={task}, experiment={experiment})",
+            slug=_slug(task, experiment, other),
+            title=f"Bhojanapalli et al. 2020, LM head sweep: test perplexity against heads ({_where(task, experiment, other)})",
             headers=headers,
             rows=rows,
             numeric=set(range(1, len(headers))),
@@ -102,6 +144,8 @@ def lm_tables(records: list[RunRecord]) -> list[Table]:
                 "while a fixed head size d_p keeps improving; it gives no numbers, only plots.",
                 f"Per-token test perplexity of the best checkpoint; a line per head geometry. Fill or extend: `{SWEEP_COMMAND}`.",
                 seeds.NOTE + " The figure draws the means.",
+                *([f"Other runs: no job of the {experiment} sweep; each differs from the nearest job in "
+                   f"{', '.join(other)}."] if other else []),
             ],
         ))
     return tables
@@ -109,16 +153,16 @@ def lm_tables(records: list[RunRecord]) -> list[Table]:
 
 def lm_sections(records: list[RunRecord], out_dir: Path) -> tuple[list[str], list[Path]]:
     sections, written = [], []
-    for (task, experiment), lines in sweeps(records).items():
-        relative = f"figures/{_slug(task, experiment)}.png"
+    for (task, experiment, other), lines in sweeps(records).items():
+        relative, where = f"figures/{_slug(task, experiment, other)}.png", _where(task, experiment, other)
         try:
-            path = draw_sweep(lines, out_dir / relative, f"task={task}, experiment={experiment}")
+            path = draw_sweep(lines, out_dir / relative, where)
         except (OSError, ValueError, TypeError) as exc:
-            warn(f"LM head-sweep figure for task={task}, experiment={experiment} skipped: {one_line(exc)}")
+            warn(f"LM head-sweep figure for {where} skipped: {one_line(exc)}")
             continue
         written.append(path)
         sections.append("\n".join([
-            f"## Figures: Bhojanapalli et al. 2020, LM head sweep (task={task}, experiment={experiment})", "",
+            f"## Figures: Bhojanapalli et al. 2020, LM head sweep ({where})", "",
             f"![Test perplexity against heads and against parameters, standard vs fixed head size]({relative})",
         ]))
     return sections, written

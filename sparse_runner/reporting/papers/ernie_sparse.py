@@ -8,9 +8,11 @@ task), so that a report without one stays short:
 
 - `ernie_sparse_lra`: ListOps .. Pathfinder and Avg. Published: ERNIE-Sparse (Avg only) and the LRA Table 1
   rows of its baselines (taken from `lra.LRA_TABLE1`). Ours: one row per variant = (model, SAR on, trainer
-  regulariser) and setting (LRA Table 1's paper / CPU presets, or a task config); a cell is the mean ± std (n)
-  over runs that differ only in their seed (seeds.py, as LRA Table 1's). The core rows are there even without
-  runs, their empty cells showing the command that fills them.
+  regulariser) and setting (LRA Table 1's paper / CPU presets), filled by the runs whose resolved config is
+  that preset (presets.py: every result-changing key but the seed, whatever the command line said); runs that
+  are no preset are "other runs" rows naming the nearest preset and what differs from it. A cell is the mean ±
+  std (n) over runs that differ only in their seed (seeds.py, as LRA Table 1's). The core rows are there even
+  without runs, their empty cells showing the command that fills them.
 - `ernie_sparse_ablation`: ERNIE-Sparse (HST + SAR) minus "w/o HST" (BigBird + SAR) and minus "w/o SAR"
   (HST) on ListOps and Avg, ours beside the published differences.
 - `ernie_sparse_robustness`: Pathfinder test accuracy with every block boundary shifted
@@ -21,24 +23,27 @@ The LRA machinery (columns, settings, data, commands, cells) is `lra`'s; this mo
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparse_runner.reporting import seeds
-from sparse_runner.reporting.papers import lra
+from sparse_runner.reporting.papers import lra, register_paper
 from sparse_runner.reporting.papers.lra import (
     COLUMNS,
     LRA_TABLE1,
     METRIC,
-    OTHER,
     SETTINGS,
     SUBSTITUTE,
+    Filing,
     avg_cell,
     avg_value,
     best_groups,
     cell_groups,
+    fill_rows,
     group_cell,
 )
+from sparse_runner.reporting.presets import RECIPE_PARTS, recipe_agreement
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord, completed
 from sparse_runner.reporting.seeds import SeedGroup, summary
@@ -61,8 +66,9 @@ ERNIE_SPARSE: dict = {
 # The LRA Table 1 rows shown beside it, in that table's order (numbers from lra.LRA_TABLE1).
 LRA_ROWS = ("Transformer", "Local Attention", "BigBird")
 
-# The models of the study: what each one is, named like the paper. softmax, local and bigbird reproduce
-# LRA's rows (lra.OUR_MODEL_ROWS); hst, ernie_sparse and bigbird_sar are the study's own.
+# The model presets of the study: what each one is, named like the paper. softmax, local and bigbird reproduce
+# LRA's rows (lra.OUR_MODEL_ROWS); hst, ernie_sparse and bigbird_sar are the study's own. A run is the study's
+# when its config has the recipe of one of them (presets.recipe: normaliser, pattern, head size, SAR).
 ARCHITECTURES: dict[str, str] = {**lra.OUR_MODEL_ROWS, "hst": "HST", "ernie_sparse": "HST", "bigbird_sar": "BigBird"}
 STUDY_MODELS = {"hst", "ernie_sparse", "bigbird_sar"}
 SAR_MODELS = {"ernie_sparse", "bigbird_sar"}   # presets with model.sar.weight > 0
@@ -116,25 +122,44 @@ CORE = [Variant("softmax", False), Variant("local", False), Variant("bigbird", F
 ALIASES = {FULL: "ERNIE-Sparse", WITHOUT_SAR: "w/o SAR", WITHOUT_HST: "w/o HST"}
 
 
-def variant_of(rec: RunRecord) -> Variant:
-    weight = as_float(rec.config.get("model.sar.weight"))
-    return Variant(rec.model or "?", weight is not None and weight > 0,
-                   as_str(rec.config.get("trainer.regulariser")) or NO_REGULARISER)
+def study_models() -> list[str]:
+    """The study's model presets the runner has, in ARCHITECTURES order."""
+    return [model for model in ARCHITECTURES if lra.runner_has_model(model)]
+
+
+def regulariser_of(rec: RunRecord) -> str:
+    return as_str(rec.config.get("trainer.regulariser")) or NO_REGULARISER
 
 
 def in_study(rec: RunRecord) -> bool:
-    """A run of an LRA task whose model is one of the study's."""
-    return rec.task_family in COLUMNS and rec.model in ARCHITECTURES
+    """A run of an LRA task whose config has the recipe of one of the study's models (whatever its model=
+    label says)."""
+    return rec.task_family in COLUMNS and any(recipe_agreement(rec.keys, model) == RECIPE_PARTS
+                                              for model in study_models())
 
 
 def study_started(records: list[RunRecord]) -> bool:
-    """Whether any run (whatever its status) is the study's own, not a plain LRA Table 1 run."""
+    """Whether any run (whatever its status) is the study's own, not a plain LRA Table 1 run: HST, SAR or a
+    trainer regulariser in its config."""
     for rec in records:
-        if in_study(rec):
-            variant = variant_of(rec)
-            if rec.model in STUDY_MODELS or variant.sar or variant.regulariser != NO_REGULARISER:
+        if rec.task_family in COLUMNS:
+            axes = rec.axes
+            if (axes.pattern == "hst" or axes.regulariser != NO_REGULARISER) and in_study(rec):
                 return True
     return False
+
+
+def file_variant(rec: RunRecord) -> tuple[Variant, Filing] | None:
+    """The variant preset a run of the study is (its model's preset with its trainer regulariser), else the
+    nearest one; None for a run that is not the study's."""
+    if not in_study(rec):
+        return None
+    regulariser = regulariser_of(rec)
+    extra = () if regulariser == NO_REGULARISER else (f"trainer.regulariser={regulariser}",)
+    filing = lra.file_run(rec, study_models(), extra)
+    if filing is None:
+        return None
+    return Variant(filing.model, filing.model in SAR_MODELS, regulariser), filing
 
 
 def signed(points: float) -> str:
@@ -144,12 +169,13 @@ def signed(points: float) -> str:
 # --------------------------------------------------------------------------------------- our rows
 @dataclass
 class VariantRow:
-    """One row of ours: a variant in one setting (and, for "other" runs, one experiment and task config)."""
+    """One row of ours: a variant preset in one setting, or the runs that differ from it in the same `other`
+    keys and values."""
 
     variant: Variant
     setting: str
-    experiment: str | None = None
-    task: str | None = None
+    other: tuple[str, ...] = ()                                # other runs: `key=value` differences from it
+    computed: str = ""                                         # other runs: what they computed (axes label)
     shift: int | None = None                                   # robustness rows only
     candidates: dict[str, list[SeedGroup]] = field(default_factory=dict)   # column -> its configurations
 
@@ -159,57 +185,49 @@ class VariantRow:
 
     @property
     def where(self) -> tuple:
-        return (self.setting, self.experiment, self.task)
+        """The rows that are compared (ablation) and kept together between rules: a setting's presets, or other
+        runs with the same differences from their presets."""
+        return (bool(self.other), list(SETTINGS).index(self.setting), self.other)
+
+    @property
+    def label(self) -> str:
+        return self.computed if self.other else self.variant.label
 
     @property
     def setting_label(self) -> str:
-        return lra.OurRow(self.variant.model, self.setting, self.experiment, self.task).setting_label
+        return lra.setting_label(self.setting, self.variant.model, self.other, self.variant.overrides() or ())
 
     def sort_key(self) -> tuple:
-        settings = [*SETTINGS, OTHER]
-        return (settings.index(self.setting), self.experiment or "", self.task or "", self.variant.rank(),
-                self.shift or 0)
+        return (self.where, self.variant.rank(), self.shift or 0)
 
     def command(self, family: str, *extra: str) -> str | None:
         overrides = self.variant.overrides()
-        base = lra.fill_command(family, self.setting, self.variant.model)
+        base = None if self.other else lra.fill_command(family, self.setting, self.variant.model)
         return None if base is None or overrides is None else " ".join([base, *overrides, *extra])
 
     def row_command(self) -> str | None:
         overrides = self.variant.overrides()
-        if self.setting not in SETTINGS or overrides is None:
+        if self.other or overrides is None:
             return None
         return " ".join([lra.row_command(self.setting, self.variant.model), *overrides, f"seed={SEEDS}"])
 
 
-def _where(rec: RunRecord) -> tuple:
-    setting = lra.setting_of(rec)
-    return (setting, *((rec.experiment, rec.task) if setting == OTHER else (None, None)))
-
-
-def _fill(row: VariantRow, column: str, runs: list[RunRecord]) -> None:
-    if groups := cell_groups(runs):
-        row.candidates[column] = groups
-
-
 def our_rows(records: list[RunRecord]) -> list[VariantRow]:
     """The core rows in both preset settings (for the models the runner has), then a row for every other
-    variant and setting that has a completed run."""
-    groups: dict[tuple, list[RunRecord]] = {}
+    variant preset and every other-runs difference that has a completed run."""
+    rows: dict[tuple, VariantRow] = {}
     for setting in SETTINGS:
         for variant in CORE:
             if lra.runner_has_model(variant.model):
-                groups.setdefault((variant, setting, None, None), [])
+                rows[(variant, setting, ())] = VariantRow(variant, setting)
+    keyed = []
     for rec in lra.lra_runs(records):
-        if rec.model in ARCHITECTURES:
-            groups.setdefault((variant_of(rec), *_where(rec)), []).append(rec)
-    rows = []
-    for (variant, setting, experiment, task), runs in groups.items():
-        row = VariantRow(variant, setting, experiment, task)
-        for family, column in COLUMNS.items():
-            _fill(row, column, [rec for rec in runs if rec.task_family == family])
-        rows.append(row)
-    return sorted(rows, key=VariantRow.sort_key)
+        if (filed := file_variant(rec)) is not None:
+            variant, filing = filed
+            key = (variant, filing.setting, filing.other)
+            rows.setdefault(key, VariantRow(variant, filing.setting, filing.other, rec.label))
+            keyed.append((key, rec))
+    return sorted(fill_rows(rows, keyed), key=VariantRow.sort_key)
 
 
 # ----------------------------------------------------------------------------------------- tables
@@ -242,7 +260,7 @@ def lra_table(rows: list[VariantRow]) -> Table:
         if row.where != previous:
             rules.add(len(body))
             previous = row.where
-        body.append([row.variant.label, row.setting_label,
+        body.append([row.label, row.setting_label,
                      *(_our_cell(row, family, column) for family, column in COLUMNS.items()), avg_cell(row.cells)])
     return Table(
         slug="ernie_sparse_lra",
@@ -270,25 +288,28 @@ def _lra_notes(rows: list[VariantRow]) -> list[str]:
         "(UNCONFIRMED, PAPERS.md C.2). The baseline rows are LRA Table 1's (" + lra.CITATION + "), which the "
         "paper's 55.01 suggests it reused.",
         _assumptions(),
-        "Rows of ours: one per variant = (model, SAR on = `model.sar.weight` > 0, `trainer.regulariser`) and "
+        "Rows of ours: one per variant = (model preset, SAR on = `model.sar.weight` > 0, `trainer.regulariser`) and "
         "setting. ERNIE-Sparse = HST + SAR (`model=ernie_sparse`); w/o SAR = HST alone (`model=hst`); w/o HST = "
         "SAR on BigBird's topology (`model=bigbird_sar`); R-Drop rows (`trainer.regulariser=rdrop`) appear once "
         "such runs exist. Settings as in LRA Table 1: paper presets (`experiment=lra_<task>`) compare with the "
-        "published rows; CPU presets (`experiment=lra_<task>_cpu`) and task=... rows are NOT comparable.",
-        "A cell of ours: the test accuracy of the completed runs that differ only in their seed (and "
-        "`trainer.test_topology_shift`, which changes no test accuracy). Runs that differ in anything else are "
-        "other configurations: the cell shows the one on official data with the best mean validation accuracy. "
-        "Failed, diverged and unfinished runs never fill a cell.",
+        "published rows; CPU presets (`experiment=lra_<task>_cpu`) are NOT comparable, nor are `other runs` rows "
+        "(runs that are no preset: the nearest one and what differs from it, as `key=value`; the model column says "
+        "what they computed).",
+        "A cell of ours: the test accuracy of the completed runs whose resolved config is the cell's preset (the "
+        "config its command composes) in every result-changing key but the seed and `trainer.test_topology_shift` "
+        "(which changes no test accuracy), whatever their command line said (`model=hst model.sar.weight=1` is "
+        "ERNIE-Sparse). Where runs on several data compete, the one on official data with the best mean validation "
+        "accuracy. Failed, diverged and unfinished runs never fill a cell.",
         seeds.NOTE,
         f"Avg of ours: the mean of the five cell means, only when all five are filled. {SUBSTITUTE}: measured on "
         "substitute data (see LRA Table 1's notes for which data), not comparable with the published task.",
     ]
-    several = [f"{column} of {row.variant.label}, {row.setting_label}: {len(groups)}"
+    several = [f"{column} of {row.label}, {row.setting_label}: {len(groups)}"
                for row in rows for column, groups in row.candidates.items() if len(groups) > 1]
     if several:
         notes.append("Cells chosen among several configurations (every run is in 'LRA Table 1: our runs'): "
                      + "; ".join(several) + ".")
-    commands = [f"{row.variant.label}, {row.setting_label}: `{row.row_command()}`" for row in rows
+    commands = [f"{row.label}, {row.setting_label}: `{row.row_command()}`" for row in rows
                 if len(row.cells) < len(COLUMNS) and row.row_command()]
     notes.append("An empty cell of ours shows the command that fills it (one seed)"
                  + ("; a whole row with three seeds, one command per row below." if commands else "."))
@@ -333,8 +354,9 @@ def ablation_table(rows: list[VariantRow]) -> Table:
         for name, variant in ablations.items():
             cells = [_difference(variants.get(FULL), variants.get(variant), c) for c in ABLATION_COLUMNS]
             if any(cells):
+                full = variants[FULL]
                 ours.append([f"ERNIE-Sparse minus {name} ({FULL.model} - {variant.model})",
-                             next(iter(variants.values())).setting_label, *cells])
+                             lra.setting_label(full.setting, lra.DEFAULT_MODEL, full.other), *cells])
         if ours:
             rules.add(len(body))
             body += ours
@@ -362,20 +384,22 @@ def _shift(rec: RunRecord) -> int | None:
 def robustness_rows(records: list[RunRecord]) -> list[VariantRow]:
     """ERNIE-Sparse and HST at shift 1 in both preset settings (for the models the runner has), then every
     variant, setting and shift with completed Pathfinder runs that measured the shifted test."""
-    groups: dict[tuple, list[RunRecord]] = {}
+    rows: dict[tuple, VariantRow] = {}
+    runs: dict[tuple, list[RunRecord]] = {}
     for setting in SETTINGS:
         for variant in (FULL, WITHOUT_SAR):
             if lra.runner_has_model(variant.model):
-                groups.setdefault((variant, setting, None, None, ROBUSTNESS_SHIFT), [])
+                rows[(variant, setting, (), ROBUSTNESS_SHIFT)] = VariantRow(variant, setting, shift=ROBUSTNESS_SHIFT)
     for rec in completed(records, "pathfinder", METRIC):
-        if rec.model in ARCHITECTURES and rec.metric(SHIFTED_METRIC) is not None:
-            groups.setdefault((variant_of(rec), *_where(rec), _shift(rec)), []).append(rec)
-    rows = []
-    for (variant, setting, experiment, task, shift), runs in groups.items():
-        row = VariantRow(variant, setting, experiment, task, shift=shift)
-        _fill(row, "Pathfinder", runs)
-        rows.append(row)
-    return sorted(rows, key=VariantRow.sort_key)
+        if rec.metric(SHIFTED_METRIC) is not None and (filed := file_variant(rec)) is not None:
+            variant, filing = filed
+            key = (variant, filing.setting, filing.other, _shift(rec))
+            rows.setdefault(key, VariantRow(variant, filing.setting, filing.other, rec.label, shift=_shift(rec)))
+            runs.setdefault(key, []).append(rec)
+    for key, row in rows.items():
+        if groups := cell_groups(runs.get(key, [])):
+            row.candidates["Pathfinder"] = groups
+    return sorted(rows.values(), key=VariantRow.sort_key)
 
 
 def _change(group: SeedGroup) -> str:
@@ -398,9 +422,9 @@ def robustness_table(records: list[RunRecord]) -> Table:
         shift = "?" if row.shift is None else str(row.shift)
         if cell is None:
             command = row.command("pathfinder", f"trainer.test_topology_shift={row.shift}")
-            body.append([row.variant.label, row.setting_label, shift, "", f"run: {command}" if command else "", ""])
+            body.append([row.label, row.setting_label, shift, "", f"run: {command}" if command else "", ""])
         else:
-            body.append([row.variant.label, row.setting_label, shift, group_cell(cell), group_cell(cell, SHIFTED_METRIC),
+            body.append([row.label, row.setting_label, shift, group_cell(cell), group_cell(cell, SHIFTED_METRIC),
                          _change(cell)])
     return Table(
         slug="ernie_sparse_robustness",
@@ -419,3 +443,6 @@ def robustness_table(records: list[RunRecord]) -> Table:
             seeds.NOTE,
         ],
     )
+
+
+register_paper("ernie_sparse", order=40)(sys.modules[__name__])

@@ -1,6 +1,7 @@
-"""Correia et al. (2019) Section 5 analysis figures comparing our models per task+experiment (PNG in
-`figures/`, linked from the markdown), drawn from the runs Table 1 shows: one per model, the best of its
-seeds on validation (statistics of several seeds' attention do not add up to one figure)."""
+"""Correia et al. (2019) Section 5 analysis figures comparing our models per Table 1 column (its task and
+experiment; PNG in `figures/`, linked from the markdown), drawn from the runs of its preset cells: one per
+model, the best of its seeds on validation (statistics of several seeds' attention do not add up to one
+figure). Other runs (no preset) are not drawn."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Mapping
 from sparse_runner.checks import one_line
 from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.papers.correia2019.picks import Picks, row_label
+from sparse_runner.reporting.papers.correia2019.published import TRANSLATION_COLUMNS
 from sparse_runner.reporting.runs import RunRecord
 from sparse_runner.reporting.values import slug
 
@@ -69,7 +71,9 @@ def analysis_figures(picks: Picks, out_dir: Path) -> tuple[list[str], list[Path]
     """
     sections: list[str] = []
     written: list[Path] = []
-    for (task, experiment), groups in sorted(picks.items(), key=lambda item: tuple(map(str, item[0]))):
+    columns = {(spec["tasks"][0], spec["experiment"]): picks.preset_cells(column)
+               for column, spec in TRANSLATION_COLUMNS.items()}
+    for (task, experiment), groups in sorted(columns.items()):
         runs = {model: group.best for model, group in groups.items()}
         analysed = {row_label(model): rec for model, rec in runs.items() if rec.analysis("attention")}
         if not analysed:

@@ -7,14 +7,13 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from sparse_runner.reporting import seeds
-from sparse_runner.reporting.papers.correia2019.picks import Picks, column_runs, paper_groups, row_label, table1_models
+from sparse_runner.reporting.papers.correia2019.picks import Picks, RowKey, table1_rows
 from sparse_runner.reporting.papers.correia2019.published import (
     CORREIA2019_MODEL_SIZE,
     CORREIA2019_SPEED,
     CORREIA2019_TABLE1,
     METRIC,
     TRANSLATION_COLUMNS,
-    canonical_task,
     translation_fill_command,
 )
 from sparse_runner.reporting.render import Table
@@ -55,10 +54,10 @@ def _tokens_per_second(rec: RunRecord) -> float | None:
     return as_float(rec.data.get("tokens_per_second"))
 
 
-def _speed_vs_softmax(group: SeedGroup, picks: Picks) -> str:
-    """Mean training tokens/s in % of our softmax runs' of the same task and experiment (the paper's
-    comparison): a ratio of two means, without a std."""
-    softmax = picks.get((canonical_task(group.first.task), group.first.experiment), {}).get("softmax")
+def _speed_vs_softmax(group: SeedGroup, picks: Picks, column: str | None, key: RowKey | None) -> str:
+    """Mean training tokens/s in % of our softmax runs' of the same cell column and difference from the presets
+    (the paper's comparison): a ratio of two means, without a std."""
+    softmax = picks.column(column).get(("softmax", key[1])) if column and key else None
     ours = group.mean(_tokens_per_second)
     base = softmax.mean(_tokens_per_second) if softmax else None
     return f"{100.0 * ours / base:.0f}" if ours is not None and base else ""
@@ -77,7 +76,7 @@ def _task_info_values(runs: Iterable[RunRecord], key: str) -> list[str]:
 
 def _shown_runs(picks: Picks) -> list[RunRecord]:
     """Every run behind a cell of Table 1."""
-    return [rec for column in TRANSLATION_COLUMNS for group in column_runs(picks, column).values() for rec in group.runs]
+    return [rec for column in TRANSLATION_COLUMNS for group in picks.column(column).values() for rec in group.runs]
 
 
 def table1(picks: Picks) -> Table:
@@ -87,7 +86,7 @@ def table1(picks: Picks) -> Table:
     published_rows = CORREIA2019_TABLE1["rows"]
     headers, scale_row = ["model"], ["scale"]
     for column in columns:
-        groups = column_runs(picks, column).values()
+        groups = picks.preset_cells(column).values()   # other runs say in their label what differs
         scales = distinct((translation_scale(rec) for group in groups for rec in group.runs), sep="; ")
         if TRANSLATION_COLUMNS[column]["published"]:
             headers.append(f"{column} published")
@@ -96,18 +95,20 @@ def table1(picks: Picks) -> Table:
         scale_row.append(scales)
 
     rows, missing = [], []
-    for model in table1_models(picks):
-        label = row_label(model)
+    for key in table1_rows(picks):
+        (model, other), label = key, picks.label(key)
         row = [label]
         for column in columns:
             if TRANSLATION_COLUMNS[column]["published"]:
-                row.append(fmt_number(published_rows.get(label, {}).get(column), ".2f"))
-            group = column_runs(picks, column).get(model)
-            if group is None:
+                row.append("" if other else fmt_number(published_rows.get(label, {}).get(column), ".2f"))
+            group = picks.column(column).get(key)
+            if group is not None:
+                row.append(group.text(METRIC, score))
+            elif other:
+                row.append("")   # other runs: no preset to run
+            else:
                 row.append(f"run: {translation_fill_command(column, model)}")
                 missing.append(column)
-            else:
-                row.append(group.text(METRIC, score))
         rows.append(row)
     return Table(
         slug="correia2019_table1",
@@ -125,15 +126,18 @@ def _table1_notes(picks: Picks, missing: list[str]) -> list[str]:
     notes = [
         f"Published: {CORREIA2019_TABLE1['citation']}: test BLEU, tokenized (Moses-tokenised, "
         "multi-bleu.perl style); single runs. es→en Bible is our own CPU-size pair, not in the paper.",
-        f"Ours: per cell, the test BLEU (metrics.json `{METRIC}`, rounded to 2 decimals) of the completed runs of "
-        "the column's experiment (`experiment=correia2019_<pair>`; es→en Bible: `experiment=mt_cpu`) and the row's "
-        "model that differ only in their seed; where runs of several configurations compete, the one with the best "
-        "mean validation BLEU.",
+        f"Ours: per cell, the test BLEU (metrics.json `{METRIC}`, rounded to 2 decimals) of the completed runs whose "
+        "resolved config is the cell's preset, the column's experiment (`experiment=correia2019_<pair>`; es→en "
+        "Bible: `experiment=mt_cpu`) with the row's `model=`, in every result-changing key but the seed, whatever "
+        "their command line said (their `model=` name is only a label); the mean over seeds, and where runs on "
+        "several data compete, the one with the best mean validation BLEU. `other runs` rows: runs of a column's "
+        "task that are no preset, under the nearest preset's model and what differs from it (`key=value`); not "
+        "comparable with the published numbers.",
         seeds.NOTE,
         "Tokenized BLEU of ours: " + (" | ".join(tokenization) if tokenization else "no run yet") + ".",
         "sacreBLEU signature of ours (detokenized BLEU, in the runs table below): "
         + (" | ".join(signatures) if signatures else "no run yet") + ".",
-        "Scale: `paper size` = the paper's Transformer-Base (6+6 layers, d_model 512, 8 heads, 8192-token "
+        "Scale (of the preset rows' runs): `paper size` = the paper's Transformer-Base (6+6 layers, d_model 512, 8 heads, 8192-token "
         "batches; PAPERS.md A.3). A `CPU size` cell is a small model trained briefly: it checks the pipeline "
         "and is not a reproduction of the published number.",
     ]
@@ -144,46 +148,47 @@ def _table1_notes(picks: Picks, missing: list[str]) -> list[str]:
     return notes
 
 
-def runs_table(picks: Picks, records: list[RunRecord]) -> Table | None:
+def runs_table(picks: Picks) -> Table | None:
     """Every completed translation run behind Table 1 with sacreBLEU, chrF, speed and scale, a row per group of
     seeds; our other completed translation runs below a rule. None when there are no completed translation runs."""
-    cells = [(column, group) for column in TRANSLATION_COLUMNS for group in column_runs(picks, column).values()]
-    used = {id(group.first) for _, group in cells}
-    extra = [group for group in paper_groups(records) if id(group.first) not in used]
-    if not cells and not extra:
+    cells = [(column, key, group) for column in TRANSLATION_COLUMNS for key, group in picks.column(column).items()]
+    if not cells and not picks.hidden:
         return None
-    rows = [_run_row(column, group, picks) for column, group in cells]
-    rows += [_run_row(f"not in Table 1: task={group.first.task}, experiment={group.first.experiment}", group, picks)
-             for group in extra]
+    rows = [_run_row(column, picks.label(key), group, picks, column, key) for column, key, group in cells]
+    rows += [_run_row(f"not in Table 1: task={group.first.task}", group.first.label, group, picks)
+             for group in picks.hidden]
     notes = [
         "BLEU (tok.) is Table 1's metric; sacreBLEU is detokenized BLEU (signature in Table 1's caption); "
         "chrF in sacreBLEU's default setting. Best val BLEU chose among configurations.",
-        "Speed: mean training tokens/s in % of our softmax runs' of the same task and experiment; published: "
-        "α-entmax 75 %, 1.5-entmax 90 % of softmax (Correia et al. 2019; PAPERS.md A.3).",
+        "Speed: mean training tokens/s in % of our softmax runs' of the same column and row kind (preset or the "
+        "same other runs' difference); published: α-entmax 75 %, 1.5-entmax 90 % of softmax (Correia et al. 2019; "
+        "PAPERS.md A.3).",
         seeds.NOTE,
     ]
-    if extra:
-        notes.append("Rows below the rule are our other completed translation runs (another experiment, or "
-                     "not the best on validation); they are not in Table 1.")
+    if picks.hidden:
+        notes.append("Rows below the rule are our other completed translation runs (a task of no column, or a "
+                     "cell's runs on other data, not the best on validation); they are not in Table 1. Their model "
+                     "column says what they computed.")
     return Table(
         slug="correia2019_table1_runs",
         title="Correia et al. 2019 Table 1: our runs (BLEU, sacreBLEU, chrF, speed, scale)",
         headers=["column", "model", "BLEU (tok.)", "sacreBLEU", "chrF", "best val BLEU", "tokens/s",
                  "speed vs softmax (%)", "published speed (%)", "scale", "run"],
-        rows=rows, numeric=set(range(2, 9)), rules_before={len(cells)} if extra and cells else set(), notes=notes,
+        rows=rows, numeric=set(range(2, 9)), rules_before={len(cells)} if picks.hidden and cells else set(),
+        notes=notes,
     )
 
 
-def _run_row(column: str, group: SeedGroup, picks: Picks) -> list[str]:
-    label = row_label(group.first.model or "?")
+def _run_row(column_label: str, label: str, group: SeedGroup, picks: Picks, column: str | None = None,
+             key: RowKey | None = None) -> list[str]:
     published_speed = CORREIA2019_SPEED.get(label)
     return [
-        column, label,
-        # BLEU (tok.) is the runs' primary metric (paper_groups), sacreBLEU and chrF are reported beside it
+        column_label, label,
+        # BLEU (tok.) is the runs' primary metric (translation_picks), sacreBLEU and chrF are reported beside it
         group.text(METRIC, score), group.text("test/sacrebleu", score), group.text("test/chrf", score),
         group.text(lambda rec: rec.validation_value, score),
         group.text(_tokens_per_second, number_format(".0f")),
-        _speed_vs_softmax(group, picks),
+        _speed_vs_softmax(group, picks, column, key),
         "" if published_speed is None else f"{100.0 * published_speed:.0f}",
         distinct((translation_scale(rec) for rec in group.runs), sep="; "), group.display,
     ]

@@ -1,0 +1,313 @@
+"""Which paper preset a run is: the config a cell's fill command composes, compared key by key with the run's.
+
+A paper cell says how to fill it (`sparse-run experiment=lra_listops_cpu model=bigbird`); those overrides are
+its `Preset`. Hydra composes each preset once per process (`compose`, cached: about 0.1 s each, so a table
+composes only the presets its runs may be) and a run is that preset when every result-changing key agrees
+(`identity.result_keys`, the seed aside: seeds.py averages over it). `model.name` is a label and never counts:
+`model=softmax normaliser=alpha_entmax` is the `model=entmax` preset. A run that is no preset is shown beside
+the nearest one, as the `key=value` overrides that turn the preset into the run (`Match.pairs`).
+
+Rules where the two configs are not alike (`differences`):
+- a key only the preset has (the schema gained it after the run was written) agrees when the preset holds its
+  default, as the trainer's resume check does (training/trainer.py `fingerprint_difference`);
+- a key only the run has agrees: the preset's YAML leaves it to the schema default, which the run holds
+  unless `+key=...` said otherwise (today: `pretrain.trainer.*` of runs without a pre-training stage);
+- `trainer.monitor: auto` and `trainer.monitor_mode: auto` are what the runner resolves them to (config.py
+  `_resolve_monitor`): the task's headline validation metric, maximised unless it is a loss or perplexity;
+- `pretrain.trainer.*` counts only when both sides have a pre-training stage (`pretrain.task`): without one
+  it trains nothing;
+- `*.data_dir` never counts: it says where a task's files are, not what they are (task_info.data does).
+
+Torch-free: the schema (config.py) imports torch, so the defaults are those of the YAML files
+(`conf/config.yaml` with no override), which agree with the schema's on every key added so far.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from sparse_runner import identity
+from sparse_runner.checks import one_line
+from sparse_runner.reporting.console import warn
+from sparse_runner.reporting.values import as_float, fmt_value
+from sparse_runner.run_metrics import NON_RESULT_KEYS, validation_metric
+
+# sparse_runner/conf, read directly: sparse_runner.config (its CONF_DIR) imports torch.
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+SEED_KEY = "seed"
+# How many `key=value` differences a label shows before `(+k more)`.
+SHOWN_DIFFERENCES = 4
+# Where a task's files are (`task.data_dir=/data/lra_release/...`, which the presets of file-based tasks leave
+# to the user): a folder on one machine, not what the data are. Never compared: a run's metrics.json says which
+# data it used (task_info.data), and seeds.py keeps runs on other data apart (a cell prefers official data).
+LOCATION_SUFFIXES = (".data_dir",)
+# The nodes the schema gives defaults to (config.py RunConfig; `task` is the task family's own).
+_SCHEMA_NODES = ("model.", "trainer.", "paths.", "pretrain.trainer.")
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+ABSENT = _Absent()   # a key the run's config does not have
+
+
+@functools.lru_cache(maxsize=None)
+def _model_names() -> tuple[str, ...]:
+    return tuple(sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml")))
+
+
+def model_names() -> list[str]:
+    """The model presets the runner has (conf/model/*.yaml), by name."""
+    return list(_model_names())
+
+
+def _register_resolvers() -> None:
+    """The resolver conf/hydra/default.yaml reads, registered as config.py does (which imports torch)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("non_result_keys"):
+        OmegaConf.register_new_resolver("non_result_keys", lambda: [*NON_RESULT_KEYS, "hydra.launcher", "hydra/launcher"])
+
+
+@functools.lru_cache(maxsize=None)
+def compose(overrides: tuple[str, ...]) -> dict[str, Any] | None:
+    """conf/config.yaml composed with `overrides` and resolved (no `hydra` node), as a nested dict; None (and one
+    warning) when Hydra refuses them. Cached: every preset is composed once per process."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    _register_resolvers()
+    try:  # initialize_config_dir saves and restores any Hydra already set up in this process
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sparse_report"):
+            config = OmegaConf.to_container(hydra_compose(config_name="config", overrides=list(overrides)), resolve=True)
+    except Exception as exc:  # a preset the conf/ folder no longer has: it fills nothing
+        warn(f"cannot compose the preset `{' '.join(overrides)}`: {one_line(exc)}")
+        return None
+    return config if isinstance(config, dict) else None
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The result-changing keys of a config but the seed and file locations (LOCATION_SUFFIXES), flattened, with
+    every node above a leaf (`a`, `a.b` for `a.b.c`), so that a leaf on one side and a node on the other
+    (`pretrain.task: null` against a pre-training task) is found without a scan."""
+
+    values: dict[str, Any]
+    nodes: frozenset[str] = field(default=frozenset())
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any] | None) -> Keys:
+        values = {k: v for k, v in identity.result_keys(config or {}).items()
+                  if k != SEED_KEY and not k.endswith(LOCATION_SUFFIXES)}
+        nodes = {key[:i] for key in values for i, char in enumerate(key) if char == "."}
+        return cls(values, frozenset(nodes))
+
+    def leaf_above(self, key: str) -> bool:
+        """Whether a leaf of these keys sits above `key` (`pretrain.task` above `pretrain.task.name`)."""
+        return any(char == "." and key[:i] in self.values for i, char in enumerate(key))
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A fill command's overrides (`experiment=lra_listops_cpu`, `model=bigbird`) and the config they compose."""
+
+    overrides: tuple[str, ...]
+
+    @property
+    def command(self) -> str:
+        return " ".join(["sparse-run", *self.overrides])
+
+    @property
+    def keys(self) -> Keys | None:
+        return _preset_keys(self.overrides)
+
+    def __str__(self) -> str:
+        return " ".join(self.overrides)
+
+
+@functools.lru_cache(maxsize=None)
+def _preset_keys(overrides: tuple[str, ...]) -> Keys | None:
+    config = compose(overrides)
+    return None if config is None else Keys.of(config)
+
+
+@functools.lru_cache(maxsize=None)
+def yaml_defaults() -> dict[str, Any]:
+    """The default of every model / trainer / paths key, as the schema's stand-in: conf/config.yaml with no
+    override (a key of a pre-training stage's trainer defaults like the run's own: `pretrain.trainer.lr` as
+    `trainer.lr`)."""
+    keys = _preset_keys(())
+    values = keys.values if keys else {}
+    defaults = {k: v for k, v in values.items() if k.startswith(_SCHEMA_NODES)}
+    defaults.update({f"pretrain.{k}": v for k, v in values.items() if k.startswith("trainer.")})
+    return defaults
+
+
+_STAGE_TRAINER = "pretrain.trainer."
+
+
+def _pretrains(keys: Keys) -> bool:
+    """Whether a config has a pre-training stage (a `pretrain.task` node, not null)."""
+    return "pretrain.task" in keys.nodes
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as config values: 1 and 1.0 are, true and 1 are not."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _resolved_auto(key: str, want: Any, have: Any, primary_metric: str | None) -> Any:
+    """What the runner makes of `auto` in `trainer.monitor` / `trainer.monitor_mode` for a run scored on
+    `primary_metric` (the run's own `auto` is left as it is)."""
+    if want != "auto" or have == "auto" or not primary_metric:
+        return want
+    monitor = validation_metric(primary_metric)
+    if key == "trainer.monitor":
+        return monitor
+    if key == "trainer.monitor_mode":
+        return "min" if monitor.endswith(("loss", "ppl")) else "max"
+    return want
+
+
+def differences(run: Keys, preset: Keys, *, primary_metric: str | None = None,
+                ignore: Iterable[str] = ()) -> dict[str, Any]:
+    """{key: the run's value} for every result-changing key where the run is not the preset (ABSENT: the run
+    lacks it); {} when it is the preset. The seed and `ignore` never count; see the module docstring for
+    keys only one side has."""
+    ignored = set(ignore)
+    # A pre-training stage's trainer changes nothing unless both sides pre-train (then it is compared).
+    inert = () if _pretrains(run) and _pretrains(preset) else (_STAGE_TRAINER,)
+    out: dict[str, Any] = {}
+    for key, want in preset.values.items():
+        if key in ignored or key.startswith(inert):
+            continue
+        if key in run.values:
+            have = run.values[key]
+            if not _same(have, _resolved_auto(key, want, have, primary_metric)):
+                out[key] = have
+        elif key in run.nodes or run.leaf_above(key):
+            continue   # a node here, or a leaf above: the run's side reports it below
+        else:
+            defaults = yaml_defaults()
+            if not (key in defaults and _same(defaults[key], want)):
+                out[key] = ABSENT
+    for key, have in run.values.items():
+        if key in preset.values or key in ignored or key.startswith(inert):
+            continue
+        if key in preset.nodes or preset.leaf_above(key):
+            out[key] = have
+    return dict(sorted(out.items(), key=_shown_first))
+
+
+def _shown_first(item: tuple[str, Any]) -> tuple:
+    """A config's name first (`task.name=listops_lra` says more than its ten keys), then key order."""
+    return (not item[0].endswith(".name"), item[0])
+
+
+def override_text(key: str, value: Any) -> str:
+    """`trainer.lr=0.01`, as a command line would give it."""
+    return f"{key}=(absent)" if value is ABSENT else f"{key}={fmt_value(value)}"
+
+
+@dataclass(frozen=True)
+class Match:
+    """A run against the preset it is (no differences) or the nearest one."""
+
+    preset: Preset
+    differences: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def exact(self) -> bool:
+        return not self.differences
+
+    @property
+    def pairs(self) -> tuple[str, ...]:
+        """Every difference as `key=value`: names first (`task.name`), then in key order."""
+        return tuple(override_text(key, value) for key, value in self.differences)
+
+
+def shown(pairs: Sequence[str], limit: int = SHOWN_DIFFERENCES) -> str:
+    """`trainer.lr=0.01, trainer.max_steps=100 (+3 more)`: the first `limit` differences."""
+    text = ", ".join(pairs[:limit])
+    return text + (f" (+{len(pairs) - limit} more)" if len(pairs) > limit else "")
+
+
+def match(keys: Keys, candidates: Iterable[Preset], *, primary_metric: str | None = None,
+          ignore: Iterable[str] = ()) -> Match | None:
+    """The first candidate `keys` is, else the nearest (fewest differing keys; the first on a tie); None
+    when no candidate composes. Candidates are composed in order, as far as needed."""
+    ignore = tuple(ignore)
+    nearest: Match | None = None
+    for preset in candidates:
+        preset_keys = preset.keys
+        if preset_keys is None:
+            continue
+        found = differences(keys, preset_keys, primary_metric=primary_metric, ignore=ignore)
+        if not found:
+            return Match(preset)
+        if nearest is None or len(found) < len(nearest.differences):
+            nearest = Match(preset, tuple(found.items()))
+    return nearest
+
+
+def cache_clear() -> None:
+    """Forget every composed preset (a long-lived process whose conf/ changed; tests counting compositions)."""
+    for cached in (compose, _preset_keys, yaml_defaults, model_recipe, _model_names):
+        cached.cache_clear()
+
+
+# ------------------------------------------------------------------------------------ model recipes
+def recipe(values: Mapping[str, Any]) -> tuple:
+    """What a model preset chooses, from flattened result keys: normaliser, pattern, whether heads have a fixed
+    size, whether SAR is on. Two runs of one recipe may still differ in sizes, task and training."""
+    sar = as_float(values.get("model.sar.weight"))
+    return (values.get("model.normaliser", "softmax"), values.get("model.pattern", "dense"),
+            values.get("model.head_size") is None, sar is not None and sar > 0)
+
+
+RECIPE_PARTS = len(recipe({}))
+
+
+@functools.lru_cache(maxsize=None)
+def model_recipe(name: str) -> tuple | None:
+    """The recipe of `model=<name>` (composed alone); None when it does not compose."""
+    keys = _preset_keys((f"model={name}",))
+    return None if keys is None else recipe(keys.values)
+
+
+def recipe_agreement(keys: Keys, model: str) -> int:
+    """How many parts of its recipe a run shares with a model preset (RECIPE_PARTS: all of them)."""
+    theirs = model_recipe(model)
+    return 0 if theirs is None else sum(a == b for a, b in zip(recipe(keys.values), theirs))
+
+
+def closest_models(keys: Keys, among: Sequence[str]) -> list[str]:
+    """The models of `among` (in that order) whose recipe is most like the run's: the presets worth composing
+    for it. Only these are compared key by key, which keeps a report of many runs at a few compositions. A model
+    that composes what an earlier one does (`standard_heads` is `softmax` under another name) is left out: the
+    earlier one is the preset the run is."""
+    scores = {model: recipe_agreement(keys, model) for model in among}
+    best = max(scores.values(), default=0)
+    kept: dict[str, Keys | None] = {}
+    for model in among:
+        alone = _preset_keys((f"model={model}",))
+        if scores[model] == best and (alone is None or alone not in kept.values()):
+            kept[model] = alone
+    return list(kept)
+
+
+def agrees(keys: Keys, base: Preset | None, on: Sequence[str]) -> bool:
+    """Whether a run has the values of `base` (an experiment alone) for the keys `on` that no model preset
+    changes (task, sizes): a cheap test of which experiment's presets are worth composing for it."""
+    base_keys = base.keys if base is not None else None
+    return base_keys is not None and all(_same(keys.values.get(key), base_keys.values.get(key)) for key in on)
