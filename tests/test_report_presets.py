@@ -51,15 +51,19 @@ def test_what_differs_is_the_runs_value_per_key() -> None:
 
 
 def test_a_key_the_run_lacks_agrees_when_the_preset_holds_its_default() -> None:
-    # Written before the schema had trainer.activation_checkpointing: the run behaved as its default (false).
+    # Written before the schema had trainer.min_lr_ratio: the run behaved as its default (0.0).
     run = preset_config("experiment=lra_listops_cpu")
-    del run["trainer"]["activation_checkpointing"]
+    del run["trainer"]["min_lr_ratio"]
     assert differences(keys(run), CPU_LISTOPS.keys) == {}
     # A preset that sets it otherwise is not what the old run did.
-    checkpointed = Preset(("experiment=lra_listops_cpu", "trainer.activation_checkpointing=true"))
-    assert differences(keys(run), checkpointed.keys) == {"trainer.activation_checkpointing": ABSENT}
-    assert Match(checkpointed, (("trainer.activation_checkpointing", ABSENT),)).pairs == \
-        ("trainer.activation_checkpointing=(absent)",)
+    decayed = Preset(("experiment=lra_listops_cpu", "trainer.min_lr_ratio=0.1"))
+    assert differences(keys(run), decayed.keys) == {"trainer.min_lr_ratio": ABSENT}
+    assert Match(decayed, (("trainer.min_lr_ratio", ABSENT),)).pairs == ("trainer.min_lr_ratio=(absent)",)
+
+
+def test_how_a_run_was_executed_does_not_decide_its_cell() -> None:
+    run = preset_config("experiment=lra_listops_cpu", "trainer.precision=bf16", "trainer.activation_checkpointing=true")
+    assert differences(keys(run), CPU_LISTOPS.keys) == {}
 
 
 def test_a_key_only_the_run_has_agrees_unless_it_sits_under_a_preset_leaf() -> None:

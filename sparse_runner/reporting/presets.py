@@ -16,7 +16,8 @@ Rules where the two configs are not alike (`differences`):
   `_resolve_monitor`): the task's headline validation metric, maximised unless it is a loss or perplexity;
 - `pretrain.trainer.*` counts only when both sides have a pre-training stage (`pretrain.task`): without one
   it trains nothing;
-- `*.data_dir` never counts: it says where a task's files are, not what they are (task_info.data does).
+- `*.data_dir` never counts: it says where a task's files are, not what they are (task_info.data does);
+- EXECUTION_KEYS (`trainer.precision` ...) never count: they change how a run was executed, not its setup.
 
 Torch-free: the schema (config.py) imports torch, so the defaults are those of the YAML files
 (`conf/config.yaml` with no override), which agree with the schema's on every key added so far.
@@ -44,6 +45,10 @@ SHOWN_DIFFERENCES = 4
 # to the user): a folder on one machine, not what the data are. Never compared: a run's metrics.json says which
 # data it used (task_info.data), and seeds.py keeps runs on other data apart (a cell prefers official data).
 LOCATION_SUFFIXES = (".data_dir",)
+# How a run computed, not what: the same model and training up to floating-point rounding (bf16 autocast, a
+# compiled graph, recomputed activations, another attention kernel). The GPU presets recommend bf16, and a
+# paper cell is the paper's setup however it was executed; run directories still tell these apart.
+EXECUTION_KEYS = ("trainer.precision", "trainer.compile", "trainer.activation_checkpointing", "model.attention_impl")
 # The nodes the schema gives defaults to (config.py RunConfig; `task` is the task family's own).
 _SCHEMA_NODES = ("model.", "trainer.", "paths.", "pretrain.trainer.")
 
@@ -94,7 +99,7 @@ def compose(overrides: tuple[str, ...]) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class Keys:
-    """The result-changing keys of a config but the seed and file locations (LOCATION_SUFFIXES), flattened, with
+    """The result-changing keys of a config but the seed, EXECUTION_KEYS and file locations, flattened, with
     every node above a leaf (`a`, `a.b` for `a.b.c`), so that a leaf on one side and a node on the other
     (`pretrain.task: null` against a pre-training task) is found without a scan."""
 
@@ -104,7 +109,7 @@ class Keys:
     @classmethod
     def of(cls, config: Mapping[str, Any] | None) -> Keys:
         values = {k: v for k, v in identity.result_keys(config or {}).items()
-                  if k != SEED_KEY and not k.endswith(LOCATION_SUFFIXES)}
+                  if k != SEED_KEY and k not in EXECUTION_KEYS and not k.endswith(LOCATION_SUFFIXES)}
         nodes = {key[:i] for key in values for i, char in enumerate(key) if char == "."}
         return cls(values, frozenset(nodes))
 
