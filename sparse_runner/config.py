@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sparse_runner.checks import ConfigError, choice, fail, in_unit_interval, positive
-from sparse_runner.models.config import ModelConfig, block_pattern_names, check_model_config, check_model_keys
+from sparse_runner.models.config import ModelConfig, block_pattern_names, check_attention_layers, check_model_config, check_model_keys
 from sparse_runner.run_metrics import NON_RESULT_KEYS, flatten
 from sparse_runner.tasks import Task, task_families
 from sparse_runner.training.regularisers import REGULARISERS
@@ -185,6 +185,7 @@ def _check_values(cfg: DictConfig, task_class: type[Task]) -> None:
         fail("seed", f"must be an integer in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {cfg.seed}")
     check_model_config(m)
     check_model_keys(m, task_class.model_keys, f"task family {task_class.family!r}")
+    check_attention_layers(m, task_class.model_keys)
     positive("task.max_length", t.max_length)
     task_class.check_config(t)
 

@@ -89,9 +89,11 @@ def toy_family(tmp_path, monkeypatch):
     (module_dir / "first_token.py").write_text(textwrap.dedent(TOY_MODULE))
     (conf_dir / "task").mkdir(parents=True)
     (conf_dir / "task" / "first_token.yaml").write_text(TOY_YAML)
+    # The toy registers into a copy, and the next lookup imports the package's modules again (its own too).
+    monkeypatch.setattr(TASK_FAMILIES, "_items", dict(TASK_FAMILIES.load()))
+    monkeypatch.setattr(TASK_FAMILIES, "_loaded", False)
     monkeypatch.setattr(tasks_package, "__path__", [*tasks_package.__path__, str(module_dir)])
     yield [f"hydra.searchpath=[file://{conf_dir}]", "task=first_token", *TINY_MODEL]
-    TASK_FAMILIES.pop("first_token", None)
     sys.modules.pop("sparse_runner.tasks.first_token", None)
 
 

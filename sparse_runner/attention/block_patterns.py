@@ -79,6 +79,8 @@ class BlockPattern(Pattern):
 
     representatives: str | None = None  # HST: how the encoder makes each block's representative token
     self_attention_only = True
+    # Tiles of explicit scores (model.attention_impl=explicit is what they do; the other impls do not apply).
+    ignores_attention_impl = "block patterns compute their own blocks"
 
     def __init__(self, options=None, *, global_tokens: int = 0, layer: int = 0) -> None:
         super().__init__(options, global_tokens=global_tokens, layer=layer)

@@ -50,17 +50,25 @@ Alpha = float | torch.Tensor
 
 # model.attention_impl: how a dense or causal pattern computes attention (block patterns have their own tiles).
 #   auto: softmax without weights -> SDPA; otherwise memory_efficient from `memory_efficient_from` keys
-#         (on CUDA the Triton kernel when it is installed), explicit below;
+#         (on CUDA the Triton kernel when it is installed), explicit below and for a normaliser
+#         that is no alpha-entmax;
 #   explicit: the (Nq, Nk) scores and weights; memory_efficient: this module;
 #   triton / adasplash: the CUDA kernels (kernels/entmax_attention_triton.py, kernels/adasplash_backend.py).
 ATTENTION_IMPLS = ("auto", "explicit", "memory_efficient", "triton", "adasplash")
+GPU_IMPLS = ("triton", "adasplash")  # no attention dropout, no mask besides padding and causality
 
 
-def choose_impl(impl: str, memory_efficient_from: int, n_keys: int, device: torch.device, *, dropout_p: float, has_mask: bool) -> str:
+def choose_impl(
+    impl: str, memory_efficient_from: int, n_keys: int, device: torch.device, *, dropout_p: float, has_mask: bool,
+    threshold_form: bool = True,
+) -> str:
     """The implementation that runs: 'explicit', 'memory_efficient', 'triton' or 'adasplash'.
 
+    threshold_form: whether the normaliser is an alpha-entmax (`Normaliser.has_threshold_form`); `auto`
+    keeps any other normaliser on the explicit path, the only one that computes it (a forced impl that
+    cannot compute it is refused by `config.validate`, `spec.check_attention_impl`).
     Forced GPU kernels on a CPU tensor, or without the package, are refused in one line."""
-    if impl in ("triton", "adasplash"):
+    if impl in GPU_IMPLS:
         module = _gpu_backend(impl)
         if device.type != "cuda" or not module.available():
             why = "a CUDA device" if device.type != "cuda" else ("triton" if impl == "triton" else "the adasplash package")
@@ -68,7 +76,7 @@ def choose_impl(impl: str, memory_efficient_from: int, n_keys: int, device: torc
         return impl
     if impl != "auto":
         return impl
-    if n_keys < memory_efficient_from:
+    if n_keys < memory_efficient_from or not threshold_form:
         return "explicit"
     # The Triton kernel has no attention dropout and no arbitrary masks: the torch path does those.
     if device.type == "cuda" and dropout_p == 0.0 and not has_mask and _gpu_backend("triton").available():

@@ -7,13 +7,31 @@ They are modules because alpha-entmax learns one alpha per head (Correia et al. 
 `softmax` is special: dense softmax attention never materialises its weights but goes through
 `torch.nn.functional.scaled_dot_product_attention` (see patterns.Pattern.attend); `Softmax.forward` is the
 explicit path used when the weights are needed (analysis).
+
+A normaliser registers itself where it is defined, under the name `model.normaliser` selects:
+
+    @register_normaliser("sparsemax")
+    class Sparsemax(Normaliser): ...
+
+The registered object is called as `(num_heads, alpha=None, alpha_init="random")` (a `Normaliser`
+subclass's constructor takes those; a plain factory may be registered too). Another package adds
+normalisers through the entry-point group `sparse_runner.normalisers` (see `sparse_runner.registry`).
 """
 
 from __future__ import annotations
 
+from typing import Callable, ClassVar
+
 import torch
 from torch import nn
 
+from sparse_runner.registry import Registry
+
+# name -> normaliser class (or factory), filled by @register_normaliser.
+NORMALISERS: Registry[Callable[..., "Normaliser"]] = Registry(
+    "normaliser", package="sparse_runner.attention", entry_points="sparse_runner.normalisers"
+)
+register_normaliser = NORMALISERS.register
 
 
 def _entmax():
@@ -24,12 +42,29 @@ def _entmax():
 
 
 class Normaliser(nn.Module):
-    """Base class; `fused_sdpa` says attention may skip materialising weights and call SDPA."""
+    """Base class; `fused_sdpa` says attention may skip materialising weights and call SDPA.
+
+    The constructor takes `(num_heads, alpha=None, alpha_init="random")`; the normalisers without an
+    alpha to configure ignore them."""
 
     fused_sdpa = False
 
+    def __init__(self, num_heads: int | None = None, alpha: float | None = None, alpha_init: float | str = "random") -> None:
+        super().__init__()
+
     def alphas(self) -> torch.Tensor | None:
         """(H,) alpha of each head, or None when alpha is not a notion of this normaliser."""
+        return None
+
+    @classmethod
+    def has_threshold_form(cls) -> bool:
+        """Whether it is an alpha-entmax (it gives `alphas`): the memory-efficient path and the GPU
+        kernels compute it from one threshold per row; any other normaliser needs the explicit path."""
+        return cls.alphas is not Normaliser.alphas
+
+    @classmethod
+    def constant_alpha(cls, alpha: float | None = None) -> float | None:
+        """The alpha of every head under `model.alpha`, or None when it is learned or not a notion here."""
         return None
 
     name = "explicit"
@@ -39,44 +74,54 @@ class Normaliser(nn.Module):
         return f"{self.name}-{_entmax().active_backend(device)}"
 
 
-class Softmax(Normaliser):
-    name = "softmax"
+class ConstantAlpha(Normaliser):
+    """An alpha-entmax whose alpha is a constant of the class (`ALPHA`). (`name` is set by @register_normaliser.)"""
+
+    ALPHA: ClassVar[float]
+
+    def alphas(self) -> torch.Tensor:
+        return torch.full((1,), self.ALPHA)
+
+    @classmethod
+    def constant_alpha(cls, alpha: float | None = None) -> float:
+        return cls.ALPHA
+
+
+@register_normaliser("softmax")
+class Softmax(ConstantAlpha):
+    """alpha = 1; goes through SDPA when the weights are not needed."""
+
     fused_sdpa = True
+    ALPHA = 1.0
 
     def forward(self, scores: torch.Tensor) -> torch.Tensor:
         return torch.nan_to_num(torch.softmax(scores.float(), dim=-1), nan=0.0).to(scores.dtype)
-
-    def alphas(self) -> torch.Tensor:
-        return torch.ones(1)
 
     def backend_name(self, device: torch.device) -> str:
         return "sdpa"
 
 
-class Sparsemax(Normaliser):
+@register_normaliser("sparsemax")
+class Sparsemax(ConstantAlpha):
     """alpha = 2 (Martins & Astudillo 2016)."""
 
-    name = "sparsemax"
+    ALPHA = 2.0
 
     def forward(self, scores: torch.Tensor) -> torch.Tensor:
         return _entmax().sparsemax(scores, dim=-1)
 
-    def alphas(self) -> torch.Tensor:
-        return torch.full((1,), 2.0)
 
-
-class Entmax15(Normaliser):
+@register_normaliser("entmax15")
+class Entmax15(ConstantAlpha):
     """alpha = 1.5 (Peters et al. 2019)."""
 
-    name = "entmax15"
+    ALPHA = 1.5
 
     def forward(self, scores: torch.Tensor) -> torch.Tensor:
         return _entmax().entmax15(scores, dim=-1)
 
-    def alphas(self) -> torch.Tensor:
-        return torch.full((1,), 1.5)
 
-
+@register_normaliser("alpha_entmax")
 class AlphaEntmax(Normaliser):
     """alpha-entmax with one alpha per head: fixed (`alpha` a float) or learned.
 
@@ -84,8 +129,6 @@ class AlphaEntmax(Normaliser):
     trained by the same optimiser as everything else; `a` starts at N(0, 1) ("random") or at the
     value that gives `alpha_init`.
     """
-
-    name = "alpha_entmax"
 
     def __init__(self, num_heads: int, alpha: float | None = None, alpha_init: float | str = "random") -> None:
         super().__init__()
@@ -106,21 +149,15 @@ class AlphaEntmax(Normaliser):
             return self.fixed_alpha
         return 1.0 + torch.sigmoid(self.alpha_logit)
 
+    @classmethod
+    def constant_alpha(cls, alpha: float | None = None) -> float | None:
+        return None if alpha is None else float(alpha)
+
     def forward(self, scores: torch.Tensor) -> torch.Tensor:
         alpha = self.alphas().to(scores.device).view(1, -1, 1, 1)  # one per head, broadcast over B, Nq
         return _entmax().alpha_entmax(scores, alpha, dim=-1)
 
 
-# name -> factory(num_heads, alpha, alpha_init); a new normaliser registers here.
-NORMALISERS = {
-    "softmax": lambda num_heads, **_: Softmax(),
-    "sparsemax": lambda num_heads, **_: Sparsemax(),
-    "entmax15": lambda num_heads, **_: Entmax15(),
-    "alpha_entmax": lambda num_heads, alpha=None, alpha_init="random": AlphaEntmax(num_heads, alpha, alpha_init),
-}
-
-
 def build_normaliser(name: str, num_heads: int, *, alpha: float | None = None, alpha_init: float | str = "random") -> Normaliser:
-    if name not in NORMALISERS:
-        raise ValueError(f"unknown normaliser {name!r}; valid: {', '.join(sorted(NORMALISERS))}")
+    """The normaliser registered as `name` for a layer of `num_heads` heads (ValueError naming the valid ones)."""
     return NORMALISERS[name](num_heads, alpha=alpha, alpha_init=alpha_init)

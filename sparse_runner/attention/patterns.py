@@ -13,6 +13,8 @@ option schema lives beside the code that reads it):
 
 `model.pattern=local +model.pattern_options.block_size=32` then selects it; `spec.check_attention_config`
 checks the options against the dataclass (field types, `Literal` choices, the `valid` predicate).
+Every module of this package is imported when the registry is first read, and another package adds
+patterns through the entry-point group `sparse_runner.patterns` (see `sparse_runner.registry`).
 
 Every pattern produces a dense boolean mask (True = may attend). `Pattern.attend` computes attention
 densely under that mask; the block-sparse patterns (local, BigBird, HST in `block_patterns.py`) override
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -31,9 +33,10 @@ import torch.nn.functional as F
 from sparse_runner.attention.block_sparse import record_scores
 from sparse_runner.attention.memory_efficient import attend_long, choose_impl
 from sparse_runner.attention.normalisers import Normaliser
+from sparse_runner.registry import Registry
 
 # name -> Pattern subclass, filled by @register_pattern.
-PATTERNS: dict[str, type[Pattern]] = {}
+PATTERNS: Registry[type[Pattern]] = Registry("pattern", package="sparse_runner.attention", entry_points="sparse_runner.patterns")
 
 
 @dataclass(frozen=True)
@@ -47,15 +50,7 @@ def register_pattern(name: str, options: type = NoOptions) -> Callable[[type[Pat
     `options` is a dataclass whose fields (with defaults) are the keys `model.pattern_options` accepts;
     a field's metadata may hold `valid` (a predicate on the value) and `help` (the valid values, in words).
     """
-
-    def register(cls: type[Pattern]) -> type[Pattern]:
-        if name in PATTERNS:
-            raise ValueError(f"pattern {name!r} is already registered ({PATTERNS[name].__qualname__})")
-        cls.name, cls.Options = name, options
-        PATTERNS[name] = cls
-        return cls
-
-    return register
+    return PATTERNS.register(name, Options=options)
 
 
 def build_pattern(
@@ -73,8 +68,6 @@ def build_pattern(
     layer's index (seeds BigBird's random blocks); impl, memory_efficient_from: how the default
     `attend` computes attention (`memory_efficient.choose_impl`).
     """
-    if name not in PATTERNS:
-        raise ValueError(f"unknown pattern {name!r}; valid: {', '.join(sorted(PATTERNS))}")
     cls = PATTERNS[name]
     pattern = cls(cls.Options(**(options or {})), global_tokens=global_tokens, layer=layer)
     pattern.impl, pattern.memory_efficient_from = impl, memory_efficient_from
@@ -92,6 +85,15 @@ class Pattern:
     self_attention_only = False  # True: queries and keys are the same sequence (block patterns)
     causal = False  # True: the mask is "query i sees keys <= i" (aligned to the end), computed per block
     impl, memory_efficient_from = "auto", 1024  # set by build_pattern; see memory_efficient.choose_impl
+    # Why `attend` never reads model.attention_impl, for a pattern that computes attention its own way
+    # ("": it goes through memory_efficient.choose_impl, as dense and causal attention do).
+    ignores_attention_impl: ClassVar[str] = ""
+
+    @classmethod
+    def masks_pairs(cls) -> bool:
+        """Whether `dense_mask` restricts more than causality does (the GPU kernels take padding and
+        causality only; the explicit and memory-efficient paths take any mask)."""
+        return cls.dense_mask is not Pattern.dense_mask and not cls.causal
 
     def __init__(self, options: Any = None, *, global_tokens: int = 0, layer: int = 0) -> None:
         self.options = options if options is not None else self.Options()
@@ -132,7 +134,8 @@ class Pattern:
         mask = None if self.causal else self.dense_mask(q.shape[-2], k.shape[-2], q.device)
         if not (normaliser.fused_sdpa and not need_weights):
             impl = choose_impl(
-                self.impl, self.memory_efficient_from, k.shape[-2], q.device, dropout_p=dropout_p, has_mask=mask is not None
+                self.impl, self.memory_efficient_from, k.shape[-2], q.device, dropout_p=dropout_p, has_mask=mask is not None,
+                threshold_form=normaliser.has_threshold_form(),
             )
             if impl != "explicit":
                 return attend_long(

@@ -8,9 +8,9 @@ self-attention, context attention) asks for a copy with `spec.with_pattern(...)`
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal, Mapping, get_args, get_origin, get_type_hints
+from typing import Any, Iterable, Literal, Mapping, get_args, get_origin, get_type_hints
 
-from sparse_runner.checks import choice, fail
+from sparse_runner.checks import ConfigError, choice, fail
 
 # The `model` keys `AttentionSpec.from_config` reads.
 ATTENTION_KEYS = frozenset(
@@ -76,6 +76,65 @@ def check_attention_config(m: Any) -> None:
         fail("model.memory_efficient_from", f"bad value {m.memory_efficient_from!r}", "a positive int (keys per query from which attention_impl=auto uses the memory-efficient path)")
     choice("model.pattern", m.pattern, sorted(PATTERNS))
     check_options("model.pattern_options", m.pattern_options or {}, PATTERNS[m.pattern].Options, f"pattern {m.pattern!r}")
+
+
+def check_attention_impl(m: Any, patterns: Iterable[str], *, cross_attention: bool = False) -> None:
+    """Raise ConfigError when `model.attention_impl` cannot work with the rest of a checked `model` node.
+
+    patterns: the pattern of every attention layer of the model (`model.pattern` for an encoder, causal
+    and dense for a decoder's layers); cross_attention: whether a layer's queries and keys may differ in
+    number (a decoder's context attention, incremental decoding). Refused: an impl that no layer reads
+    (block patterns compute their own blocks: auto or explicit), a memory-efficient impl for a
+    normaliser without a threshold form, and what the GPU kernels cannot do (`memory_efficient.GPU_IMPLS`:
+    a mask besides padding and causality, attention dropout; AdaSplash: a learned alpha or alpha 1,
+    as many queries as keys). `auto` always works: it only picks what can.
+    """
+    from sparse_runner.attention.memory_efficient import GPU_IMPLS
+    from sparse_runner.attention.normalisers import NORMALISERS, Normaliser
+    from sparse_runner.attention.patterns import PATTERNS
+
+    impl = m.attention_impl
+    if impl == "auto":
+        return
+    classes = [PATTERNS[name] for name in dict.fromkeys(patterns)]
+    readers = [cls for cls in classes if not cls.ignores_attention_impl]
+    if not readers:
+        why = classes[0].ignores_attention_impl if classes else "the model has no attention layer"
+        if impl != "explicit":
+            _refuse("model.attention_impl", f"{impl!r} does not apply to pattern {m.pattern!r} ({why})", m.pattern, "auto, explicit")
+        return
+    if impl == "explicit":
+        return
+    normaliser = NORMALISERS[m.normaliser]
+    if not (isinstance(normaliser, type) and issubclass(normaliser, Normaliser)):
+        return  # a factory: what it builds is known at run time only
+    if not normaliser.has_threshold_form():
+        alpha_entmax = [name for name, n in NORMALISERS.items() if isinstance(n, type) and issubclass(n, Normaliser) and n.has_threshold_form()]
+        fail(
+            "model.normaliser",
+            f"{m.normaliser!r} has no threshold form for the memory-efficient path (model.attention_impl={impl})",
+            f"{', '.join(alpha_entmax)} (or model.attention_impl auto, explicit)",
+        )
+    if impl not in GPU_IMPLS:
+        return
+    masked = [cls.name for cls in readers if cls.masks_pairs()]
+    if masked:
+        _refuse("model.attention_impl", f"{impl!r} cannot apply the mask of pattern {masked[0]!r} (the GPU kernels take padding and causal masks only)", masked[0], "auto, explicit, memory_efficient")
+    if m.attention_dropout > 0 and not normaliser.fused_sdpa:  # softmax trains through SDPA, which drops out
+        _refuse("model.attention_impl", f"{impl!r} has no attention dropout, and model.attention_dropout is {m.attention_dropout}", "attention dropout", "auto, explicit, memory_efficient")
+    if impl != "adasplash":
+        return
+    if normaliser.constant_alpha is not Normaliser.constant_alpha:  # the class says its alpha
+        alpha = normaliser.constant_alpha(m.alpha)
+        if alpha is None or not 1.0 < alpha <= 2.0:
+            has = "learns one alpha per head (model.alpha is null)" if alpha is None else f"has alpha {alpha:g}"
+            _refuse("model.attention_impl", f"'adasplash' takes one fixed alpha in (1, 2], and {m.normaliser!r} {has}", m.normaliser, "auto, explicit, memory_efficient, triton")
+    if cross_attention:
+        _refuse("model.attention_impl", "'adasplash' needs as many queries as keys, and a decoder's context attention and incremental decoding have other numbers", "a decoder", "auto, explicit, memory_efficient, triton")
+
+
+def _refuse(key: str, problem: str, where: str, valid: str) -> None:
+    raise ConfigError(f"{key}: {problem}; valid with {where}: {valid}")
 
 
 def check_options(prefix: str, values: Mapping[str, Any], schema: type, owner: str) -> None:

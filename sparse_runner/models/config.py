@@ -76,6 +76,20 @@ def check_model_config(m: Any) -> None:
     check_sar_config(m)
 
 
+def check_attention_layers(m: Any, honoured: frozenset[str] | set[str]) -> None:
+    """`model.attention_impl` against every attention layer of a task's model, which the model keys it
+    reads (`honoured`, models/__init__.py) tell: an encoder's layers use model.pattern; a language model's
+    (it does not read model.pattern) are causal; a seq2seq model (it reads model.decoder_layers) adds a
+    causal decoder and context attention from target to source positions."""
+    from sparse_runner.attention import check_attention_impl
+
+    if "attention_impl" not in honoured:
+        return
+    decoder = "decoder_layers" in honoured
+    patterns = [m.pattern] if "pattern" in honoured else ["causal"]
+    check_attention_impl(m, patterns + (["causal", "dense"] if decoder else []), cross_attention=decoder)
+
+
 def block_pattern_names() -> list[str]:
     """The registered patterns with block boundaries (what SAR and the shifted test move)."""
     from sparse_runner.attention import PATTERNS

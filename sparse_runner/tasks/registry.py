@@ -11,35 +11,21 @@ family is one module there plus one YAML file in conf/task/.
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
-import pkgutil
 from typing import Callable
 
+from sparse_runner.registry import Registry
 from sparse_runner.tasks.base import Task, TaskConfig
 
-TASK_FAMILIES: dict[str, type[Task]] = {}
+# family -> Task subclass, filled by @register_task (another package: the entry-point group sparse_runner.tasks).
+TASK_FAMILIES: Registry[type[Task]] = Registry("task family", package="sparse_runner.tasks", entry_points="sparse_runner.tasks")
 
 
 def register_task(family: str, *, config: type[TaskConfig]) -> Callable[[type[Task]], type[Task]]:
-    """Class decorator: `family` (the value of `task.family` in YAML) -> the task class."""
-
-    def add(cls: type[Task]) -> type[Task]:
-        if family in TASK_FAMILIES and TASK_FAMILIES[family] is not cls:
-            raise ValueError(f"task family {family!r} is registered twice ({TASK_FAMILIES[family].__name__}, {cls.__name__})")
-        cls.family, cls.config_class = family, config
-        TASK_FAMILIES[family] = cls
-        return cls
-
-    return add
+    """Class decorator: `family` (the value of `task.family` in YAML) -> the task class, whose schema
+    is `config` (set as `cls.family`, `cls.config_class`)."""
+    return TASK_FAMILIES.register(family, family=family, config_class=config)
 
 
 def task_families() -> dict[str, type[Task]]:
-    """Every registered family, after importing the modules of the tasks package."""
-    import sparse_runner.tasks as package
-
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{module.name}")
-    for entry_point in importlib.metadata.entry_points(group="sparse_runner.tasks"):
-        entry_point.load()
-    return TASK_FAMILIES
+    """Every registered family, after importing the modules of the tasks package (and the entry points)."""
+    return TASK_FAMILIES.load()

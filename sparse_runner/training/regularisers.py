@@ -6,6 +6,10 @@ under another attention topology) and compare their output distributions. It ret
 named stats; the trainer adds `weight * loss` and logs every stat as `train/<name>`.
 `trainer.regulariser` picks one by name, `trainer.regulariser_weight` sets the weight; SAR is a part of
 the model (`model.sar`, ERNIE-Sparse), built by `sar(...)`, and adds to whichever of these is set.
+
+A regulariser registers itself where it is defined (`@register_regulariser("rdrop")`); "none" stands
+for no auxiliary loss. Another package adds regularisers through the entry-point group
+`sparse_runner.regularisers` (see `sparse_runner.registry`).
 """
 
 from __future__ import annotations
@@ -17,10 +21,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from sparse_runner.attention.layout import layouts, shifted_blocks
+from sparse_runner.registry import Registry
 from sparse_runner.tasks.base import StepOutput, Task
 
 # (task, model, batch, first pass) -> (loss, stats)
 Regulariser = Callable[[Task, nn.Module, dict[str, Any], StepOutput], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+# name -> regulariser (None: no auxiliary loss), filled by @register_regulariser.
+REGULARISERS: Registry[Regulariser | None] = Registry("regulariser", entry_points="sparse_runner.regularisers")
+register_regulariser = REGULARISERS.register
+REGULARISERS.add("none", None)
 
 
 def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -35,6 +45,7 @@ def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor, mask: torch.Ten
     return (per_position * weights).sum() / weights.sum().clamp_min(1.0)
 
 
+@register_regulariser("rdrop")
 def r_drop(task: Task, model: nn.Module, batch: dict[str, Any], first: StepOutput) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """R-Drop (Liang et al. 2021): the same batch through the model again (other dropout masks); the
     symmetric KL between the two output distributions. The second pass's own loss is not added."""
@@ -63,6 +74,3 @@ def sar(shift: int, random_shift: bool = False) -> Regulariser:
 
     return regulariser
 
-
-# name -> regulariser (None: no auxiliary loss); a new regulariser registers here.
-REGULARISERS: dict[str, Regulariser | None] = {"none": None, "rdrop": r_drop}

@@ -26,7 +26,6 @@ from sparse_runner.analysis.collect import alpha_log_values, analyse
 from sparse_runner.attention import attention_layers
 from sparse_runner.attention.layout import shifted_blocks
 from sparse_runner.checks import ConfigError, fail
-from sparse_runner.config import schema_defaults
 from sparse_runner.models.encoder import set_activation_checkpointing
 from sparse_runner.run_metrics import LABEL_KEYS, NON_RESULT_KEYS
 from sparse_runner.tasks.base import EvalSums, StepOutput, Task
@@ -115,8 +114,11 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
 class Trainer:
     def __init__(
         self, cfg: Any, task: Task, model: torch.nn.Module, run_dir: Path, device: torch.device, *,
-        fingerprint: dict[str, Any], stop: StopSignals | None = None,
+        fingerprint: dict[str, Any], fingerprint_defaults: dict[str, Any] | None = None, stop: StopSignals | None = None,
     ) -> None:
+        """fingerprint: the flattened result-changing config a checkpoint must match to be resumed;
+        fingerprint_defaults: every key's schema default (`config.schema_defaults()`), which a key that an
+        older checkpoint lacks is taken to hold (`fingerprint_difference`)."""
         self.cfg, self.tcfg = cfg, cfg.trainer
         self.task, self.device = task, device
         self.run_dir = Path(run_dir)
@@ -129,7 +131,7 @@ class Trainer:
         wrapped = self.ddp or self.model
         self.step_model = torch.compile(wrapped) if self.tcfg.compile else wrapped
         self.stop = stop or StopSignals()
-        self.fingerprint = fingerprint
+        self.fingerprint, self.fingerprint_defaults = fingerprint, fingerprint_defaults or {}
         t = self.tcfg
         groups = optimizer_groups(self.model, t.lr, t.weight_decay, t.alpha_lr_scale)
         self.optimizer = torch.optim.AdamW(groups, lr=t.lr, betas=tuple(t.betas), fused=device.type == "cuda")
@@ -219,7 +221,7 @@ class Trainer:
         if state is None:
             return None
         self.saved_step = state["progress"]["step"]
-        mismatch = fingerprint_difference(state.get("fingerprint", {}), self.fingerprint, schema_defaults())
+        mismatch = fingerprint_difference(state.get("fingerprint", {}), self.fingerprint, self.fingerprint_defaults)
         if mismatch:
             raise ConfigError(
                 f"{self.run_dir} holds a checkpoint of a different config ({mismatch}); "
