@@ -24,6 +24,13 @@ class PlainSoftmax(Normaliser):
         return torch.nan_to_num(torch.softmax(scores.float(), dim=-1), nan=0.0).to(scores.dtype)
 
 
+class OwnAlpha(PlainSoftmax):
+    """An alpha-entmax (it gives `alphas`) that does not say its alpha before it is built."""
+
+    def alphas(self) -> torch.Tensor:
+        return torch.full((1,), 1.5)
+
+
 @dataclass(frozen=True)
 class WindowOptions:
     width: int = field(default=1, metadata={"valid": lambda w: w >= 0, "help": "an int >= 0"})
@@ -40,10 +47,11 @@ class WindowPattern(Pattern):
 
 @pytest.fixture
 def plain(monkeypatch):
-    """Registers PlainSoftmax as "plain" and WindowPattern as "window" for one test."""
+    """Registers PlainSoftmax as "plain", OwnAlpha as "own_alpha" and WindowPattern as "window" for one test."""
     monkeypatch.setattr(NORMALISERS, "_items", dict(NORMALISERS.load()))
     monkeypatch.setattr(PATTERNS, "_items", dict(PATTERNS.load()))
     register_normaliser("plain")(PlainSoftmax)
+    register_normaliser("own_alpha")(OwnAlpha)
     register_pattern("window", options=WindowOptions)(WindowPattern)
 
 
@@ -67,7 +75,7 @@ REFUSED = {
     "no-threshold-form": (
         ["model.normaliser=plain", "model.attention_impl=memory_efficient"],
         "model.normaliser: 'plain' has no threshold form for the memory-efficient path (model.attention_impl=memory_efficient); "
-        "valid: softmax, sparsemax, entmax15, alpha_entmax (or model.attention_impl auto, explicit)",
+        "valid: softmax, sparsemax, entmax15, alpha_entmax, own_alpha (or model.attention_impl auto, explicit)",
     ),
     "no-threshold-form-triton": (
         ["model.normaliser=plain", "model.attention_impl=triton"],
@@ -118,6 +126,8 @@ WORKS = {
     "softmax-dropout-triton": ["normaliser=softmax", "model.attention_dropout=0.1", "model.attention_impl=triton"],
     "learned-alpha-triton": ["normaliser=alpha_entmax", "model.attention_impl=triton"],
     "fixed-alpha-adasplash": ["normaliser=alpha_entmax", "model.alpha=1.5", "model.attention_impl=adasplash"],
+    # Refused only where the class says its alpha (Normaliser.constant_alpha): here it is known at run time.
+    "unsaid-alpha-adasplash": ["model.normaliser=own_alpha", "model.attention_impl=adasplash"],
 }
 
 

@@ -124,7 +124,7 @@ def check_attention_impl(m: Any, patterns: Iterable[str], *, cross_attention: bo
         _refuse("model.attention_impl", f"{impl!r} has no attention dropout, and model.attention_dropout is {m.attention_dropout}", "attention dropout", "auto, explicit, memory_efficient")
     if impl != "adasplash":
         return
-    if normaliser.constant_alpha is not Normaliser.constant_alpha:  # the class says its alpha
+    if normaliser.constant_alpha.__func__ is not Normaliser.constant_alpha.__func__:  # the class says its alpha
         alpha = normaliser.constant_alpha(m.alpha)
         if alpha is None or not 1.0 < alpha <= 2.0:
             has = "learns one alpha per head (model.alpha is null)" if alpha is None else f"has alpha {alpha:g}"
