@@ -1,0 +1,65 @@
+"""docs/extending.md's examples run end to end as another package would ship them: the modules in a package
+of their own, registered through entry points (a .dist-info on the path, as `pip install` leaves it), the
+YAML files on Hydra's search path (`pkg://my_package.conf`), trained for a few steps by the real CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tests.conftest import sparse_run
+from tests.test_docs import ROOT, example_files
+
+STEPS = ["trainer.max_steps=4", "trainer.eval_every=2", "trainer.batch_size=8", "trainer.warmup_steps=1",
+         "trainer.analysis=false", "model.d_model=32", "model.num_layers=1", "model.num_heads=2", "model.ffn_dim=64"]
+
+
+def install_examples(root: Path) -> dict[str, str]:
+    """Write every example of docs/extending.md into `root/my_package` (+ its dist-info); returns
+    {registry group: module} of what was installed."""
+    package = root / "my_package"
+    (package / "conf").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "conf" / "__init__.py").write_text("")
+    entry_points: dict[str, list[str]] = {}
+    for files in example_files(ROOT / "docs" / "extending.md").values():
+        for rel, content in files.items():
+            if rel.startswith("conf/"):
+                target = package / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(content)
+                continue
+            module = Path(rel).stem
+            (package / f"{module}.py").write_text(content)
+            kind = rel.split("/")[1]  # sparse_runner/<tasks|attention>/<module>.py
+            group = "sparse_runner.tasks" if kind == "tasks" else (
+                "sparse_runner.patterns" if re.search(r"@register_pattern\(", content) else "sparse_runner.normalisers")
+            entry_points.setdefault(group, []).append(f"{module} = my_package.{module}")
+    info = root / "my_package-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-package\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("".join(f"[{g}]\n" + "\n".join(lines) + "\n\n" for g, lines in entry_points.items()))
+    return {g: ", ".join(lines) for g, lines in entry_points.items()}
+
+
+def test_the_extending_examples_train_as_an_installed_package(tmp_path, cache_dir, monkeypatch):
+    installed = install_examples(tmp_path / "site")
+    assert set(installed) == {"sparse_runner.tasks", "sparse_runner.patterns", "sparse_runner.normalisers"}, installed
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'site'}:{ROOT}")
+    result = sparse_run(["task=match_ends", "pattern=strided", "normaliser=temp_softmax", "geometry=fixed_head",
+                         "model.head_size=16", *STEPS, "hydra.searchpath=[pkg://my_package.conf]"],
+                        cwd=tmp_path, cache_dir=cache_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    assert run_dir.name.startswith("match_ends_temp_softmax_strided_h2_dp16_seed0_")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["status"] == "completed" and 0.0 <= metrics["metrics"]["test/accuracy"] <= 1.0
+
+
+def test_an_unknown_component_names_the_installed_ones(tmp_path, cache_dir, monkeypatch):
+    install_examples(tmp_path / "site")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'site'}:{ROOT}")
+    result = sparse_run(["model.normaliser=temp_softmaxx", "hydra.searchpath=[pkg://my_package.conf]"], cwd=tmp_path, cache_dir=cache_dir)
+    assert result.returncode == 2
+    assert "temp_softmax" in result.stderr and "alpha_entmax" in result.stderr, result.stderr
