@@ -113,11 +113,11 @@ def write_benchmark(out_dir, name: str, result: dict, markdown: list[str]) -> No
 
 
 # ----------------------------------------------------------------------------- layer benchmarks on CPU
-# The method of scripts/bench_block_sparse.py and bench_long_attention.py (PERF_BASELINE.md sections 1, 6):
+# The method of scripts/bench_block_sparse.py and bench_long_attention.py (docs/benchmarks.md):
 # a tuned glibc allocator for the timings, round-robin Timer medians with explicit num_threads, peak
 # memory of one step in a fresh process, the load average and the measured code recorded.
 
-# Timing processes: freed blocks are reused instead of page-faulted again (PERF_BASELINE 1).
+# Timing processes: freed blocks are reused instead of page-faulted again (docs/benchmarks.md).
 TUNED_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**31)}
 # Memory children want the opposite: every allocation >= 64 KiB its own mmap, unmapped on free, so that
 # the resident set follows the live tensors (see `peak_step_memory`).

@@ -105,7 +105,7 @@ def test_published_rows(tmp_path: Path) -> None:
         "Retrieval": "n/p", "Image": "n/p", "Pathfinder": "n/p", "Avg": "57.78"}
     text = notes(table)
     assert "LRA average 57.78 against BigBird's 55.01" in text
-    assert "UNCONFIRMED, PAPERS.md C.2" in text and "assumptions of PAPERS.md C.3" in text
+    assert "UNCONFIRMED, docs/papers.md" in text and "assumptions of docs/papers.md" in text
     assert table.rules_before == {4, 10}   # under the published rows, between the two settings
 
 

@@ -1,6 +1,6 @@
 """Attention statistics of Correia et al. (2019), accumulated over evaluation batches.
 
-Definitions (PAPERS.md A.5, matching the paper's `validate.py`):
+Definitions (docs/papers.md, matching the paper's `validate.py`):
 
 - **density** of a head: (attention weights > 0) / (possible (query, key) pairs), numerator and
   denominator each summed over everything seen, padding ignored. "Possible" is whatever `valid_pairs`

@@ -6,10 +6,10 @@ instead of O(n^2), for every normaliser. Each also gives its dense boolean mask,
 every fast path to masked dense attention under that mask.
 
 Global tokens (positions 0 .. global_tokens - 1) see every key and are seen by every query in `local`
-and `bigbird`; in `hst` they take part in the global stage only (C.3 below).
+and `bigbird`; in `hst` they take part in the global stage only (see below).
 
 HST (ERNIE-Sparse, Liu et al. 2022; the paper gives no code and no details, so the design is
-PAPERS.md C.3's, every choice an option): the encoder puts one representative token in front of every
+docs/papers.md's, every choice an option): the encoder puts one representative token in front of every
 block (`layout.SequenceLayout`), so a layer's sequence is [globals][r_1 block_1][r_2 block_2]...
   - local stage: a block's tokens attend to their block and its representative (`neighbours` > 0:
     also the tokens of that many blocks on each side);

@@ -9,7 +9,7 @@ weighted sum per source. Any normaliser works unchanged because it only ever see
 softmax without weights goes through SDPA on the tiles.
 
 Why by hand: FlexAttention has no backward on CPU (torch 2.13), and Hugging Face's BigBird kernel only
-does softmax and BigBird's own topology (PERF_BASELINE.md 4.1-4.2).
+does softmax and BigBird's own topology (docs/benchmarks.md).
 
 For the analysis, the weights come back as `RowGroup`s: rows of queries, each row holding only its
 candidate keys (`valid` says which are real), so their size is that of the sparse pattern too.

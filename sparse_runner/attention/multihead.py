@@ -137,7 +137,7 @@ class MultiHeadAttention(nn.Module):
             else:
                 if valid is not None:  # broadcastable, e.g. (Nq, Nk) -> (B, 1, Nq, Nk), a view
                     valid = valid.expand(b, 1, n, m)
-                if query_mask is not None:  # padded queries have no possible pairs (PAPERS.md A.5)
+                if query_mask is not None:  # padded queries have no possible pairs (docs/papers.md)
                     rows = query_mask[:, None, :, None]
                     valid = rows.expand(b, 1, n, m) if valid is None else (valid & rows)
                 self.observer(self.key, weights.detach(), valid)

@@ -143,7 +143,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         cuda = state["cuda"]
-        if isinstance(cuda, (list, tuple)):  # checkpoints before issue 14: one state per visible GPU
+        if isinstance(cuda, (list, tuple)):  # older checkpoints: one state per visible GPU
             cuda = cuda[torch.cuda.current_device()] if torch.cuda.current_device() < len(cuda) else None
         if cuda is not None:
             torch.cuda.set_rng_state(cuda)

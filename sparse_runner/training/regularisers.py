@@ -55,7 +55,7 @@ def r_drop(task: Task, model: nn.Module, batch: dict[str, Any], first: StepOutpu
 
 
 def sar(shift: int, random_shift: bool = False) -> Regulariser:
-    """ERNIE-Sparse's self-attention regularisation (Liu et al. 2022; design of PAPERS.md C.3): the same
+    """ERNIE-Sparse's self-attention regularisation (Liu et al. 2022; design of docs/papers.md): the same
     batch through the model again with every block boundary moved `shift` tokens right (another sparse
     topology over the same tokens); the symmetric KL between the two passes' output distributions.
     `random_shift`: draw the shift from 1 .. block_size - 1 at every step instead (from torch's global

@@ -1,13 +1,13 @@
 """Bhojanapalli et al., "Low-Rank Bottleneck in Multi-head Attention Models", ICML 2020.
 
-What the report shows today: the low-rank study (`task=lowrank`, Theorem 1, PAPERS.md B.2) from completed
+What the report shows today: the low-rank study (`task=lowrank`, Theorem 1, docs/papers.md) from completed
 lowrank runs' metrics.json: the best KL(P || A) a head of size d_p reaches against d_p, as a table and a
 figure with d_p = n marked, and standard (d_p = d/h) against fixed (d_p = n) heads as h grows; runs that
 differ only in their seed are one column or row (mean ± std (n), seeds.py; the figure draws the means).
 Nothing is shown until such a run exists (`sparse-run experiment=bhojanapalli2020_lowrank`).
 
 The LM1B head sweep (perplexity against heads and parameters, paper Fig. 1/3) is in `bhojanapalli2020_lm`.
-Tables 1, 2A and 2B (BERT fine-tuned on SQuAD and MNLI against heads and head size, PAPERS.md B.3: published
+Tables 1, 2A and 2B (BERT fine-tuned on SQuAD and MNLI against heads and head size, docs/papers.md: published
 numbers, parameter counts, ours from the `bhojanapalli2020_table*` experiments) are in `bhojanapalli2020_bert`;
 they are shown once the report holds a run of the BERT experiments (pre-training, squad or mnli), with the
 published numbers and the commands that fill their empty cells.

@@ -1,5 +1,5 @@
 """Bhojanapalli et al. (2020), Tables 1 and 2: BERT fine-tuned on SQuAD (F1, EM) and MNLI (accuracy) against
-the number of heads and the head size, published numbers (PAPERS.md B.3) beside ours.
+the number of heads and the head size, published numbers (docs/papers.md) beside ours.
 
 Three tables, shown even without runs (the published numbers, the parameter count of each model by
 `bert_parameters`, and the commands that fill our cells):
@@ -261,7 +261,7 @@ def paper_table(filed: list[tuple[RunRecord, Filing]], paper: PaperTable) -> Tab
     body, rules = table_rows(rows, paper)
     notes = [
         f"Published: {CITATION}, {paper.key.replace('table', 'Table ').replace('2a', '2A').replace('2b', '2B')} "
-        "(arXiv v1; transcribed in PAPERS.md B.3, one transcription; ± only where it has one): pre-trained BERT "
+        "(arXiv v1; transcribed in docs/papers.md, one transcription; ± only where it has one): pre-trained BERT "
         "fine-tuned on SQuAD v1.1 (F1, exact match) and MNLI (accuracy; the transcription does not say matched or "
         "mismatched: BERT papers usually mean matched, so it stands beside our MNLI-m).",
         paper.note,

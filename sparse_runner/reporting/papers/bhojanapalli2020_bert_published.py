@@ -1,4 +1,4 @@
-"""Bhojanapalli et al. (2020), Tables 1 and 2 (PAPERS.md B.3): the published numbers, the parameter count of
+"""Bhojanapalli et al. (2020), Tables 1 and 2 (docs/papers.md): the published numbers, the parameter count of
 our masked LM (`bert_parameters`), and the presets that fill our cells (the tables' experiments, one job per
 fine-tuning task). Plain data and arithmetic, used by bhojanapalli2020_bert.py and its runs.
 """
@@ -122,7 +122,7 @@ class PaperTable:
 
 
 # Bhojanapalli, Yun, Rawat, Reddi, Kumar, "Low-Rank Bottleneck in Multi-head Attention Models", ICML 2020
-# (arXiv:2002.07028 v1), Tables 1 and 2, as transcribed in PAPERS.md B.3 (SECONDARY: one transcription;
+# (arXiv:2002.07028 v1), Tables 1 and 2, as transcribed in docs/papers.md (SECONDARY: one transcription;
 # ± only where it gave one). Table 1's models all have 336M parameters (one number for the three rows).
 TABLE1 = PaperTable(
     key="table1", slug="bhojanapalli2020_table1",

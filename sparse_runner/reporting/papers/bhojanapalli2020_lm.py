@@ -7,7 +7,7 @@ A run is in the sweep of an experiment when its resolved config is a job of such
 geometry preset, and the run's own heads, width and head size) in every result-changing key but the seed
 (presets.py), whatever its command line said; a run that is no job is in a sweep of its own, titled with what
 differs from the nearest job (`+ trainer.lr=0.01`). Runs that differ only in their seed are one point, their
-mean (± std (n) in the table, seeds.py). The paper gives these results only as plots (PAPERS.md B.3), so there are no published
+mean (± std (n) in the table, seeds.py). The paper gives these results only as plots (docs/papers.md), so there are no published
 numbers to print beside ours. Torch-free; matplotlib is imported only to draw.
 """
 

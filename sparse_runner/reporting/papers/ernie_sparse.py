@@ -1,8 +1,8 @@
 """Liu et al., "ERNIE-SPARSE: Learning Hierarchical Efficient Transformer Through Regularized
 Self-Attention", arXiv 2022: what is known of its LRA results beside our re-implementation's runs.
 
-Only abstract-level numbers of the paper are confirmed (PAPERS.md C.1): the LRA average 57.78 against
-BigBird's 55.01, plus the review's ablation facts (C.3). Its per-task numbers are unpublished (C.2). Three
+Only abstract-level numbers of the paper are confirmed (docs/papers.md): the LRA average 57.78 against
+BigBird's 55.01, plus the review's ablation facts. Its per-task numbers are unpublished. Three
 tables, shown once the report holds a run of the study (a model of its own, SAR or a regulariser on an LRA
 task), so that a report without one stays short:
 
@@ -52,9 +52,9 @@ from sparse_runner.reporting.values import as_float, as_str, pct
 CITATION = "Liu et al., arXiv 2203.12276, 2022"
 PUBLISHED = "published: Liu et al. 2022"
 PUBLISHED_LRA = "published: LRA Table 1"
-NOT_PUBLISHED = "n/p"   # not published / unconfirmed (PAPERS.md C.2)
+NOT_PUBLISHED = "n/p"   # not published / unconfirmed (docs/papers.md)
 
-# What is known of ERNIE-Sparse's LRA results (PAPERS.md C.1 abstract; C.3 the review's numbers, taken as the
+# What is known of ERNIE-Sparse's LRA results (docs/papers.md: the abstract, and the review's numbers, taken as the
 # paper's own). Differences are ERNIE-Sparse minus the ablated model, in accuracy points.
 ERNIE_SPARSE: dict = {
     "citation": CITATION,
@@ -271,7 +271,7 @@ def lra_table(rows: list[VariantRow]) -> Table:
 
 
 def _assumptions() -> str:
-    return ("Ours are re-implementations (the paper has no public code), with the assumptions of PAPERS.md C.3: "
+    return ("Ours are re-implementations (the paper has no public code), with the assumptions of docs/papers.md: "
             "HST = blocks of `block_size` tokens, one representative token per block; a local stage (tokens "
             "attend inside their block and to its representative), then a global stage (representatives attend "
             "to each other); SAR = a second forward pass with every block boundary shifted by `model.sar.shift` "
@@ -285,7 +285,7 @@ def _lra_notes(rows: list[VariantRow]) -> list[str]:
         f"Published: ERNIE-Sparse from {CITATION} (abstract): LRA average {ERNIE_SPARSE['lra_avg']:.2f} against "
         f"{ERNIE_SPARSE['baseline']}'s {LRA_TABLE1['rows'][ERNIE_SPARSE['baseline']]['Avg']:.2f}. "
         f"{NOT_PUBLISHED} = not published: its per-task LRA numbers are in no public source we found "
-        "(UNCONFIRMED, PAPERS.md C.2). The baseline rows are LRA Table 1's (" + lra.CITATION + "), which the "
+        "(UNCONFIRMED, docs/papers.md). The baseline rows are LRA Table 1's (" + lra.CITATION + "), which the "
         "paper's 55.01 suggests it reused.",
         _assumptions(),
         "Rows of ours: one per variant = (model preset, SAR on = `model.sar.weight` > 0, `trainer.regulariser`) and "
@@ -365,7 +365,7 @@ def ablation_table(rows: list[VariantRow]) -> Table:
         title="ERNIE-Sparse ablations: HST + SAR minus w/o HST and minus w/o SAR (test accuracy points)",
         headers=["difference", "source", *ABLATION_COLUMNS], rows=body, numeric={2, 3}, rules_before=rules,
         notes=[
-            "Published (the review of the paper, PAPERS.md C.3): removing HST costs 1.00 point of LRA average and "
+            "Published (the review of the paper, docs/papers.md): removing HST costs 1.00 point of LRA average and "
             f"1.78 on ListOps; the w/o SAR numbers are not known ({NOT_PUBLISHED}).",
             "Ours: the difference of two cells of the table above (their means over seeds), with the two cells "
             "in brackets; a row appears for a setting once one of its differences has both cells (Avg: both rows "
@@ -432,10 +432,10 @@ def robustness_table(records: list[RunRecord]) -> Table:
         headers=["model", "source", "shift", "test acc", "shifted test acc", "change (points)"],
         rows=body, numeric={2, 3, 4, 5}, rules_before=rules,
         notes=[
-            f"Published (the review of the paper, PAPERS.md C.3): under a perturbed attention topology Pathfinder "
+            f"Published (the review of the paper, docs/papers.md): under a perturbed attention topology Pathfinder "
             f"accuracy is {published['with SAR']:.2f} with SAR and {published['w/o SAR']:.2f} without "
             f"({published['with SAR'] - published['w/o SAR']:.2f} points less degradation). The perturbation, "
-            f"and the accuracies before it, are not known ({NOT_PUBLISHED}; PAPERS.md C.2).",
+            f"and the accuracies before it, are not known ({NOT_PUBLISHED}; docs/papers.md).",
             "Ours: the test set measured again with every block boundary moved right by `shift` tokens "
             f"(`trainer.test_topology_shift`, metric `{SHIFTED_METRIC}`) on the same runs; change = shifted minus "
             "plain test accuracy. Cells: over runs that differ only in their seed, as in the LRA table. "

@@ -14,7 +14,7 @@ from sparse_runner.reporting.values import as_str
 CITATION = "Tay et al., ICLR 2021, Table 1"
 
 # Official results: Tay et al., "Long Range Arena: A Benchmark for Efficient Transformers", ICLR 2021,
-# Table 1 (test accuracy %, identical in google-research/long-range-arena's README leaderboard; PAPERS.md
+# Table 1 (test accuracy %, identical in google-research/long-range-arena's README leaderboard; docs/papers.md
 # D.2). Path-X: every model FAILed (no better than chance). "Avg" is the paper's printed mean of the five
 # tasks without Path-X.
 # Discrepancy kept on purpose: Sinkhorn Trans.'s five scores average to 51.48, yet the paper prints 51.39
@@ -59,7 +59,7 @@ COLUMNS: dict[str, str] = {
     "pathfinder": "Pathfinder",
 }
 
-# The data behind each published column (PAPERS.md D.3), to set beside the data of our cells.
+# The data behind each published column (docs/papers.md), to set beside the data of our cells.
 OFFICIAL_DATA: dict[str, str] = {
     "ListOps": "LRA's generated ListOps (96k/2k/2k, 500-2000 tokens)",
     "Text": "IMDB reviews, byte level",

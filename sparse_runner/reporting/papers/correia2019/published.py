@@ -1,4 +1,4 @@
-"""Correia, Niculae and Martins, "Adaptively Sparse Transformers", EMNLP 2019 (PAPERS.md A.2-A.5): the
+"""Correia, Niculae and Martins, "Adaptively Sparse Transformers", EMNLP 2019 (docs/papers.md): the
 published numbers, how our runs map onto Table 1, and the commands that fill its cells.
 
 Plain data, so that adding a column or a model row is adding a dict entry, not code.
@@ -7,7 +7,7 @@ Plain data, so that adding a column or a model row is adding a dict entry, not c
 from __future__ import annotations
 
 # Table 1: test BLEU, tokenized (Moses-tokenised, multi-bleu.perl style), single runs, no std reported.
-# Identical in the author's thesis chapter and the EMNLP slides (PAPERS.md A.2).
+# Identical in the author's thesis chapter and the EMNLP slides (docs/papers.md).
 CORREIA2019_TABLE1: dict = {
     "citation": "Correia et al., EMNLP 2019, Table 1",
     "columns": ["IWSLT17 de→en", "KFTT ja→en", "WMT16 ro→en", "WMT14 en→de"],
@@ -24,10 +24,10 @@ FAMILY = "translation"
 METRIC = "test/bleu"
 
 # Training speed (tokens/s) relative to softmax, end to end: α-entmax and 1.5-entmax run at 75 % and 90 % of
-# the softmax model's speed (Correia et al. 2019; confirmed in the thesis chapter, PAPERS.md A.3).
+# the softmax model's speed (Correia et al. 2019; confirmed in the thesis chapter, docs/papers.md).
 CORREIA2019_SPEED: dict[str, float] = {"softmax": 1.00, "1.5-entmax": 0.90, "α-entmax": 0.75}
 
-# Transformer-Base as trained in the paper (PAPERS.md A.3): a run at these dimensions is "paper size".
+# Transformer-Base as trained in the paper (docs/papers.md): a run at these dimensions is "paper size".
 CORREIA2019_MODEL_SIZE: dict[str, int] = {
     "model.num_layers": 6, "model.decoder_layers": 6, "model.d_model": 512, "model.num_heads": 8,
 }

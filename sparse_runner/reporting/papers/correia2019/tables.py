@@ -138,7 +138,7 @@ def _table1_notes(picks: Picks, missing: list[str]) -> list[str]:
         "sacreBLEU signature of ours (detokenized BLEU, in the runs table below): "
         + (" | ".join(signatures) if signatures else "no run yet") + ".",
         "Scale (of the preset rows' runs): `paper size` = the paper's Transformer-Base (6+6 layers, d_model 512, 8 heads, 8192-token "
-        "batches; PAPERS.md A.3). A `CPU size` cell is a small model trained briefly: it checks the pipeline "
+        "batches; docs/papers.md). A `CPU size` cell is a small model trained briefly: it checks the pipeline "
         "and is not a reproduction of the published number.",
     ]
     columns = list(dict.fromkeys(missing))
@@ -162,7 +162,7 @@ def runs_table(picks: Picks) -> Table | None:
         "chrF in sacreBLEU's default setting. Best val BLEU chose among configurations.",
         "Speed: mean training tokens/s in % of our softmax runs' of the same column and row kind (preset or the "
         "same other runs' difference); published: α-entmax 75 %, 1.5-entmax 90 % of softmax (Correia et al. 2019; "
-        "PAPERS.md A.3).",
+        "docs/papers.md).",
         seeds.NOTE,
     ]
     if picks.hidden:
