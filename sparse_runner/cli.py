@@ -33,6 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from sparse_runner.checks import ConfigError, one_line
 from sparse_runner.config import CONF_DIR, describe_omegaconf_error, group_options, validate
+from sparse_runner.identity import register_resolvers
 from sparse_runner.run_metrics import NON_RESULT_KEYS
 
 log = logging.getLogger("sparse_runner")
@@ -45,27 +46,7 @@ GROUPS = ("model", "normaliser", "pattern", "geometry", "regulariser", "task", "
 AXES_HINT = "combine attention axes by name instead: normaliser=, pattern=, geometry=, regulariser="
 
 
-def run_dir_name(override_dirname: str, *, _root_: Any) -> str:
-    """Directory name of a run: what it computes (`identity.run_name` of the resolved config), so that the
-    same run, however spelled, lands in the same directory and resumes there.
-
-    `override_dirname` holds only the keys that change no result but that a sweep varies (the command
-    line lets them through, `excluded_sweeps`): they are appended, so that each such job has its own."""
-    from sparse_runner.identity import run_name
-
-    config = _job_config(_root_)
-    shared = [item.replace("/", "_") for item in override_dirname.split(",") if item.split("=", 1)[0] in NON_RESULT_KEYS]
-    return "_".join([run_name(config), *shared])
-
-
-def _job_config(root: Any) -> dict[str, Any]:
-    """The resolved job config without its `hydra` node (resolving that would resolve this very name)."""
-    return {key: OmegaConf.to_container(root[key], resolve=True) if OmegaConf.is_config(root[key]) else root[key]
-            for key in root if key != "hydra"}
-
-
-if not OmegaConf.has_resolver("run_dir_name"):
-    OmegaConf.register_new_resolver("run_dir_name", run_dir_name)
+register_resolvers()
 
 
 class _Failures:

@@ -18,21 +18,15 @@ from omegaconf.errors import OmegaConfBaseException
 
 from sparse_runner.checks import ConfigError, choice, fail, in_unit_interval, positive
 from sparse_runner.models.config import ModelConfig, block_pattern_names, check_attention_layers, check_model_config, check_model_keys
-from sparse_runner.run_metrics import NON_RESULT_KEYS, flatten
+from sparse_runner.identity import register_resolvers
+from sparse_runner.run_metrics import flatten
 from sparse_runner.tasks import Task, task_families
 from sparse_runner.training.regularisers import REGULARISERS
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
-def _non_result_overrides() -> list[str]:
-    """Overrides left out of run-directory names: keys that do not change a result, and the launcher."""
-    return [*NON_RESULT_KEYS, "hydra.launcher", "hydra/launcher"]
-
-
-# conf/hydra/default.yaml reads the list through this resolver; registered wherever configs are composed.
-if not OmegaConf.has_resolver("non_result_keys"):
-    OmegaConf.register_new_resolver("non_result_keys", _non_result_overrides)
+register_resolvers()  # conf/hydra/default.yaml reads them; registered wherever configs are composed
 
 
 # ----------------------------------------------------------------------------------------- schema

@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from omegaconf import OmegaConf
+
 from sparse_runner.run_metrics import LABEL_KEYS, NON_RESULT_KEYS, flatten
 
 HASH_LENGTH = 8
@@ -86,3 +88,29 @@ def run_name(config: Mapping[str, Any]) -> str:
     parts += ["pretrained"] if a.pretrained else []
     parts += [f"seed{_get(config, 'seed', 0)}", config_hash(config)]
     return "_".join(parts).replace("/", "-").replace("(", "").replace(")", "")
+
+
+# ---------------------------------------------------------------------- the resolvers conf/hydra/default.yaml reads
+def non_result_overrides() -> list[str]:
+    """Overrides left out of run-directory names: keys that change no result, and the launcher."""
+    return [*NON_RESULT_KEYS, "hydra.launcher", "hydra/launcher"]
+
+
+def run_dir_name(override_dirname: str, *, _root_: Any) -> str:
+    """`hydra.run.dir`'s name: `run_name` of the job's resolved config, so that the same run, however spelled,
+    lands in the same directory and resumes there.
+
+    `override_dirname` holds only keys that change no result but that a sweep varies (the CLI lets them
+    through, cli.excluded_sweeps): they are appended, so that each such job has its own directory."""
+    config = {key: OmegaConf.to_container(_root_[key], resolve=True) if OmegaConf.is_config(_root_[key]) else _root_[key]
+              for key in _root_ if key != "hydra"}  # resolving `hydra` would resolve this very name
+    shared = [item.replace("/", "_") for item in override_dirname.split(",") if item.split("=", 1)[0] in NON_RESULT_KEYS]
+    return "_".join([run_name(config), *shared])
+
+
+def register_resolvers() -> None:
+    """Register what conf/hydra/default.yaml reads (`non_result_keys`, `run_dir_name`); wherever configs are
+    composed: the CLI, config.py, the report's presets, tests."""
+    for name, resolver in (("non_result_keys", non_result_overrides), ("run_dir_name", run_dir_name)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver)

@@ -66,7 +66,7 @@ SCHEMA: dict[str, str] = {
 }
 
 # Config keys that do not change a run's result. conf/hydra/default.yaml reads this list through the
-# `non_result_keys` resolver (registered in config.py) to keep them out of run-directory names.
+# `non_result_keys` resolver (identity.register_resolvers) to keep them out of run-directory names.
 _TRAINER_NON_RESULT = ("resume", "device", "progress", "progress_every_s", "log_every", "num_threads")
 NON_RESULT_KEYS = (
     *(f"trainer.{key}" for key in _TRAINER_NON_RESULT),

@@ -34,7 +34,7 @@ from sparse_runner import identity
 from sparse_runner.checks import one_line
 from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.values import as_float, fmt_value
-from sparse_runner.run_metrics import NON_RESULT_KEYS, validation_metric
+from sparse_runner.run_metrics import validation_metric
 
 # sparse_runner/conf, read directly: sparse_runner.config (its CONF_DIR) imports torch.
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -71,14 +71,6 @@ def model_names() -> list[str]:
     return list(_model_names())
 
 
-def _register_resolvers() -> None:
-    """The resolver conf/hydra/default.yaml reads, registered as config.py does (which imports torch)."""
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver("non_result_keys"):
-        OmegaConf.register_new_resolver("non_result_keys", lambda: [*NON_RESULT_KEYS, "hydra.launcher", "hydra/launcher"])
-
-
 @functools.lru_cache(maxsize=None)
 def compose(overrides: tuple[str, ...]) -> dict[str, Any] | None:
     """conf/config.yaml composed with `overrides` and resolved (no `hydra` node), as a nested dict; None (and one
@@ -87,7 +79,7 @@ def compose(overrides: tuple[str, ...]) -> dict[str, Any] | None:
     from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
-    _register_resolvers()
+    identity.register_resolvers()
     try:  # initialize_config_dir saves and restores any Hydra already set up in this process
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sparse_report"):
             config = OmegaConf.to_container(hydra_compose(config_name="config", overrides=list(overrides)), resolve=True)
