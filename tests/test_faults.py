@@ -3,16 +3,20 @@ that was there before is lost (issue 14's list)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
+import pickle
 import signal
+import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -327,3 +331,217 @@ def test_a_multirun_job_refused_at_run_time_records_failed(tmp_path, cache_dir):
     assert result.returncode == 1
     runs = [json.loads(p.read_text()) for p in (tmp_path / "outputs" / "multirun").glob("*/metrics.json")]
     assert len(runs) == 2 and all(m["status"] == "failed" and "basic_test" in m["error"] for m in runs), runs
+
+
+# ------------------------------------------------------------------------------------- bad data files
+# Every data file a run cannot use is refused like a bad option: one line naming the file, exit status 2,
+# no run directory and no metrics.json left behind, whichever task reads it. The files are tiny and each
+# run stops while its data load, before a model exists.
+SMALL = [
+    "model.d_model=32", "model.num_layers=1", "model.num_heads=2", "model.ffn_dim=64", "trainer.max_steps=4",
+    "trainer.eval_every=2", "trainer.batch_size=4", "trainer.warmup_steps=1", "trainer.analysis=false",
+    "trainer.progress=false", "trainer.num_threads=1",
+]
+
+
+def refused_for_its_data(tmp_path: Path, cache_dir: Path, *args: str) -> str:
+    """Run `sparse-run args SMALL` in tmp_path/work; assert a one-line refusal that leaves nothing behind."""
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    result = sparse_run([*args, *SMALL], cwd=cwd, cache_dir=cache_dir)
+    assert result.returncode == 2, result.stderr
+    line = one_error_line(result)
+    assert "run failed" not in line and "traceback in" not in line, line
+    runs = cwd / "outputs" / "runs"
+    assert not runs.exists() or not list(runs.iterdir()), list(runs.iterdir())
+    assert not list(cwd.rglob("metrics.json"))
+    return line
+
+
+def idx_file(path: Path, array: np.ndarray, *, magic: int | None = None, gz: bool = True) -> None:
+    data = struct.pack(f">I{array.ndim}I", 0x0800 | array.ndim if magic is None else magic, *array.shape) + array.astype(np.uint8).tobytes()
+    path.write_bytes(gzip.compress(data, mtime=0) if gz else data)
+
+
+def idx_dataset(root: Path, n_train: int = 10, n_test: int = 4) -> Path:
+    """MNIST's layout: {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz."""
+    root.mkdir(parents=True)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        idx_file(root / f"{prefix}-images-idx3-ubyte.gz", np.full((n, 28, 28), 7))
+        idx_file(root / f"{prefix}-labels-idx1-ubyte.gz", np.arange(n) % 10)
+    return root
+
+
+def cifar_batches(root: Path, per_batch: int = 4) -> Path:
+    """CIFAR-10's python version: data_batch_1..5 and test_batch, pickled dicts of b"data" and b"labels"."""
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8), b"labels": rng.integers(0, 10, per_batch).tolist()}
+        (root / name).write_bytes(pickle.dumps(batch, protocol=2))
+    return root
+
+
+class _RunsCode:
+    """What a crafted batch holds instead of pixels: unpickling it calls os.system."""
+
+    def __reduce__(self):
+        return (os.system, ("touch PWNED",))
+
+
+def _truncate(path: Path, keep: int) -> None:
+    raw = gzip.decompress(path.read_bytes())
+    path.write_bytes(gzip.compress(raw[:keep], mtime=0))
+
+
+def _damage_gzip(path: Path) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[12:40] = b"\xff" * 28  # inside the deflate stream: zlib's "Error -3 while decompressing data"
+    path.write_bytes(bytes(raw))
+
+
+IMAGE_FAULTS = {
+    # name: (format, how the files are spoiled, what the line must say)
+    "idx_truncated": ("idx", lambda d: _truncate(d / "train-images-idx3-ubyte.gz", 16 + 5 * 784 + 3), "train-images-idx3-ubyte.gz: 3923 data bytes for shape (10, 28, 28)"),
+    "idx_wrong_magic": ("idx", lambda d: idx_file(d / "t10k-labels-idx1-ubyte.gz", np.zeros((4, 28, 28))), "t10k-labels-idx1-ubyte.gz: not an IDX labels file (magic 0x00000803"),
+    "idx_count_mismatch": ("idx", lambda d: idx_file(d / "t10k-labels-idx1-ubyte.gz", np.arange(3)), "4 test images but 3 labels"),
+    "idx_empty": ("idx", lambda d: (d / "train-labels-idx1-ubyte.gz").write_bytes(b""), "train-labels-idx1-ubyte.gz: the file is empty"),
+    "idx_damaged_gzip": ("idx", lambda d: _damage_gzip(d / "train-images-idx3-ubyte.gz"), "train-images-idx3-ubyte.gz: cannot read (Error -3 while decompressing data"),
+    "idx_missing": ("idx", lambda d: (d / "t10k-images-idx3-ubyte.gz").unlink(), "no t10k-images-idx3-ubyte[.gz] in"),
+    "cifar_garbage": ("cifar10", lambda d: (d / "data_batch_3").write_bytes(b"not a pickle"), "data_batch_3: not a CIFAR-10 batch (UnpicklingError"),
+    "cifar_missing_test_batch": ("cifar10", lambda d: (d / "test_batch").unlink(), "missing test_batch (expected the CIFAR-10 python version"),
+    "cifar_runs_code": ("cifar10", lambda d: (d / "data_batch_2").write_bytes(pickle.dumps({b"data": _RunsCode(), b"labels": [1]})),
+                        "data_batch_2: not a CIFAR-10 batch (UnpicklingError: it refers to posix.system"),
+}
+
+
+@pytest.mark.parametrize("fault", list(IMAGE_FAULTS))
+def test_a_bad_image_file_is_refused_in_one_line(tmp_path, cache_dir, fault):
+    file_format, spoil, expected = IMAGE_FAULTS[fault]
+    data = idx_dataset(tmp_path / "data") if file_format == "idx" else cifar_batches(tmp_path / "data")
+    spoil(data)
+    line = refused_for_its_data(tmp_path, cache_dir, "task=lra_image", "task.source=files", f"task.file_format={file_format}", f"task.data_dir={data}")
+    assert expected in line, line
+    assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()  # nothing of the crafted batch ran
+
+
+def pathfinder_release(root: Path, n: int = 6) -> Path:
+    """LRA's Pathfinder layout: curv_contour_length_14/metadata/0.npy (text lines) and imgs/0/sample_<i>.png."""
+    from PIL import Image
+
+    base = root / "curv_contour_length_14"
+    (base / "imgs" / "0").mkdir(parents=True)
+    (base / "metadata").mkdir()
+    rows = []
+    for i in range(n):
+        Image.fromarray(np.full((32, 32), 40 * i, np.uint8)).save(base / "imgs" / "0" / f"sample_{i}.png")
+        rows.append(f"imgs/0 sample_{i}.png {i} {i % 2} 1.0 14 4 2 0.5 1 1\n")
+    (base / "metadata" / "0.npy").write_text("".join(rows))
+    return root
+
+
+def _edit_line(path: Path, number: int, old: str, new: str) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    lines[number - 1] = lines[number - 1].replace(old, new)
+    path.write_text("".join(lines))
+
+
+def _small_png(path: Path) -> None:
+    from PIL import Image
+
+    Image.fromarray(np.zeros((16, 16), np.uint8)).save(path)
+
+
+PATHFINDER_FAULTS = {
+    "label_2": (lambda b: _edit_line(b / "metadata" / "0.npy", 3, " 2 0 ", " 2 2 "), "metadata/0.npy:3: expected '<subfolder> <file> <index> <label 0/1> ...'"),
+    "too_few_fields": (lambda b: _edit_line(b / "metadata" / "0.npy", 2, " 1 1.0 14 4 2 0.5 1 1", ""), "metadata/0.npy:2: expected '<subfolder> <file> <index> <label 0/1> ...'"),
+    "missing_image": (lambda b: (b / "imgs" / "0" / "sample_4.png").unlink(), "metadata/0.npy:5: cannot read image"),
+    "not_an_image": (lambda b: (b / "imgs" / "0" / "sample_1.png").write_text("not a png"), "metadata/0.npy:2: cannot read image"),
+    "16x16_image": (lambda b: _small_png(b / "imgs" / "0" / "sample_0.png"), "sample_0.png: 16x16 image, expected 32x32"),
+    "binary_metadata": (lambda b: (b / "metadata" / "0.npy").write_bytes(b"\xff\xfe\x00\x01" * 8), "metadata/0.npy: neither a text metadata file nor a .npy array"),
+    "no_metadata": (lambda b: (b / "metadata" / "0.npy").unlink(), "no metadata/*.npy found"),
+}
+
+
+@pytest.mark.parametrize("fault", list(PATHFINDER_FAULTS))
+def test_a_bad_pathfinder_release_is_refused_in_one_line(tmp_path, cache_dir, fault):
+    spoil, expected = PATHFINDER_FAULTS[fault]
+    root = pathfinder_release(tmp_path / "pathfinder32")
+    spoil(root / "curv_contour_length_14")
+    line = refused_for_its_data(tmp_path, cache_dir, "task=pathfinder", f"task.data_dir={root}")
+    assert expected in line, line
+
+
+def class_folders(root: Path) -> Path:
+    """aclImdb's layout: {train,test}/{neg,pos}/*.txt."""
+    for split in ("train", "test"):
+        for label in ("neg", "pos"):
+            (root / split / label).mkdir(parents=True)
+            for i in range(3):
+                (root / split / label / f"{i}_1.txt").write_text(f"a {label} review {i}")
+    return root
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path)
+
+
+TEXT_FAULTS = {
+    "directory_named_txt": (lambda r: (r / "train" / "pos" / "x.txt").mkdir(), "train/pos/x.txt is a directory, not a text file"),
+    "no_train_folder": (lambda r: _rmtree(r / "train"), "has no train/ folder"),
+}
+
+
+@pytest.mark.parametrize("fault", list(TEXT_FAULTS))
+def test_bad_lra_text_files_are_refused_in_one_line(tmp_path, cache_dir, fault):
+    spoil, expected = TEXT_FAULTS[fault]
+    root = class_folders(tmp_path / "imdb")
+    spoil(root)
+    line = refused_for_its_data(tmp_path, cache_dir, "task=lra_text", "task.source=files", f"task.data_dir={root}", "task.max_length=64")
+    assert expected in line, line
+
+
+LM_FAULTS = {
+    "latin1_line": (lambda r: (r / "valid.txt").write_bytes("one line\ntwo lines\nun caf\u00e9 noir\n".encode("latin-1")),
+                    "valid.txt:3: not valid UTF-8 (invalid continuation byte at byte 6)"),
+    "binary_file": (lambda r: (r / "train.txt").write_bytes(gzip.compress(b"some text\n" * 50, mtime=0)), "train.txt:1: not valid UTF-8"),
+    "nul_bytes": (lambda r: (r / "test.txt").write_bytes(b"text\n\x00\x00\x00\x00\n"), "test.txt:2: holds NUL bytes: a binary file, not text"),
+    "empty_train": (lambda r: (r / "train.txt").write_text("\n  \n"), "train.txt holds no text (no non-empty line)"),
+}
+
+
+@pytest.mark.parametrize("fault", list(LM_FAULTS))
+def test_bad_lm_text_files_are_refused_in_one_line(tmp_path, cache_dir, fault):
+    spoil, expected = LM_FAULTS[fault]
+    root = tmp_path / "corpus"
+    root.mkdir()
+    for name in ("train", "valid", "test"):
+        (root / f"{name}.txt").write_text("".join(f"line {i} of the {name} text\n" for i in range(5)))
+    spoil(root)
+    line = refused_for_its_data(tmp_path, cache_dir, "task=lm_files", f"task.data_dir={root}", "task.block_size=16")
+    assert expected in line and "task.vocab_size" not in line, line
+
+
+def aan_files(root: Path) -> Path:
+    """LRA Retrieval's release: new_aan_pairs.{train,eval,test}.tsv, label, id1, id2, text1, text2 per line."""
+    root.mkdir()
+    for name in ("train", "eval", "test"):
+        (root / f"new_aan_pairs.{name}.tsv").write_text("".join(f"{i % 2}.0\tP{i}a\tP{i}b\tpaper {i}\tcited {i}\n" for i in range(6)))
+    return root
+
+
+AAN_FAULTS = {
+    "label_not_a_number": (lambda r: (r / "new_aan_pairs.eval.tsv").open("a").write("one\tPa\tPb\tx\ty\n"), "new_aan_pairs.eval.tsv:7: label 'one' is not a number"),
+    "not_utf8": (lambda r: (r / "new_aan_pairs.test.tsv").write_bytes(b"1\ta\tb\tcaf\xe9\tx\n"), "new_aan_pairs.test.tsv:1: not valid UTF-8"),
+}
+
+
+@pytest.mark.parametrize("fault", list(AAN_FAULTS))
+def test_bad_lra_retrieval_files_are_refused_in_one_line(tmp_path, cache_dir, fault):
+    spoil, expected = AAN_FAULTS[fault]
+    root = aan_files(tmp_path / "aan")
+    spoil(root)
+    line = refused_for_its_data(tmp_path, cache_dir, "task=lra_retrieval", "task.source=files", f"task.data_dir={root}", "task.max_length=32")
+    assert expected in line, line

@@ -7,6 +7,8 @@ release is, and a small `datasets.Dataset` of PIL images.
 from __future__ import annotations
 
 import gzip
+import io
+import os
 import pickle
 import struct
 from pathlib import Path
@@ -22,6 +24,7 @@ from sparse_runner.data.images import (
     read_idx_images,
     read_idx_labels,
 )
+from sparse_runner.data.errors import DataFormatError
 from sparse_runner.data.splits import ImageSplit
 
 
@@ -191,6 +194,85 @@ def test_load_cifar10_batches_errors(tmp_path):
         pickle.dump({b"labels": [1, 2], b"data": np.zeros((2, 1024), np.uint8)}, handle)
     with pytest.raises(ValueError, match=r"b'data' is uint8 \(2, 1024\) for 2 labels \(expected uint8 \(n, 3072\)\)"):
         load_cifar10_batches(folder)
+
+
+class Python2Pickler(pickle._Pickler):
+    """Pickles as Python 2's cPickle wrote the official batches (protocol 2): every string, keys included,
+    a byte string (SHORT_BINSTRING / BINSTRING), numpy's functions under numpy.core."""
+
+    dispatch = pickle._Pickler.dispatch.copy()
+
+    def save_py2_str(self, obj, *args):
+        data = obj.encode("latin-1") if isinstance(obj, str) else obj
+        if len(data) < 256:
+            self.write(pickle.SHORT_BINSTRING + bytes([len(data)]) + data)
+        else:
+            self.write(pickle.BINSTRING + struct.pack("<i", len(data)) + data)
+        self.memoize(obj)
+
+    dispatch[bytes] = save_py2_str
+    dispatch[str] = save_py2_str
+
+    def save_global(self, obj, name=None):
+        module = {"numpy._core.multiarray": "numpy.core.multiarray"}.get(obj.__module__, obj.__module__)
+        self.write(pickle.GLOBAL + f"{module}\n{name or obj.__name__}\n".encode())
+        self.memoize(obj)
+
+
+def python2_batch(batch: dict) -> bytes:
+    out = io.BytesIO()
+    Python2Pickler(out, protocol=2).dump(batch)
+    return out.getvalue()
+
+
+def test_cifar_batches_of_every_pickle_protocol_load_as_pickle_loads_them(tmp_path):
+    """The restricted unpickler reads what pickle.load reads, bit for bit: the official files (Python 2,
+    protocol 2, numpy.core names) and batches written by Python 3 at every protocol (numpy._core names,
+    _codecs.encode for bytes at 0-2, _frombuffer at 5), labels as ints or numpy ints."""
+    folder = tmp_path / "cifar-10-batches-py"
+    write_cifar(folder, np.random.default_rng(5), n_per_batch=3)
+    rng = np.random.default_rng(6)
+    batch = {b"batch_label": b"training batch 1 of 5", b"labels": [3, 0, 9], b"data": rng.integers(0, 256, (3, 3072), dtype=np.uint8),
+             b"filenames": [b"a.png", b"b.png", b"c.png"]}
+    official = python2_batch(batch)
+    assert b"cnumpy.core.multiarray\n_reconstruct\n" in official and b"_codecs" not in official
+    variants = {"python2": official, **{f"protocol{p}": pickle.dumps(batch, protocol=p) for p in range(6)},
+                "numpy_labels": pickle.dumps({**batch, b"labels": [np.int64(v) for v in batch[b"labels"]]})}
+    expected = None
+    for name, raw in variants.items():
+        (folder / "data_batch_1").write_bytes(raw)
+        reference = pickle.loads(raw, encoding="bytes")
+        assert np.array_equal(reference[b"data"], batch[b"data"]) and list(reference[b"labels"]) == [3, 0, 9], name
+        train = load_cifar10_batches(folder)["train"]
+        if expected is None:
+            expected = train
+        assert train.pixels.tobytes() == expected.pixels.tobytes() and train.labels.tolist() == expected.labels.tolist(), name
+        assert train.labels.tolist()[:3] == [3, 0, 9]
+
+
+class RunsCode:
+    def __init__(self, call, *args):
+        self.call, self.args = call, args
+
+    def __reduce__(self):
+        return (self.call, self.args)
+
+
+@pytest.mark.parametrize("payload, names", [
+    (RunsCode(os.system, "touch PWNED"), f"{os.system.__module__}.system"),
+    (RunsCode(eval, "open('PWNED', 'w')"), "builtins.eval"),
+    (RunsCode(np.save, "PWNED", np.zeros(1)), "numpy.save"),
+    (RunsCode(__import__("codecs").encode, "x", "rot13"), "_codecs.encode other than for bytes"),
+])
+def test_a_crafted_cifar_batch_is_refused_without_running_anything(tmp_path, monkeypatch, payload, names):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "cifar-10-batches-py"
+    write_cifar(folder, np.random.default_rng(7), n_per_batch=1)
+    (folder / "data_batch_2").write_bytes(pickle.dumps({b"labels": [1], b"data": payload}))
+    with pytest.raises(DataFormatError, match=rf"data_batch_2: not a CIFAR-10 batch \(UnpicklingError: .*{names}") as info:
+        load_cifar10_batches(folder)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "PWNED").exists()
 
 
 # --- Hugging Face ---------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sparse_runner.checks import ConfigError
+from sparse_runner.checks import ConfigError, one_line
+from sparse_runner.data.errors import DataFormatError
 from sparse_runner.data.hub import SPLITS
 from sparse_runner.data.splits import PackedSplit
 
@@ -32,7 +33,8 @@ def byte_split(texts: list[str], labels, max_length: int) -> PackedSplit:
 
 def read_class_folders(root: Path, classes: list[str], where: str) -> tuple[list[str], list[int]]:
     """Texts and labels of `root/<class>/*.txt` (label = index of the class in `classes`), in
-    sorted file order. Files are read as UTF-8 with undecodable bytes replaced."""
+    sorted file order. Files are read as UTF-8 with undecodable bytes replaced. Something named ``*.txt``
+    that is not a readable file (a directory, a dangling link) raises `DataFormatError` naming it."""
     texts, labels = [], []
     for label, name in enumerate(classes):
         folder = root / name
@@ -43,7 +45,12 @@ def read_class_folders(root: Path, classes: list[str], where: str) -> tuple[list
         if not files:
             raise ConfigError(f"{where}: class folder {folder} holds no .txt files")
         for path in files:
-            texts.append(path.read_text(encoding="utf-8", errors="replace"))
+            if not path.is_file():
+                raise DataFormatError(f"{where}: {path} is a directory, not a text file" if path.is_dir() else f"{where}: {path} is not a file (a dangling link?)")
+            try:
+                texts.append(path.read_text(encoding="utf-8", errors="replace"))
+            except OSError as error:
+                raise DataFormatError(f"{where}: cannot read {path} ({one_line(error)})") from None
             labels.append(label)
     return texts, labels
 

@@ -13,37 +13,74 @@ import os
 
 import numpy as np
 
-from sparse_runner.checks import ConfigError
+from sparse_runner.checks import ConfigError, one_line
 from sparse_runner.data.byte_text import encode_bytes
+from sparse_runner.data.errors import DataFormatError
 from sparse_runner.data.hub import SPLITS
+from sparse_runner.data.lines import utf8_lines
 from sparse_runner.data.splits import PackedSplit
 
 AAN_FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
 AAN_COLUMNS = ["label", "id1", "id2", "text1", "text2"]
+AAN_ROW = "expected label<TAB>id1<TAB>id2<TAB>text1<TAB>text2 per line, UTF-8 (LRA's AAN release)"
 
 
 def read_aan_pairs(files: dict[str, str | os.PathLike], max_length: int, where: str) -> dict[str, PackedSplit]:
     """``{split}_first`` and ``{split}_second`` (the two documents of each pair, up to `max_length` byte
     tokens, with the pair's label) of LRA's AAN files, `files` mapping our splits to their paths. A label
-    other than 0 or 1 is a one-line ``ConfigError`` naming the file (`where` first)."""
+    other than 0 or 1 is a one-line ``ConfigError`` naming the file (`where` first); a file that is not
+    UTF-8 or a label that is not a number, a ``DataFormatError`` naming it."""
     import csv
 
     import datasets
 
-    loaded = datasets.load_dataset(
-        "csv", data_files={s: str(p) for s, p in files.items()}, delimiter="\t", column_names=AAN_COLUMNS,
-        quoting=csv.QUOTE_NONE, keep_in_memory=True,
-    )
+    try:
+        loaded = datasets.load_dataset(
+            "csv", data_files={s: str(p) for s, p in files.items()}, delimiter="\t", column_names=AAN_COLUMNS,
+            quoting=csv.QUOTE_NONE, keep_in_memory=True,
+        )
+    except datasets.exceptions.DatasetGenerationError as error:  # the csv builder could not parse a file
+        raise _unparsable(files, where, error) from None
     out = {}
     for split in SPLITS:
         ds = loaded[split]
         # The release writes labels as floats ("1.0") in some copies and ints in others.
-        labels = np.asarray([int(float(x)) for x in ds["label"]], dtype=np.int64)
+        labels = np.asarray([_label(x, files[split], row, where) for row, x in enumerate(ds["label"], start=1)], dtype=np.int64)
         if len(labels) and not set(np.unique(labels)) <= {0, 1}:
             raise ConfigError(f"{where}: {files[split]}: labels must be 0 or 1, got {sorted(set(labels.tolist()))[:5]}")
         for side, column in (("first", "text1"), ("second", "text2")):
             out[f"{split}_{side}"] = PackedSplit.from_sequences([encode_bytes(x or "", max_length) for x in ds[column]], labels)
     return out
+
+
+def _label(text: object, path: str | os.PathLike, row: int, where: str) -> int:
+    try:
+        return int(float(text))
+    except (TypeError, ValueError, OverflowError):
+        raise DataFormatError(f"{where}: {path}: row {row}: label {str(text)[:20]!r} is not a number; {AAN_ROW}") from None
+
+
+def _unparsable(files: dict[str, str | os.PathLike], where: str, error: Exception) -> DataFormatError:
+    """The one line for a file the csv builder failed on: the first line that is not UTF-8 or whose label is
+    not a number, else the builder's reason."""
+    def not_utf8(number: int, err: UnicodeDecodeError) -> DataFormatError:
+        return DataFormatError(f"{where}: {path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start}); {AAN_ROW}")
+
+    for path in files.values():
+        try:
+            for number, line in utf8_lines(path, not_utf8, keep_ends=False):
+                label = line.split("\t", 1)[0]
+                try:
+                    float(label)
+                except ValueError:
+                    if line.strip():
+                        return DataFormatError(f"{where}: {path}:{number}: label {label[:20]!r} is not a number; {AAN_ROW}")
+        except DataFormatError as found:
+            return found
+        except OSError:
+            pass
+    cause = error.__cause__ or error.__context__ or error
+    return DataFormatError(f"{where}: cannot read {', '.join(map(str, files.values()))} ({type(cause).__name__}: {one_line(cause)}); {AAN_ROW}")
 
 
 PAIRINGS = ("halves", "topic")

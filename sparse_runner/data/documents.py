@@ -15,9 +15,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sparse_runner.checks import ConfigError, fail
+from sparse_runner.checks import ConfigError, fail, one_line
 from sparse_runner.data.corpora import load_sotu_en
+from sparse_runner.data.errors import DataFormatError
 from sparse_runner.data.hub import hub_splits, load_hub_splits
+from sparse_runner.data.lines import utf8_lines
 
 SPLITS = ("train", "val", "test")
 # File-name stems tried for each split under task.data_dir (`{stem}.txt`).
@@ -71,7 +73,8 @@ def _load_hub(t: Any) -> dict[str, list[Document]]:
 
 
 def _read_documents(directory: Path, split: str) -> list[Document]:
-    """Documents of `{stem}.txt`: lines, an empty line between documents."""
+    """Documents of `{stem}.txt`: lines, an empty line between documents. A file that is not UTF-8 text,
+    holds NUL bytes (a binary file) or no text at all raises `DataFormatError` naming it (and the line)."""
     for stem in SPLIT_STEMS[split]:
         path = directory / f"{stem}.txt"
         if path.is_file():
@@ -79,14 +82,45 @@ def _read_documents(directory: Path, split: str) -> list[Document]:
     else:
         raise ConfigError(f"task.data_dir: {directory} has no {' / '.join(s + '.txt' for s in SPLIT_STEMS[split])} for the {split} split; valid: {TEXT_FILES}")
     docs: list[Document] = [[]]
-    with path.open(encoding="utf-8-sig") as handle:  # a BOM is not text
-        for line in handle:
-            line = line.rstrip("\n").rstrip("\r")
-            if line.strip():
-                docs[-1].append(line)
-            elif docs[-1]:
-                docs.append([])
-    return [doc for doc in docs if doc]
+    try:
+        with path.open(encoding="utf-8-sig") as handle:  # a BOM is not text
+            for line in handle:
+                line = line.rstrip("\n").rstrip("\r")
+                if "\x00" in line:
+                    raise _binary(path)
+                if line.strip():
+                    docs[-1].append(line)
+                elif docs[-1]:
+                    docs.append([])
+    except UnicodeDecodeError:
+        raise _not_utf8(path) from None
+    except OSError as error:
+        raise DataFormatError(f"task.data_dir: cannot read {path} ({one_line(error)})") from None
+    docs = [doc for doc in docs if doc]
+    if not docs:
+        raise DataFormatError(f"task.data_dir: {path} holds no text (no non-empty line); valid: {TEXT_FILES}")
+    return docs
+
+
+# The reading above decodes as a text stream (universal newlines); on a problem, the file is read again by
+# lines split on "\n" alone, as editors number them, to name the line.
+def _not_utf8(path: Path) -> DataFormatError:
+    def error(number: int, err: UnicodeDecodeError) -> DataFormatError:
+        return DataFormatError(f"{path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start}); text files must be UTF-8")
+
+    try:
+        for _ in utf8_lines(path, error):
+            pass
+    except DataFormatError as found:
+        return found
+    return DataFormatError(f"{path}: not valid UTF-8; text files must be UTF-8")
+
+
+def _binary(path: Path) -> DataFormatError:
+    with open(path, "rb") as handle:
+        number = next((n for n, raw in enumerate(handle, start=1) if b"\x00" in raw), None)
+    where = f"{path}:{number}" if number else str(path)
+    return DataFormatError(f"{where}: holds NUL bytes: a binary file, not text; valid: {TEXT_FILES}")
 
 
 # A sentence ends at . ! or ? (maybe followed by a closing quote or bracket) before whitespace and a

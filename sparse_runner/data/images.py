@@ -11,6 +11,10 @@ levels), split train[:90%] / train[90%:] / the official test set (`lra_image_spl
 `to_greyscale` (LRA's weights) and `pad_images` (centred on a larger canvas) are the pixel transforms
 the readers share. Every reader returns pixels (n, height * width) uint8 in row-major order and labels
 (n,) int64. Numpy only (no torch): data preparation must not depend on the model side.
+
+A file without the expected layout raises `DataFormatError` (one line naming the file), which the command
+line refuses like a bad option (exit status 2). CIFAR-10's pickles are read by `_CifarUnpickler`, which
+builds only dicts, lists, strings, numbers and numpy arrays: a crafted batch cannot run code.
 """
 
 from __future__ import annotations
@@ -18,11 +22,14 @@ from __future__ import annotations
 import gzip
 import os
 import pickle
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sparse_runner.checks import one_line
+from sparse_runner.data.errors import DataFormatError
 from sparse_runner.data.splits import ImageSplit
 
 # --- Pixels ---------------------------------------------------------------------------------------
@@ -56,15 +63,16 @@ IDX_SPLITS = {"train": "train", "test": "t10k"}
 
 
 def _read_maybe_gzip(path: Path) -> bytes:
-    # By content, not by name: a file unpacked by hand sometimes keeps its ".gz".
-    with open(path, "rb") as handle:
-        compressed = handle.read(2) == b"\x1f\x8b"
-    opener = gzip.open if compressed else open
     try:
+        with open(path, "rb") as handle:
+            # By content, not by name: a file unpacked by hand sometimes keeps its ".gz".
+            compressed = handle.read(2) == b"\x1f\x8b"
+        opener = gzip.open if compressed else open
         with opener(path, "rb") as handle:
             return handle.read()
-    except (OSError, EOFError) as error:  # a damaged gzip stream
-        raise ValueError(f"{path}: cannot read ({error})") from None
+    # A damaged gzip stream: BadGzipFile (an OSError), EOFError when cut short, zlib.error inside the data.
+    except (OSError, EOFError, zlib.error) as error:
+        raise DataFormatError(f"{path}: cannot read ({one_line(error)})") from None
 
 
 def _read_idx(path: str | os.PathLike, magic: int, what: str) -> np.ndarray:
@@ -72,17 +80,19 @@ def _read_idx(path: str | os.PathLike, magic: int, what: str) -> np.ndarray:
     the number of dimensions), one big-endian uint32 per dimension, then the data, C order."""
     path = Path(path)
     raw = _read_maybe_gzip(path)
+    if not raw:
+        raise DataFormatError(f"{path}: the file is empty (expected an IDX {what} file)")
     ndim = magic & 0xFF
     header = 4 * (1 + ndim)
     found = int.from_bytes(raw[:4], "big")
     if len(raw) < 4 or found != magic:  # the magic first: a wrong kind of file says so, whatever its length
-        raise ValueError(f"{path}: not an IDX {what} file (magic 0x{found:08x}, expected 0x{magic:08x})")
+        raise DataFormatError(f"{path}: not an IDX {what} file (magic 0x{found:08x}, expected 0x{magic:08x})")
     if len(raw) < header:
-        raise ValueError(f"{path}: too short for an IDX {what} file ({len(raw)} bytes)")
+        raise DataFormatError(f"{path}: too short for an IDX {what} file ({len(raw)} bytes)")
     shape = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
     expected = int(np.prod(shape, dtype=np.int64))
     if len(raw) - header != expected:
-        raise ValueError(f"{path}: {len(raw) - header} data bytes for shape {shape} (expected {expected})")
+        raise DataFormatError(f"{path}: {len(raw) - header} data bytes for shape {shape} (expected {expected})")
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
 
 
@@ -100,7 +110,7 @@ def _find_idx_file(data_dir: Path, stem: str) -> Path:
     for name in (stem, stem + ".gz"):
         if (data_dir / name).is_file():
             return data_dir / name
-    raise ValueError(f"no {stem}[.gz] in {data_dir} (expected the MNIST / Fashion-MNIST IDX files)")
+    raise DataFormatError(f"no {stem}[.gz] in {data_dir} (expected the MNIST / Fashion-MNIST IDX files)")
 
 
 def load_idx_dataset(data_dir: str | os.PathLike, *, size: int = 32) -> dict[str, ImageSplit]:
@@ -117,8 +127,12 @@ def load_idx_dataset(data_dir: str | os.PathLike, *, size: int = 32) -> dict[str
         labels_path = _find_idx_file(data_dir, f"{prefix}-labels-idx1-ubyte")
         images, labels = read_idx_images(images_path), read_idx_labels(labels_path)
         if len(images) != len(labels):
-            raise ValueError(f"{data_dir}: {len(images)} {split} images but {len(labels)} labels")
-        splits[split] = ImageSplit(pad_images(images, size, size), labels, size, size)
+            raise DataFormatError(f"{data_dir}: {len(images)} {split} images but {len(labels)} labels")
+        try:
+            padded = pad_images(images, size, size)
+        except ValueError as error:  # images larger than the frame
+            raise DataFormatError(f"{images_path}: {error}") from None
+        splits[split] = ImageSplit(padded, labels, size, size)
     return splits
 
 
@@ -141,20 +155,64 @@ def _greyscale(rgb: np.ndarray) -> np.ndarray:
     return out
 
 
+def _latin1(text: object, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+    """`_codecs.encode` as a pickle of protocol 0-2 written by Python 3 uses it: a bytes object as latin-1 text."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1") or errors != "strict":
+        raise pickle.UnpicklingError("it calls _codecs.encode other than for bytes (latin-1)")
+    return text.encode("latin-1")
+
+
+def _cifar_globals() -> dict[tuple[str, str], Any]:
+    """The globals a CIFAR-10 batch may name, under each module name numpy 1 and 2 write: the numpy array
+    (ndarray, dtype and the functions arrays and numpy scalars pickle with) and bytes as pickled by Python 3
+    at protocols 0-2. The official files (Python 2, protocol 2) name numpy.core.multiarray._reconstruct,
+    numpy.ndarray and numpy.dtype."""
+    reconstruct = np.zeros(1).__reduce__()[0]  # numpy(._)core.multiarray._reconstruct
+    scalar = np.uint8(0).__reduce__()[0]  # numpy(._)core.multiarray.scalar
+    frombuffer = np.zeros(1).__reduce_ex__(5)[0]  # numpy(._)core.numeric._frombuffer (protocol 5)
+    allowed: dict[tuple[str, str], Any] = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype, ("_codecs", "encode"): _latin1}
+    for core in ("numpy.core", "numpy._core"):
+        allowed[(f"{core}.multiarray", "_reconstruct")] = reconstruct
+        allowed[(f"{core}.multiarray", "scalar")] = scalar
+        allowed[(f"{core}.numeric", "_frombuffer")] = frombuffer
+    return allowed
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only `_cifar_globals()`: any other global (os.system, builtins.eval, a
+    class of some package ...) ends the load with UnpicklingError before anything of the file is called."""
+
+    def __init__(self, file: Any) -> None:
+        super().__init__(file, encoding="bytes")  # written by Python 2: keys are bytes
+        self._allowed = _cifar_globals()
+
+    def find_class(self, module: str, name: str) -> Any:
+        allowed = self._allowed.get((module, name))
+        if allowed is None:
+            raise pickle.UnpicklingError(f"it refers to {module}.{name}, which a CIFAR-10 batch never does; nothing of the file was run")
+        return allowed
+
+
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(n, 3072) uint8 rows and (n,) int64 labels of one pickled CIFAR-10 batch."""
+    """(n, 3072) uint8 rows and (n,) int64 labels of one pickled CIFAR-10 batch, read with
+    `_CifarUnpickler`: nothing the file names is run."""
     try:
         with open(path, "rb") as handle:
-            batch = pickle.load(handle, encoding="bytes")  # written by Python 2: keys are bytes
-    except Exception as error:  # pickle fails in many ways (UnpicklingError, EOFError, ImportError, ...)
-        raise ValueError(f"{path}: not a CIFAR-10 batch ({type(error).__name__}: {error})") from None
+            batch = _CifarUnpickler(handle).load()
+    except Exception as error:  # pickle fails in many ways (UnpicklingError, EOFError, TypeError, ...)
+        raise DataFormatError(f"{path}: not a CIFAR-10 batch ({type(error).__name__}: {one_line(error)})") from None
     if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
-        raise ValueError(f"{path}: not a CIFAR-10 batch (expected a dict with b'data' and b'labels')")
+        raise DataFormatError(f"{path}: not a CIFAR-10 batch (expected a dict with b'data' and b'labels')")
     data = np.asarray(batch[b"data"])
-    labels = np.asarray(batch[b"labels"], dtype=np.int64)
+    try:
+        labels = np.asarray(batch[b"labels"], dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        labels = None
+    if labels is None or labels.ndim != 1 or (len(labels) and labels.min() < 0):
+        raise DataFormatError(f"{path}: b'labels' is not a list of class numbers 0, 1, 2 ... (got {one_line(repr(batch[b'labels']))[:60]})")
     width = 3 * CIFAR10_SIDE * CIFAR10_SIDE
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != width or len(data) != len(labels):
-        raise ValueError(f"{path}: b'data' is {data.dtype} {data.shape} for {len(labels)} labels (expected uint8 (n, {width}))")
+        raise DataFormatError(f"{path}: b'data' is {data.dtype} {data.shape} for {len(labels)} labels (expected uint8 (n, {width}))")
     return data, labels
 
 
@@ -166,8 +224,8 @@ def load_cifar10_batches(data_dir: str | os.PathLike) -> dict[str, ImageSplit]:
     uint8, a row being the R, G and B planes of a 32x32 image, each row-major; b"labels" 10000 ints.
     Grey = `to_greyscale` (LRA's weights). Splits: pixels (n, 1024) uint8, labels (n,) int64.
 
-    Unpickling runs code the file names: only use this on files from a trusted source (the release
-    from cs.toronto.edu/~kriz), never on downloads of unknown origin.
+    The batches are unpickled by `_CifarUnpickler`, which builds dicts, lists, strings, numbers and numpy
+    arrays and nothing else: a file that names anything more (a function to call) is refused unrun.
     """
     data_dir = Path(data_dir).expanduser()
     if not (data_dir / CIFAR10_TEST_BATCH).is_file() and (data_dir / CIFAR10_FOLDER).is_dir():
@@ -175,7 +233,7 @@ def load_cifar10_batches(data_dir: str | os.PathLike) -> dict[str, ImageSplit]:
     names = {"train": CIFAR10_TRAIN_BATCHES, "test": (CIFAR10_TEST_BATCH,)}
     missing = [n for batch_names in names.values() for n in batch_names if not (data_dir / n).is_file()]
     if missing:
-        raise ValueError(f"{data_dir}: missing {', '.join(missing)} (expected the CIFAR-10 python version, {CIFAR10_FOLDER}/)")
+        raise DataFormatError(f"{data_dir}: missing {', '.join(missing)} (expected the CIFAR-10 python version, {CIFAR10_FOLDER}/)")
     splits = {}
     for split, batch_names in names.items():
         batches = [_read_cifar_batch(data_dir / n) for n in batch_names]
@@ -204,31 +262,31 @@ def images_from_hf(dataset: Any, *, image_column: str = "img", label_column: str
     """
     for column in (image_column, label_column):
         if column not in dataset.column_names:
-            raise ValueError(f"dataset has no column {column!r} (columns: {', '.join(dataset.column_names)})")
+            raise DataFormatError(f"dataset has no column {column!r} (columns: {', '.join(dataset.column_names)})")
     pixels, labels, size = [], [], None
     # Numpy format decodes a batch of equal-sized images into one (b, H, W[, C]) array.
     for batch in dataset.with_format("numpy").iter(batch_size=_HF_BATCH):
         images = batch[image_column]
         if images.dtype == object:  # the batch could not be stacked: sizes differ within it
             shapes = sorted({tuple(np.shape(image)) for image in images})
-            raise ValueError(f"column {image_column!r}: images of different sizes {shapes[:3]}")
+            raise DataFormatError(f"column {image_column!r}: images of different sizes {shapes[:3]}")
         if images.ndim == 4 and images.shape[-1] == 1:
             images = images[..., 0]
         if images.ndim == 4 and images.shape[-1] == 3:
             images = _greyscale(images)
         if images.ndim != 3 or images.dtype != np.uint8:
-            raise ValueError(
+            raise DataFormatError(
                 f"column {image_column!r}: images of {images.dtype} shape {images.shape[1:]} are neither 8-bit grey nor RGB; "
                 "cast the column with datasets.Image(mode='RGB') or mode='L'"
             )
         if size is None:
             size = images.shape[1:]
         elif images.shape[1:] != size:
-            raise ValueError(f"column {image_column!r}: images of different sizes {size} and {images.shape[1:]}")
+            raise DataFormatError(f"column {image_column!r}: images of different sizes {size} and {images.shape[1:]}")
         pixels.append(images.reshape(len(images), -1))
         labels.append(np.asarray(batch[label_column], dtype=np.int64))
     if size is None:
-        raise ValueError("dataset is empty")
+        raise DataFormatError("dataset is empty")
     return ImageSplit(np.concatenate(pixels), np.concatenate(labels), *size)
 
 

@@ -1,7 +1,8 @@
 """The images of LRA's Pathfinder release (``<root>/curv_contour_length_14/metadata/<k>.npy`` +
 ``imgs/<k>/sample_<i>.png``): ``read_released``, and ``split_released``, the 80/10/10 split.
 
-Pillow reads the PNGs; numpy only otherwise: data preparation must not depend on torch.
+Pillow reads the PNGs; numpy only otherwise: data preparation must not depend on torch. A release the
+reader cannot use raises `DataFormatError`, one line naming the file (and the metadata line).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sparse_runner.checks import one_line
+from sparse_runner.data.errors import DataFormatError
 from sparse_runner.data.pathfinder_params import DIFFICULTIES
 from sparse_runner.data.splits import ImageSplit
 
@@ -45,13 +48,13 @@ _NUMPY_MAGIC = b"\x93NUMPY"
 
 def resolve_release_dir(data_dir: str | os.PathLike, difficulty: str) -> Path:
     """The difficulty folder (the one holding metadata/): `data_dir` itself or
-    `data_dir/RELEASE_DIRS[difficulty]`. ValueError naming the layout if neither has metadata files."""
+    `data_dir/RELEASE_DIRS[difficulty]`. DataFormatError naming the layout if neither has metadata files."""
     data_dir = Path(data_dir).expanduser()
     for candidate in (data_dir, data_dir / RELEASE_DIRS[difficulty]):
         if any((candidate / "metadata").glob("*.npy")):
             return candidate
     folder = RELEASE_DIRS[difficulty]
-    raise ValueError(
+    raise DataFormatError(
         f"Pathfinder data_dir {data_dir}: no metadata/*.npy found; expected <root>/{folder}/metadata/<k>.npy "
         f"and <root>/{folder}/imgs/<k>/sample_<i>.png (LRA's release), with data_dir = <root> or <root>/{folder}"
     )
@@ -64,16 +67,20 @@ def metadata_files(directory: Path) -> list[Path]:
 
 
 def _metadata_rows(path: Path) -> list[list[str]]:
-    """The rows (lists of fields) of one metadata file, text or real .npy."""
-    raw = path.read_bytes()
-    if raw.startswith(_NUMPY_MAGIC):
-        with open(path, "rb") as handle:
-            table = np.load(handle, allow_pickle=False)
-        return [[str(field) for field in row] for row in np.atleast_2d(table)]
+    """The rows (lists of fields) of one metadata file, text or real .npy (never a pickle)."""
+    try:
+        raw = path.read_bytes()
+        if raw.startswith(_NUMPY_MAGIC):
+            with open(path, "rb") as handle:
+                table = np.load(handle, allow_pickle=False)
+            return [[str(field) for field in row] for row in np.atleast_2d(table)]
+    # A directory named <k>.npy, an unreadable file; a damaged or object (pickled) .npy array.
+    except (OSError, ValueError, EOFError) as error:
+        raise DataFormatError(f"{path}: cannot read the metadata file ({one_line(error)})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ValueError(f"{path}: neither a text metadata file nor a .npy array") from None
+        raise DataFormatError(f"{path}: neither a text metadata file nor a .npy array") from None
     return [line.split() for line in text.splitlines() if line.strip()]
 
 
@@ -83,10 +90,14 @@ def read_released(data_dir: str | os.PathLike, difficulty: str = "hard", *, reso
 
     `data_dir` is the difficulty folder (e.g. ``.../pathfinder32/curv_contour_length_14``) or the folder
     above it. Empty image files are skipped, as LRA's pipeline and S4 do (the release has one); a
-    malformed line, a label other than 0/1, a missing image or one of another size raise ValueError
+    malformed line, a label other than 0/1, a missing image or one of another size raise DataFormatError
     naming the file.
     """
     from PIL import Image  # only needed for the release
+
+    # What Pillow raises for a file that is no (whole) image: OSError (missing, unidentified, truncated),
+    # SyntaxError and ValueError (a broken PNG), DecompressionBombError (absurd dimensions).
+    unreadable = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
 
     if difficulty not in DIFFICULTIES:
         raise ValueError(f"Pathfinder difficulty must be one of {', '.join(DIFFICULTIES)}, got {difficulty!r}")
@@ -97,7 +108,7 @@ def read_released(data_dir: str | os.PathLike, difficulty: str = "hard", *, reso
     for path in metadata_files(directory):
         for number, fields in enumerate(_metadata_rows(path), start=1):
             if len(fields) < 4 or fields[3] not in ("0", "1"):
-                raise ValueError(
+                raise DataFormatError(
                     f"{path}:{number}: expected '<subfolder> <file> <index> <label 0/1> ...', got {' '.join(fields)[:80]!r}"
                 )
             image_path = directory / fields[0] / fields[1]
@@ -107,14 +118,14 @@ def read_released(data_dir: str | os.PathLike, difficulty: str = "hard", *, reso
                     continue
                 with Image.open(image_path) as image:
                     grey = np.asarray(image.convert("L"))
-            except OSError as error:  # missing file, or not an image
-                raise ValueError(f"{path}:{number}: cannot read image {image_path} ({error})") from None
+            except unreadable as error:  # missing file, or not an image
+                raise DataFormatError(f"{path}:{number}: cannot read image {image_path} ({one_line(error)})") from None
             if grey.shape != (resolution, resolution):
-                raise ValueError(f"{image_path}: {grey.shape[1]}x{grey.shape[0]} image, expected {resolution}x{resolution}")
+                raise DataFormatError(f"{image_path}: {grey.shape[1]}x{grey.shape[0]} image, expected {resolution}x{resolution}")
             pixels.append(grey.reshape(-1))
             labels.append(int(fields[3]))
     if not labels:
-        raise ValueError(f"Pathfinder release {directory}: the metadata files list no (non-empty) images")
+        raise DataFormatError(f"Pathfinder release {directory}: the metadata files list no (non-empty) images")
     if empty:
         logger.info("Pathfinder: skipped %d empty image file(s) in %s", empty, directory)
     return ImageSplit(np.stack(pixels), np.array(labels), resolution, resolution)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sparse_runner.checks import ConfigError, choice, fail, positive
+from sparse_runner.checks import ConfigError, DataError, choice, fail, positive
 from sparse_runner.data.documents import SPLITS, Document, load_documents
 from sparse_runner.io import atomic_write_text
 from sparse_runner.models import LM_KEYS, build_lm
@@ -68,6 +68,8 @@ class LanguageModelingTask(Task):
         super().__init__(cfg)
         docs = load_documents(self.cfg)
         train_lines = [line for doc in docs["train"] for line in doc]
+        if not train_lines:  # the data's fault, not task.vocab_size's
+            raise DataError(f"task {self.name}: the train split has no text; check the task's data (task.*)")
         try:
             self.tokenizer = train_or_load(
                 train_lines, vocab_size=self.cfg.vocab_size, character_coverage=self.cfg.character_coverage,

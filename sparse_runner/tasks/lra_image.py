@@ -25,6 +25,7 @@ from typing import Optional
 
 from sparse_runner.checks import choice, fail
 from sparse_runner.data import images
+from sparse_runner.data.errors import DataFormatError
 from sparse_runner.data.hub import load_hub_splits
 from sparse_runner.data.split_cache import split_cache
 from sparse_runner.data.splits import ImageSplit
@@ -43,6 +44,8 @@ def padded(split: ImageSplit, size: int) -> ImageSplit:
     """`split` centred on a size x size canvas (28 x 28 MNIST-style images -> LRA's 32 x 32)."""
     if (split.height, split.width) == (size, size):
         return split
+    if split.height > size or split.width > size:
+        raise DataFormatError(f"task lra_image: the data's images are {split.width}x{split.height}, larger than LRA Image's {size}x{size}")
     return ImageSplit(images.pad_images(split.images(), size, size), split.labels, size, size)
 
 

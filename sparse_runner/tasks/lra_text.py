@@ -28,6 +28,7 @@ import numpy as np
 
 from sparse_runner.checks import ConfigError, fail, in_unit_interval, positive
 from sparse_runner.data.byte_text import PAD_ID, VOCAB_SIZE, byte_split, read_class_folders, stratified_split
+from sparse_runner.data.errors import DataFormatError
 from sparse_runner.data.fetch import BBC_NEWS_CLASSES, fetch_bbc_news
 from sparse_runner.data.hub import hub_splits, load_hub_splits
 from sparse_runner.data.split_cache import split_cache
@@ -122,6 +123,9 @@ class LraTextTask(SequenceClassificationTask):
         if val is None:
             logger.info("task %s: %s has no val folder; the test split doubles as validation, as in LRA", t.name, data_dir)
         folders["val"] = val or folders["test"]
+        for split, folder in folders.items():
+            if not folder.is_dir():
+                raise DataFormatError(f"task.data_dir: {data_dir} has no {folder.name}/ folder for the {split} split; valid: {CLASS_FOLDERS}")
         stats = sorted((str(p), p.stat().st_mtime_ns) for p in folders.values())
         identity = {"version": _FORMAT_VERSION, "folders": stats, "classes": list(t.classes), "max_length": t.max_length}
 
