@@ -122,13 +122,28 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_the_resume_is_exact(ref
         with pytest.raises(ckpt.CheckpointWriteError) as info:
             run(cfg, tmp_path)
     message = str(info.value)
-    assert "\n" not in message and "no space left on device" in message and "previous checkpoint is kept" in message
+    # The failed write is best.pt at step 20: what is kept is the checkpoint of step 10.
+    assert "\n" not in message and "no space left on device" in message and "the previous checkpoint (step 10) is kept" in message
     assert read_metrics(tmp_path)["status"] == "failed"
     kept = torch.load(tmp_path / "checkpoints/last.pt", weights_only=True)
     assert kept["progress"]["step"] > 0
     assert not list(tmp_path.rglob("*.tmp"))
     run(cfg, tmp_path)  # space freed: the same command resumes
     assert read_metrics(tmp_path)["metrics"] == read_metrics(reference)["metrics"]
+
+
+def test_a_full_disk_at_the_first_checkpoint_says_that_nothing_is_kept(tiny_config, tmp_path, monkeypatch):
+    def save(obj, f, *args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 1664 vs 1560")
+
+    monkeypatch.setattr(ckpt.torch, "save", save)
+    monkeypatch.setattr(ckpt.shutil, "disk_usage", lambda _: SimpleNamespace(free=0))
+    with pytest.raises(ckpt.CheckpointWriteError) as info:
+        run(tiny_config(), tmp_path)
+    message = str(info.value)
+    assert "\n" not in message and "no space left on device" in message, message
+    assert "previous checkpoint" not in message and "nothing is kept yet" in message and "start it over" in message, message
+    assert not list((tmp_path / "checkpoints").glob("*.pt"))
 
 
 def test_when_no_checkpoint_is_readable_the_run_refuses_instead_of_starting_over(reference, tiny_config, tmp_path):
@@ -162,6 +177,22 @@ def test_a_diverging_run_keeps_no_non_finite_checkpoint_and_says_so_in_one_line(
             assert all(torch.isfinite(t).all() for t in state["model"].values() if t.is_floating_point()), name
             if "progress" in state:
                 assert math.isfinite(state["progress"]["window_loss"])
+
+
+def test_a_non_finite_validation_loss_is_a_divergence_and_nothing_of_it_is_kept(tmp_path, cache_dir):
+    """trainer.lr=1e9: val/loss is NaN at step 1 while the monitored val/accuracy and the weights are finite."""
+    args = [*TINY, "trainer.lr=1e9", "trainer.eval_every=1", "trainer.max_steps=4"]
+    result = sparse_run(args, cwd=tmp_path, cache_dir=cache_dir)
+    assert result.returncode == 1, result.stderr
+    line = one_error_line(result)
+    assert "diverged at step 1: val/loss is nan" in line and "no checkpoint was saved" in line, line
+    assert "the same command would diverge again" in line and "trainer.lr (now 1e+09)" in line, line
+    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    m = read_metrics(run_dir)
+    assert m["status"] == "diverged" and "val/loss is nan" in m["error"]
+    assert not list((run_dir / "checkpoints").glob("*.pt"))
+    again = sparse_run(args, cwd=tmp_path, cache_dir=cache_dir)  # nothing to resume from: the same line again
+    assert again.returncode == 1 and one_error_line(again) == line
 
 
 # -------------------------------------------------------------------------------------------- signals

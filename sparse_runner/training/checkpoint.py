@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 class CheckpointWriteError(OSError):
-    """A checkpoint could not be written (a full disk, most often); the previous one is intact."""
+    """A checkpoint could not be written (a full disk, most often); the checkpoints written before are intact."""
 
 
 # Below this much free space a failed write is put down to a full disk: torch.save reports ENOSPC as a
@@ -33,7 +33,16 @@ class CheckpointWriteError(OSError):
 _NEARLY_FULL_BYTES = 64 * 2**20
 
 
-def save(path: Path, state: dict[str, Any]) -> None:
+def kept(step: int | None) -> str:
+    """What a run that could not write a checkpoint still has, and what the same command then does."""
+    if step is None:
+        return "nothing is kept yet (this run had written no checkpoint before), so free space and run the same command again to start it over"
+    return f"the previous checkpoint (step {step}) is kept, so free space and run the same command again to resume from it"
+
+
+def save(path: Path, state: dict[str, Any], kept_step: int | None = None) -> None:
+    """Write `state` to `path` atomically. kept_step: the step of the run's newest checkpoint already on
+    disk (None: none), which a failed write names as what is kept."""
     try:
         with atomic_open(path, "wb") as handle:
             torch.save(state, handle)
@@ -44,8 +53,7 @@ def save(path: Path, state: dict[str, Any]) -> None:
             full = False
         reason = "no space left on device" if full else one_line(exc)
         raise CheckpointWriteError(
-            f"cannot write checkpoint {path}: {reason}; the previous checkpoint is kept, so free space and run the "
-            "same command again to resume from it"
+            f"cannot write checkpoint {path}: {reason}; {kept(kept_step)}"
         ) from None
 
 
@@ -60,14 +68,16 @@ class CheckpointDir:
         self.dir = Path(directory)
         self.last, self.prev, self.best = (self.dir / n for n in ("last.pt", "last.prev.pt", "best.pt"))
 
-    def save_last(self, state: dict[str, Any]) -> None:
+    def save_last(self, state: dict[str, Any], kept_step: int | None = None) -> None:
+        """kept_step: the step of the newest checkpoint on disk (None: none), named if this write fails
+        (it stays readable: as last.prev.pt, which a resume falls back to)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.last.exists():
             os.replace(self.last, self.prev)
-        save(self.last, state)
+        save(self.last, state, kept_step)
 
-    def save_best(self, state: dict[str, Any]) -> None:
-        save(self.best, state)
+    def save_best(self, state: dict[str, Any], kept_step: int | None = None) -> None:
+        save(self.best, state, kept_step)
 
     def load_latest(self) -> dict[str, Any] | None:
         """The newest readable resume state, or None if there is no checkpoint at all.

@@ -44,8 +44,8 @@ CHECKPOINT_FORMAT = 1
 
 
 class Diverged(Exception):
-    """The training loss or the weights became non-finite. Nothing non-finite was saved: the last
-    checkpoint is the last good state."""
+    """The training loss, a validation loss or the monitored metric, or the weights became non-finite.
+    Nothing non-finite was saved: the last checkpoint is the last good state."""
 
 
 @dataclass
@@ -201,13 +201,21 @@ class Trainer:
         t, p = self.tcfg, self.progress
         kept = f"the last good checkpoint (step {self.saved_step}) is kept" if self.saved_step is not None else "no checkpoint was saved"
         fix = f"lower trainer.lr (now {t.lr:g})" + (" or set trainer.clip_grad_norm" if t.clip_grad_norm is None else "")
-        return Diverged(f"training diverged at step {p.step}: {what}; {kept}; {fix}")
+        # A resume is exact: the same command would only diverge again.
+        return Diverged(f"training diverged at step {p.step}: {what}; {kept}; the same command would diverge again: {fix}")
+
+    def _check_finite_eval(self, metrics: dict[str, float]) -> None:
+        """A validation loss or the monitored metric that is not finite is a divergence too: nothing of
+        this step may be saved (best.pt, last.pt), or a resume would start from it."""
+        for name, value in metrics.items():
+            if isinstance(value, (int, float)) and (name == self.tcfg.monitor or "loss" in name.rsplit("/", 1)[-1]) and not math.isfinite(value):
+                raise self._diverged(f"{name} is {value}")
 
     def _save_last(self) -> None:
         self._check_finite()
         state = self.state_dict()
         if self.is_main:
-            self.checkpoints.save_last(state)
+            self.checkpoints.save_last(state, kept_step=self.saved_step)
         self.saved_step = self.progress.step
 
     def restore(self) -> dict[str, Any] | None:
@@ -423,6 +431,7 @@ class Trainer:
     def _evaluate_and_select(self, run_log: RunLog) -> None:
         t, p = self.tcfg, self.progress
         metrics = self.evaluate("val", max_batches=t.eval_max_batches)
+        self._check_finite_eval(metrics)
         p.last_eval = metrics
         value = metrics[t.monitor]
         better = p.best_value is None or (value > p.best_value if t.monitor_mode == "max" else value < p.best_value)
@@ -430,7 +439,7 @@ class Trainer:
             p.best_value, p.best_step, p.bad_evals = value, p.step, 0
             self._check_finite()
             if self.is_main:
-                self.checkpoints.save_best({"model": self.model.state_dict(), "step": p.step, t.monitor: value})
+                self.checkpoints.save_best({"model": self.model.state_dict(), "step": p.step, t.monitor: value}, kept_step=self.saved_step)
         else:
             p.bad_evals += 1
             if t.patience is not None and p.bad_evals >= t.patience:
