@@ -95,7 +95,10 @@ class Softmax(ConstantAlpha):
     ALPHA = 1.0
 
     def forward(self, scores: torch.Tensor) -> torch.Tensor:
-        return torch.nan_to_num(torch.softmax(scores.float(), dim=-1), nan=0.0).to(scores.dtype)
+        # Half precision is computed in float32 and cast back; float32 and float64 in their own dtype (a
+        # float64 input is not rounded to float32 on the way).
+        work = scores if scores.dtype == torch.float64 else scores.float()
+        return torch.nan_to_num(torch.softmax(work, dim=-1), nan=0.0).to(scores.dtype)
 
     def backend_name(self, device: torch.device) -> str:
         return "sdpa"
