@@ -10,14 +10,23 @@ An encoder that does not fit (another width, depth, head geometry, vocabulary ..
 line naming the model keys that differ; a learned position table longer than the fine-tuning task's
 length is cut to it (BERT pre-trains 512 positions and fine-tunes on shorter inputs), a shorter one
 is refused.
+
+The source run must not be running: its directory lock (`run.directory_lock`, an flock on `.lock`) is
+taken shared from `resolve` until `load_encoder` has read the weights, so a re-run of the source that is
+under way is refused here (it could be rewriting its checkpoints and tokenizer), and one started
+meanwhile waits its turn (it is refused as the directory is in use). The record names the checkpoint
+loaded by its step and the sha256 of its bytes, the very bytes the weights come from.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import io
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 from omegaconf import OmegaConf
@@ -45,13 +54,22 @@ class PretrainedRun:
     tokenizer: Path
     config: dict[str, Any]  # the run's config.yaml, flattened ("model.d_model": 128, ...)
     metrics: dict[str, Any]  # its metrics.json ({} if it has none)
+    # The run directory's lock, held shared until the weights are read (`release`); None: no lock file.
+    lock: IO | None = field(default=None, compare=False, repr=False)
 
-    def record(self, step: int | None) -> dict[str, Any]:
-        """What a fine-tuning run's metrics.json says about where it started (`pretraining`)."""
+    def release(self) -> None:
+        """Let the source run directory be written again (a re-run of it may start)."""
+        if self.lock is not None:
+            self.lock.close()
+
+    def record(self, step: int | None, sha256: str | None = None) -> dict[str, Any]:
+        """What a fine-tuning run's metrics.json says about where it started (`pretraining`): the
+        checkpoint loaded, its step and the sha256 of its bytes."""
         return {
             "run_dir": str(self.run_dir),
             "checkpoint": str(self.checkpoint),
             "step": step,
+            "sha256": sha256,
             "task": self.config.get("task.name"),
             "num_parameters": self.metrics.get("num_parameters"),
             "metrics": {k: v for k, v in (self.metrics.get("metrics") or {}).items() if k.startswith("test/")},
@@ -59,12 +77,50 @@ class PretrainedRun:
 
 
 def resolve(init_from: str) -> PretrainedRun:
-    """The run `init_from` names; ConfigError (one line) when it is not a usable pre-training run."""
+    """The run `init_from` names; ConfigError (one line) when it is not a usable pre-training run or is
+    running now. The run directory stays locked (shared) until `load_encoder` (or `release`)."""
     path = Path(init_from).expanduser()
     if not path.exists():
         raise ConfigError(f"{KEY}: no such file or directory: {path}; valid: {VALID}")
     if path.is_dir():
-        run_dir, checkpoint = path, path / "checkpoints" / "best.pt"
+        run_dir = path
+    else:
+        if path.suffix != ".pt":
+            raise ConfigError(f"{KEY}: {path} is neither a run directory nor a .pt checkpoint; valid: {VALID}")
+        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    lock = _lock_shared(run_dir)
+    try:
+        return _resolve(path, run_dir, lock)
+    except BaseException:
+        if lock is not None:
+            lock.close()
+        raise
+
+
+def _lock_shared(run_dir: Path) -> IO | None:
+    """`run_dir`'s lock file, flock-ed shared: several fine-tuning runs may read one source together, but
+    not while a sparse-run holds it (exclusively, `run.directory_lock`). None: the directory has no lock
+    file (every sparse-run makes one: none runs there) or it cannot be read."""
+    try:
+        handle = open(run_dir / ".lock")  # read-only: nothing is written to the source run
+    except OSError:
+        return None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise ConfigError(
+            f"{KEY}: {run_dir} is in use by a running sparse-run (pid {holder}), which may be rewriting its checkpoints "
+            "and tokenizer; wait for it to finish, or start from a finished run that nothing is running in"
+        ) from None
+    return handle
+
+
+def _resolve(path: Path, run_dir: Path, lock: IO | None) -> PretrainedRun:
+    if path.is_dir():
+        checkpoint = path / "checkpoints" / "best.pt"
         metrics = _metrics(run_dir)
         status = metrics.get("status")
         if status != "completed":
@@ -75,10 +131,7 @@ def resolve(init_from: str) -> PretrainedRun:
         if not checkpoint.is_file():
             raise ConfigError(f"{KEY}: {run_dir} has no checkpoints/best.pt; valid: {VALID}")
     else:
-        if path.suffix != ".pt":
-            raise ConfigError(f"{KEY}: {path} is neither a run directory nor a .pt checkpoint; valid: {VALID}")
         checkpoint = path
-        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
         metrics = _metrics(run_dir)
     config_file = run_dir / "config.yaml"
     if not config_file.is_file():
@@ -97,7 +150,7 @@ def resolve(init_from: str) -> PretrainedRun:
                 f"{KEY}: {run_dir} has no {TOKENIZER} (written when a masked-LM run finishes), so the ids its encoder "
                 f"learned are unknown; valid: {VALID}"
             )
-    return PretrainedRun(run_dir=run_dir, checkpoint=checkpoint, tokenizer=tokenizer, config=config, metrics=metrics)
+    return PretrainedRun(run_dir=run_dir, checkpoint=checkpoint, tokenizer=tokenizer, config=config, metrics=metrics, lock=lock)
 
 
 def _metrics(run_dir: Path) -> dict[str, Any]:
@@ -123,11 +176,20 @@ def load_encoder(model: torch.nn.Module, source: PretrainedRun, current_config: 
     """Copy the pre-trained `encoder.*` weights into `model.encoder`; return the metrics.json record.
 
     current_config: this run's flattened config, to name the keys that differ when the encoder does not fit.
+    Releases the source run's lock (`PretrainedRun.release`), whatever the outcome.
     """
+    try:
+        return _load_encoder(model, source, current_config)
+    finally:
+        source.release()
+
+
+def _load_encoder(model: torch.nn.Module, source: PretrainedRun, current_config: dict[str, Any]) -> dict[str, Any]:
     if not hasattr(model, "encoder"):
         raise ConfigError(f"{KEY}: the {type(model).__name__} model of this task has no encoder to initialise; valid: a BERT-style task (mlm, squad, mnli)")
     try:
-        state = ckpt.load(source.checkpoint)
+        data = source.checkpoint.read_bytes()  # hashed and loaded from the same bytes
+        state = ckpt.load(io.BytesIO(data))
     except Exception as exc:  # a truncated file, a pickle that weights_only refuses ...
         raise ConfigError(f"{KEY}: cannot read {source.checkpoint}: {one_line(exc)}") from None
     weights = state.get("model") if isinstance(state, dict) else None
@@ -148,7 +210,7 @@ def load_encoder(model: torch.nn.Module, source: PretrainedRun, current_config: 
     model.encoder.load_state_dict(encoder, strict=True)
     step = state.get("step") if isinstance(state.get("step"), int) else (state.get("progress") or {}).get("step")
     log.info("model: encoder initialised from %s (step %s)", source.checkpoint, step)
-    return source.record(step)
+    return source.record(step, hashlib.sha256(data).hexdigest())
 
 
 def _mismatch(saved: dict[str, torch.Tensor], target: dict[str, torch.Tensor]) -> str:

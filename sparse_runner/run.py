@@ -103,6 +103,11 @@ def directory_lock(run_dir: Path):
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            if _held_shared(handle):  # by fine-tuning runs reading it (pretrained.resolve), for seconds
+                raise DirectoryInUse(
+                    f"{run_dir} is being read by a sparse-run that starts from it (model.init_from); run this again "
+                    "once that one has loaded it, or run elsewhere (hydra.run.dir=..., paths.output_dir=...)"
+                ) from None
             handle.seek(0)
             holder = handle.read().strip() or "unknown"
             raise DirectoryInUse(
@@ -114,6 +119,16 @@ def directory_lock(run_dir: Path):
         handle.write(f"{os.getpid()}\n")
         handle.flush()
         yield
+
+
+def _held_shared(handle: Any) -> bool:
+    """Whether the flock that refused us is shared (readers) rather than a sparse-run's exclusive one."""
+    try:
+        fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(handle, fcntl.LOCK_UN)
+    return True
 
 
 def check_splits_not_empty(task: Any) -> None:

@@ -5,6 +5,7 @@ experiments' sweeps, and our parameter counts against the paper's."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import random
@@ -17,12 +18,13 @@ import torch
 from sparse_runner.checks import ConfigError
 from sparse_runner.config import validate
 from sparse_runner.pretrained import load_encoder, resolve
-from sparse_runner.run import pretrain_dir, run
+from sparse_runner.run import DirectoryInUse, directory_lock, pretrain_dir, run
 from sparse_runner.tasks import build_task
 from sparse_runner.tasks.bert_text import CLS_ID, SEP_ID
 from sparse_runner.tasks.masked_lm import mask_tokens
 from sparse_runner.tasks.squad import SquadTask
 from tests.conftest import compose_config, on_train_batch, simulated_crash, sparse_run
+from tests.test_faults import _hold_lock, one_error_line
 from tests.test_language_modeling import sentences, write_corpus
 
 MODEL = ["model=fixed_head", "model.d_model=32", "model.num_heads=2", "model.head_size=16", "model.ffn_dim=64", "model.num_layers=2",
@@ -154,10 +156,13 @@ def test_fine_tuning_starts_from_the_pretrained_encoder(family, pretrained, data
         expected = saved[f"encoder.{name}"]
         assert torch.equal(tensor, expected[: tensor.shape[0]] if name == "positions" else expected), name
     assert record["run_dir"] == str(pretrained) and record["step"] == torch.load(pretrained / "checkpoints" / "best.pt", weights_only=True)["step"]
+    loaded = {"step": record["step"], "sha256": hashlib.sha256((pretrained / "checkpoints" / "best.pt").read_bytes()).hexdigest()}
+    assert record["sha256"] == loaded["sha256"]
 
     run(cfg, tmp_path)
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["status"] == "completed" and m["pretraining"]["run_dir"] == str(pretrained)
+    assert {k: m["pretraining"][k] for k in loaded} == loaded  # exactly the checkpoint that was loaded
     assert m["pretraining"]["num_parameters"] == json.loads((pretrained / "metrics.json").read_text())["num_parameters"]
     if family == "squad":
         assert 0 <= m["metrics"]["test/f1"] <= 100 and 0 <= m["metrics"]["test/exact_match"] <= m["metrics"]["test/f1"] + 1e-9
@@ -233,6 +238,33 @@ def test_bad_init_from_on_the_command_line_writes_nothing(pretrained, data, cach
     message = result.stderr.strip().splitlines()[-1]
     assert message.startswith("sparse-run: error: model.init_from:") and "model.d_model=32 there, 64 here" in message
     assert not list(out.rglob("metrics.json")) and not list(out.rglob("*.pt"))
+
+
+def test_init_from_a_run_that_is_running_now_is_refused_in_one_line(pretrained, data, cache_dir, tmp_path):
+    """A source being re-run may be rewriting its checkpoints and tokenizer: its lock (held by another
+    process, as a running sparse-run holds it) is respected, for the directory and a .pt inside it."""
+    holder = _hold_lock(pretrained)
+    try:
+        for source in (pretrained, pretrained / "checkpoints" / "best.pt"):
+            out = tmp_path / source.name
+            result = sparse_run([*MODEL, *TRAINER, *mnli_args(data), f"model.init_from={source}", f"paths.output_dir={out}"],
+                                cwd=tmp_path, cache_dir=cache_dir)
+            assert result.returncode == 2, result.stderr[-2000:]
+            line = one_error_line(result)
+            assert line.startswith(f"sparse-run: error: model.init_from: {pretrained} is in use by a running sparse-run (pid {holder.pid})"), line
+            assert not list(out.rglob("metrics.json")) and not list(out.rglob("*.pt"))
+    finally:
+        holder.kill()
+        holder.wait()
+    # While a fine-tuning run reads the source (from its task to its encoder), a re-run of the source waits its turn.
+    cfg = config(cache_dir, *mnli_args(data), f"model.init_from={pretrained}")
+    task = build_task(cfg)
+    with pytest.raises(DirectoryInUse, match="is being read by a sparse-run that starts from it"):
+        with directory_lock(pretrained):
+            pass
+    load_encoder(task.build_model(cfg.model), task.pretrained, {})
+    with directory_lock(pretrained):  # read: free again
+        pass
 
 
 def test_init_from_is_refused_by_tasks_without_an_encoder_to_start(pretrained, cache_dir):

@@ -13,7 +13,7 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -57,7 +57,7 @@ def save(path: Path, state: dict[str, Any], kept_step: int | None = None) -> Non
         ) from None
 
 
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path | IO[bytes]) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
