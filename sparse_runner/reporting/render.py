@@ -60,6 +60,8 @@ _LATEX_SPECIALS = {
     "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
     # Table 1's model and language-pair names, which pdflatex cannot take as UTF-8
     "α": r"$\alpha$", "→": r"$\rightarrow$",
+    # the markers of substitute data and of a printed Avg that is not its row's mean (LRA, Bhojanapalli et al.)
+    "†": r"\textdagger{}", "‡": r"\textdaggerdbl{}",
 }
 
 
