@@ -317,7 +317,7 @@ def test_features_layout_and_coverage(qa_set, tokenizer):
 def test_gold_positions_map_back_to_the_answer_text(qa_set, tokenizer):
     examples, features = qa_set
     encoded = tokenizer.encode_with_offsets([ex.context for ex in examples])
-    logits, expected, outside = [], {}, 0
+    logits, expected, outside, max_context_windows = [], {}, 0, {}
     for f in features:
         ex = examples[f.example_index]
         ids, starts, ends = encoded[f.example_index]
@@ -341,7 +341,11 @@ def test_gold_positions_map_back_to_the_answer_text(qa_set, tokenizer):
             s, e = one_hot(f, f.start_position, f.end_position, length=MAX_LENGTH)  # padded logits are fine
             assert f.tokens[f.start_position] == ids[gold[0]]
             score, char_start, char_end = best_span(s, e, f, max_answer_length=30)
-            assert score == 2.0 and ex.context[char_start:char_end] == ex.answers[0]
+            if f.max_context[f.start_position - f.context_start]:
+                assert score == 2.0 and ex.context[char_start:char_end] == ex.answers[0]
+                max_context_windows[ex.id] = max_context_windows.get(ex.id, 0) + 1
+            else:  # the answer starts in another window (BERT's max-context rule): not here
+                assert score < 2.0
             logits.append((s, e))
         else:
             logits.append((np.zeros(len(f.tokens)), np.zeros(len(f.tokens))))
@@ -352,6 +356,32 @@ def test_gold_positions_map_back_to_the_answer_text(qa_set, tokenizer):
     for qid, text in expected.items():
         assert predictions[qid] == text
     assert predictions["h2"] == "5 €"
+    assert max_context_windows == {qid: 1 for qid in expected}  # the answer starts in exactly one window
+
+
+def test_predictions_never_end_on_empty_pieces(tokenizer):
+    """Real pieces with empty spans (a standalone ▁ before "(" or a digit, the first pieces of NFKC's
+    "½" or "ﬁ") are never a predicted span's start or end, however high their logits."""
+    context = "In (1990) the ﬁne ½ of [the] \"Union\" paid 402,762 € — see ¼ and Ｆｕｌｌ (2017)."
+    ex = QAExample("e", "t", context, "What?", ["1990"], [context.index("1990")])
+    features = make_features([ex], tokenizer, max_length=24, doc_stride=4, max_query_length=4, cls_id=BOS_ID, sep_id=EOS_ID, train=True)
+    (ids, starts, ends), = tokenizer.encode_with_offsets([context])
+    empty = np.flatnonzero(starts == ends)
+    assert len(empty) >= 3 and any(tokenizer.id_to_piece(int(ids[i])) == "▁" for i in empty)
+    for f in features:
+        if f.start_position:
+            assert f.token_ends[f.start_position - f.context_start] > f.token_starts[f.start_position - f.context_start]
+    rng = np.random.default_rng(0)
+    for i in empty.tolist():
+        for trial in range(3):
+            pairs = []
+            for f in features:
+                s, e = rng.normal(size=len(f.tokens)), rng.normal(size=len(f.tokens))
+                if f.context_offset <= i < f.context_offset + f.num_context_tokens:
+                    s[f.context_start + i - f.context_offset] = e[f.context_start + i - f.context_offset] = 50.0
+                pairs.append((s, e))
+            text = predict_answers([ex], features, pairs, max_answer_length=1 + trial)["e"]
+            assert text != "" and text in context
 
 
 def test_make_features_checks(tokenizer):

@@ -3,9 +3,11 @@
 A start and an end logit per token (`models/bert.py` SpanExtractor) over `[CLS] question [SEP]
 context-window [SEP]`; contexts longer than a window are split into windows `task.doc_stride` tokens
 apart; the answer is the best-scoring span over all windows of a question (end >= start, at most
-`task.max_answer_length` tokens), cut from the original context through the tokens' character
-offsets. Metrics: the official v1.1 exact match and F1 (`metrics/squad.py`), in percent, as the paper
-reports them. The readers are `data/squad_examples.py`, the cloze substitute `data/cloze.py`, the
+`task.max_answer_length` tokens; a token starts a span only in the window where it has the most
+context, BERT's rule; a piece with no characters of its own, such as a standalone `▁`, is never a
+span's first or last token), cut from the original context through the tokens' character offsets.
+Metrics: the official v1.1 exact match and F1 (`metrics/squad.py`), in percent, as the paper reports
+them. The readers are `data/squad_examples.py`, the cloze substitute `data/cloze.py`, the
 windows and span decoding `squad_windows.py`.
 
 Splits: `test` is SQuAD's development set (its test set is hidden); `val` is `task.val_size` training

@@ -3,10 +3,13 @@
 Features (``make_features``) follow BERT's ``run_squad.py`` (Devlin et al. 2019): ``[CLS] question [SEP]
 context-window [SEP]``, the question cut to ``max_query_length`` tokens, the tokenised context cut into
 windows ``doc_stride`` tokens apart, a training target of (0, 0) -- the CLS position -- for a window that
-does not hold the whole answer. Predictions (``best_span``, ``predict_answers``) are mapped back to the
-original context through the character offsets of each token (``SubwordTokenizer.encode_with_offsets``),
-so a predicted answer is always an exact substring of the context. Scoring is
-``sparse_runner.metrics.squad.squad_scores`` (the official v1.1 evaluation).
+does not hold the whole answer. A token in several windows is a candidate answer start only in the
+window where it has the most context (BERT's ``_check_is_max_context``: ``QAFeature.max_context``), and
+a piece with an empty character span (a standalone ``▁``, the first pieces of an NFKC expansion such as
+``½``) is never the first or last token of an answer, gold or predicted. Predictions (``best_span``,
+``predict_answers``) are mapped back to the original context through the character offsets of each
+token (``SubwordTokenizer.encode_with_offsets``), so a predicted answer is always an exact substring of
+the context. Scoring is ``sparse_runner.metrics.squad.squad_scores`` (the official v1.1 evaluation).
 
 This module needs numpy only (no torch).
 """
@@ -33,6 +36,9 @@ class QAFeature:
     ``start_position``/``end_position`` are indices into ``tokens`` of the first and last token of the
     first gold answer, or both 0 (the CLS token) when the window does not hold the whole answer.
     ``context_offset`` is the index of the window's first token in the whole tokenised context.
+    ``max_context[i]`` says whether this is the window where context token ``i`` has the most context
+    (BERT's ``_check_is_max_context``); only such tokens start a predicted span here. ``None`` (a
+    feature made by hand) means every token.
     """
 
     example_index: int
@@ -43,6 +49,7 @@ class QAFeature:
     start_position: int = 0
     end_position: int = 0
     context_offset: int = 0
+    max_context: np.ndarray | None = None
 
     @property
     def num_context_tokens(self) -> int:
@@ -78,7 +85,12 @@ def make_features(
     and ``end_position`` index the first and last in ``tokens``; otherwise both are 0 (the CLS token),
     as BERT trains. With ``train=True`` every example must have an answer (``ValueError`` otherwise);
     with ``train=False`` examples without one are allowed (positions 0) and the positions are only
-    informative -- predictions go through ``predict_answers``.
+    informative -- predictions go through ``predict_answers``. Pieces with an empty character span
+    (``starts[i] == ends[i]``) are never the first or last answer token.
+
+    ``max_context`` of each window marks the tokens whose best window it is, by BERT's rule: among the
+    windows holding a token, the one with the largest ``min(left context, right context) + 0.01 *
+    window length`` (the first such window on a tie), so each context token is marked in exactly one.
 
     Raises ``ConfigError`` if ``doc_stride`` is outside ``1 .. max_length - max_query_length - 3`` (a
     larger stride would skip context tokens).
@@ -115,9 +127,8 @@ def make_features(
             raise ValueError(f"make_features: training question {ex.id} has no answer")
         prefix = np.concatenate([[cls_id], question, [sep_id]]).astype(np.int32)
         context_start = len(prefix)
-        offset = 0
-        while True:
-            length = min(n - offset, window)
+        spans = _windows(n, window, doc_stride)
+        for (offset, length), max_context in zip(spans, _max_context(spans, n)):
             tokens = np.concatenate([prefix, ids[offset:offset + length], [sep_id]]).astype(np.int32)
             start_position = end_position = 0
             if answer_tokens is not None:
@@ -129,20 +140,46 @@ def make_features(
                 example_index=k, tokens=tokens, context_start=context_start,
                 token_starts=starts[offset:offset + length], token_ends=ends[offset:offset + length],
                 start_position=start_position, end_position=end_position, context_offset=offset,
+                max_context=max_context,
             ))
-            if offset + length >= n:
-                break
-            offset += min(length, doc_stride)
     return features
 
 
+def _windows(n: int, window: int, doc_stride: int) -> list[tuple[int, int]]:
+    """``(offset, length)`` of each window over ``n`` context tokens: ``doc_stride`` apart, the last
+    reaching the end (one empty window when ``n`` is 0)."""
+    spans = []
+    offset = 0
+    while True:
+        length = min(n - offset, window)
+        spans.append((offset, length))
+        if offset + length >= n:
+            return spans
+        offset += min(length, doc_stride)
+
+
+def _max_context(spans: Sequence[tuple[int, int]], n: int) -> list[np.ndarray]:
+    """Per window, which of its tokens have their most context there (BERT's ``_check_is_max_context``:
+    score ``min(left, right) + 0.01 * length``, the earlier window on a tie)."""
+    best_score = np.full(n, -np.inf)
+    best_window = np.full(n, -1, dtype=np.int64)
+    for w, (offset, length) in enumerate(spans):
+        position = np.arange(offset, offset + length)
+        score = np.minimum(position - offset, offset + length - 1 - position) + 0.01 * length
+        better = score > best_score[position]
+        best_score[position[better]] = score[better]
+        best_window[position[better]] = w
+    return [best_window[offset:offset + length] == w for w, (offset, length) in enumerate(spans)]
+
+
 def _answer_tokens(ex: QAExample, starts: np.ndarray, ends: np.ndarray) -> tuple[int, int] | None:
-    """Indices of the first and last context token overlapping the first gold answer (None if none do)."""
+    """Indices of the first and last context token with characters (a non-empty span) overlapping the
+    first gold answer (None if none do)."""
     if not ex.answers:
         return None
     begin = ex.answer_starts[0]
     end = begin + len(ex.answers[0])
-    inside = np.flatnonzero((starts < end) & (ends > begin))
+    inside = np.flatnonzero((starts < end) & (ends > begin) & (ends > starts))
     if inside.size == 0:
         return None
     return int(inside[0]), int(inside[-1])
@@ -164,12 +201,15 @@ def best_span(
 
     ``start_logits``/``end_logits`` are the model's scores for every position of ``feature.tokens``
     (longer arrays, e.g. padded to the batch, are fine). Only the window's context tokens are candidates
-    (never the question, CLS or SEP); a span runs from token ``i`` to token ``j >= i`` with at most
-    ``max_answer_length`` tokens, and scores ``start_logits[i] + end_logits[j]``. As in BERT's
-    ``run_squad.py`` the search is over the ``n_best`` highest start and the ``n_best`` highest end
-    logits; when no valid span is among them (or ``n_best`` is 0) every valid span is searched. Ties go
-    to the earliest start, then the earliest end. The characters are ``context[char_start:char_end]``
-    of the example's original context. A window without context tokens gives ``(-inf, 0, 0)``.
+    (never the question, CLS or SEP), and of those only pieces with a non-empty character span (a
+    standalone ``▁`` or the first pieces of an NFKC expansion decode to nothing); a start must also be a
+    token whose most-context window this is (``feature.max_context``, BERT's rule; the end need not be,
+    as in BERT). A span runs from token ``i`` to token ``j >= i`` with at most ``max_answer_length``
+    tokens, and scores ``start_logits[i] + end_logits[j]``. As in BERT's ``run_squad.py`` the search is
+    over the ``n_best`` highest start and the ``n_best`` highest end logits of the candidates; when no
+    valid span is among them (or ``n_best`` is 0) every valid span is searched. Ties go to the earliest
+    start, then the earliest end. The characters are ``context[char_start:char_end]`` of the example's
+    original context. A window without a candidate start gives ``(-inf, 0, 0)``.
     """
     n = feature.num_context_tokens
     if n == 0:
@@ -181,14 +221,18 @@ def best_span(
     ends = np.asarray(end_logits, dtype=np.float64).reshape(-1)[c:c + n]
     if len(starts) < n or len(ends) < n:
         raise ValueError(f"best_span: {c + len(starts)} start and {c + len(ends)} end logits for a feature of {len(feature.tokens)} tokens")
+    has_text = np.asarray(feature.token_ends) > np.asarray(feature.token_starts)
+    may_start = has_text if feature.max_context is None else has_text & np.asarray(feature.max_context, dtype=bool)
+    start_candidates, end_candidates = np.flatnonzero(may_start), np.flatnonzero(has_text)
+    if start_candidates.size == 0:  # no context token starts a span in this window
+        return -math.inf, 0, 0
     found = None
-    if n_best and n_best < n:
-        top_starts = np.sort(np.argsort(-starts, kind="stable")[:n_best])
-        top_ends = np.sort(np.argsort(-ends, kind="stable")[:n_best])
+    if n_best and (n_best < start_candidates.size or n_best < end_candidates.size):
+        top_starts = np.sort(start_candidates[np.argsort(-starts[start_candidates], kind="stable")[:n_best]])
+        top_ends = np.sort(end_candidates[np.argsort(-ends[end_candidates], kind="stable")[:n_best]])
         found = _best_pair(starts, ends, top_starts, top_ends, max_answer_length)
     if found is None:
-        everything = np.arange(n)
-        found = _best_pair(starts, ends, everything, everything, max_answer_length)
+        found = _best_pair(starts, ends, start_candidates, end_candidates, max_answer_length)
     score, i, j = found
     char_start = int(feature.token_starts[i])
     return score, char_start, max(char_start, int(feature.token_ends[j]))
