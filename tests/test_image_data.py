@@ -11,6 +11,7 @@ import io
 import os
 import pickle
 import struct
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from sparse_runner.data.images import (
     lra_image_splits,
     read_idx_images,
     read_idx_labels,
+    to_greyscale,
 )
 from sparse_runner.data.errors import DataFormatError
 from sparse_runner.data.splits import ImageSplit
@@ -136,8 +138,11 @@ def write_cifar(folder: Path, rng, n_per_batch: int = 4) -> dict[str, tuple[np.n
 
 
 def grey(r, g, b) -> int:
-    """LRA's grey level of one pixel, by hand: round(0.2989 R + 0.5870 G + 0.1140 B)."""
-    return int(np.floor(0.2989 * r + 0.5870 * g + 0.1140 * b + 0.5))
+    """LRA's grey level of one pixel in exact arithmetic: tf.image.rgb_to_grayscale scales to [0, 1] (/ 255),
+    weighs (0.2989, 0.5870, 0.1140), scales back by 255.5 and truncates. TF does it in float32, which differs
+    from this for 237 of the 2^24 colours (those within about 1e-5 of a level): test_greyscale_* pins them."""
+    exact = (Fraction(r) * Fraction("0.2989") + Fraction(g) * Fraction("0.5870") + Fraction(b) * Fraction("0.1140"))
+    return int(exact / 255 * Fraction("255.5"))
 
 
 def test_load_cifar10_batches(tmp_path):
@@ -172,9 +177,49 @@ def test_cifar_greyscale_hand_values(tmp_path):
     with open(folder / "test_batch", "wb") as handle:
         pickle.dump({b"labels": [7], b"data": data}, handle)
     row = load_cifar10_batches(folder)["test"].pixels[0]
-    # 0.2989*255 = 76.22; 0.5870*255 = 149.69; 0.1140*255 = 29.07; 0.9999*255 = 254.97;
-    # 2.989 + 11.74 + 3.42 = 18.149
-    assert row[:5].tolist() == [76, 150, 29, 255, 18]
+    # grey = trunc(255.5 / 255 * (0.2989 R + 0.5870 G + 0.1140 B)), 255.5 / 255 = 1.0019608:
+    # 0.2989 * 255.5 = 76.37; 0.5870 * 255.5 = 149.98 (149, where rounding gave 150); 0.1140 * 255.5 = 29.13;
+    # 0.9999 * 255.5 = 255.47; (2.989 + 11.74 + 3.42) * 1.0019608 = 18.18
+    assert row[:5].tolist() == [76, 149, 29, 255, 18]
+
+
+# (R, G, B) -> grey level as tf.image.rgb_to_grayscale gives it, worked out by hand:
+# trunc(255.5 / 255 * (0.2989 R + 0.5870 G + 0.1140 B)), 255.5 / 255 = 1.0019608.
+TF_GREY = {
+    (0, 0, 0): 0,
+    (255, 0, 0): 76,        # 76.2195 * 1.0019608 = 76.369
+    (0, 255, 0): 149,       # 149.685 * 1.0019608 = 149.979: rounding to nearest gives 150
+    (0, 0, 255): 29,        # 29.07 * 1.0019608 = 29.127
+    (255, 255, 255): 255,   # 254.9745 * 1.0019608 = 255.474
+    (10, 20, 30): 18,       # 18.149 * 1.0019608 = 18.185
+    (50, 0, 0): 14,         # 14.945 * 1.0019608 = 14.974: rounding gives 15
+    (0, 0, 14): 1,          # 1.596 * 1.0019608 = 1.599: rounding gives 2
+    (0, 0, 5): 0,           # 0.57 * 1.0019608 = 0.571: rounding gives 1
+    (128, 128, 128): 128,   # 127.9872 * 1.0019608 = 128.238
+}
+
+
+def test_greyscale_as_tensorflow_computes_it() -> None:
+    rgb = np.array(list(TF_GREY), dtype=np.uint8)
+    assert to_greyscale(rgb).tolist() == list(TF_GREY.values())
+    assert to_greyscale(rgb.reshape(2, 5, 3)).shape == (2, 5) and to_greyscale(rgb).dtype == np.uint8
+
+
+def test_greyscale_is_float32_arithmetic_as_in_tensorflow() -> None:
+    # Exactly 92.99999608 and 155.99998373 after the scaling: float32 arithmetic lands on 93.0 and 156.0
+    # whatever the order of the sum, as TF's does; exact (or float64) arithmetic truncates to 92 and 155.
+    rgb = np.array([(0, 122, 186), (3, 254, 50)], dtype=np.uint8)
+    assert [grey(*map(int, c)) for c in rgb] == [92, 155]
+    assert to_greyscale(rgb).tolist() == [93, 156]
+
+
+def test_greyscale_truncates_where_rounding_would_go_one_level_up() -> None:
+    rgb = np.random.default_rng(11).integers(0, 256, size=(200_000, 3), dtype=np.uint8)
+    ours = to_greyscale(rgb).astype(int)
+    rounded = np.rint(rgb.astype(np.float64) @ np.array([0.2989, 0.5870, 0.1140])).astype(int)
+    assert set(np.unique(rounded - ours)) == {0, 1}            # never higher, at most one level lower
+    assert 0.24 < float(np.mean(rounded != ours)) < 0.26         # a quarter of random colours
+    assert int(ours.min()) >= 0 and int(ours.max()) <= 255
 
 
 def test_load_cifar10_batches_errors(tmp_path):

@@ -8,9 +8,10 @@ levels), split train[:90%] / train[90%:] / the official test set (`lra_image_spl
   load_idx_dataset      MNIST-style IDX files (Fashion-MNIST is the offline stand-in, fetched by
                         `sparse_runner.data.fetch.fetch_fashion_mnist`), centred in size x size.
 
-`to_greyscale` (LRA's weights) and `pad_images` (centred on a larger canvas) are the pixel transforms
-the readers share. Every reader returns pixels (n, height * width) uint8 in row-major order and labels
-(n,) int64. Numpy only (no torch): data preparation must not depend on the model side.
+`to_greyscale` (TF's rgb_to_grayscale, as LRA's pipeline computes it) and `pad_images` (centred on a
+larger canvas) are the pixel transforms the readers share. Every reader returns pixels (n, height * width)
+uint8 in row-major order and labels (n,) int64. Numpy only (no torch): data preparation must not depend on
+the model side.
 
 A file without the expected layout raises `DataFormatError` (one line naming the file), which the command
 line refuses like a bad option (exit status 2). CIFAR-10's pickles are read by `_CifarUnpickler`, which
@@ -35,11 +36,23 @@ from sparse_runner.data.splits import ImageSplit
 # --- Pixels ---------------------------------------------------------------------------------------
 
 
+#: `tf.image.rgb_to_grayscale`'s weights (ITU-R 601 luma to 4 digits), float32 as TF's tensor holds them.
+GREY_WEIGHTS = np.array([0.2989, 0.5870, 0.1140], dtype=np.float32)
+
+
 def to_greyscale(rgb: np.ndarray) -> np.ndarray:
-    """(..., 3) uint8 RGB -> (...) uint8 grey, with the ITU-R 601 weights of `tf.image.rgb_to_grayscale`
-    (0.2989 R + 0.5870 G + 0.1140 B), which LRA's Image task applies to CIFAR-10; rounded to nearest."""
-    weights = np.array([0.2989, 0.5870, 0.1140], dtype=np.float64)
-    return np.clip(np.rint(np.asarray(rgb, dtype=np.float64) @ weights), 0, 255).astype(np.uint8)
+    """(..., 3) uint8 RGB -> (...) uint8 grey, as `tf.image.rgb_to_grayscale` (which LRA's Image task applies
+    to CIFAR-10) computes it, in float32 throughout: `convert_image_dtype` to float (x * float32(1 / 255)),
+    the weighted sum 0.2989 R + 0.5870 G + 0.1140 B (accumulated R, G, then B), and `convert_image_dtype`
+    back (x * 255.5, then a cast, which truncates). That is floor(255.5 / 255 * (0.2989 R + 0.5870 G +
+    0.1140 B)) but for float32 rounding, not the sum rounded to nearest (which puts a quarter of random
+    colours one level higher): pure green (0, 255, 0) is 149, not 150. In the sum's order only 79 of the 2^24
+    colours depend on it (float32 rounding of the last bit); TF's kernel order is not checked here."""
+    x = np.asarray(rgb).astype(np.float32) * np.float32(1.0 / 255)
+    grey = x[..., 0] * GREY_WEIGHTS[0] + x[..., 1] * GREY_WEIGHTS[1]
+    grey = grey + x[..., 2] * GREY_WEIGHTS[2]
+    # >= 0 and at most 0.9999... * 255.5 < 256: the cast truncates and never wraps
+    return (grey * np.float32(255.5)).astype(np.uint8)
 
 
 def pad_images(images: np.ndarray, height: int, width: int, value: int = 0) -> np.ndarray:
@@ -143,12 +156,12 @@ CIFAR10_TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 CIFAR10_TEST_BATCH = "test_batch"
 CIFAR10_SIDE = 32
 
-#: Images converted to grey at a time: `to_greyscale` works in float64 (24 bytes per pixel).
+#: Images converted to grey at a time: `to_greyscale` works in float32 (a few float32 copies per pixel).
 _GREY_CHUNK = 4096
 
 
 def _greyscale(rgb: np.ndarray) -> np.ndarray:
-    """(n, H, W, 3) uint8 -> (n, H, W) uint8, `to_greyscale` in chunks to bound its float64 copy."""
+    """(n, H, W, 3) uint8 -> (n, H, W) uint8, `to_greyscale` in chunks to bound its float32 copies."""
     out = np.empty(rgb.shape[:-1], dtype=np.uint8)
     for start in range(0, len(rgb), _GREY_CHUNK):
         out[start : start + _GREY_CHUNK] = to_greyscale(rgb[start : start + _GREY_CHUNK])
