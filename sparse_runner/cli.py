@@ -193,7 +193,11 @@ def _local_launcher(hydra_cfg: Any) -> bool:
 
 def check_job_resources(cfg: DictConfig, hydra_cfg: Any, job: list[str]) -> None:
     """Refuse, before Hydra writes anything, a job this machine cannot run: a CUDA device it lacks, or a
-    directory it cannot write (the cache, the outputs, an explicit hydra.run.dir / hydra.sweep.dir)."""
+    directory it cannot write (the outputs, an explicit hydra.run.dir / hydra.sweep.dir).
+
+    The cache is refused only when it cannot be a directory at all (a file): a read-only one (a shared,
+    populated cache mounted read-only) serves every run that finds its data and tokenizer there, and a run
+    that has to add to it stops at that write, naming the file (run.py, `CacheNotWritable`)."""
     sweeper = str(OmegaConf.select(hydra_cfg, "sweeper._target_", default="") or "")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and sweeper and not sweeper.endswith("BasicSweeper"):
         # Every rank would run its own search and train with its own suggestions inside one process group.
@@ -209,15 +213,16 @@ def check_job_resources(cfg: DictConfig, hydra_cfg: Any, job: list[str]) -> None
     places = [("paths.cache_dir", cfg.paths.cache_dir), ("paths.output_dir", cfg.paths.output_dir)]
     places += [(key, explicit[key]) for key in ("hydra.run.dir", "hydra.sweep.dir") if key in explicit and "$" not in explicit[key]]
     for key, value in places:
-        problem = unusable_directory(Path(os.path.expanduser(value)))
+        problem = unusable_directory(Path(os.path.expanduser(value)), writable=key != "paths.cache_dir")
         if problem:
-            hint = "; set SPARSE_RUNNER_CACHE or paths.cache_dir to a writable directory" if key == "paths.cache_dir" else ""
+            hint = "; set SPARSE_RUNNER_CACHE or paths.cache_dir to a directory" if key == "paths.cache_dir" else ""
             raise ConfigError(f"{key}: {value} {problem}{hint}")
 
 
-def unusable_directory(path: Path) -> str | None:
+def unusable_directory(path: Path, *, writable: bool = True) -> str | None:
     """Why `path` cannot be a directory this process writes (None if it can): it is a file, it lies under a
-    file, or the nearest existing directory is not writable (permissions, a read-only file system)."""
+    file, or the nearest existing directory is not writable (permissions, a read-only file system).
+    writable=False: only whether it can be a directory (read-only is fine)."""
     existing = path
     while not existing.exists():
         if existing.parent == existing:
@@ -225,6 +230,8 @@ def unusable_directory(path: Path) -> str | None:
         existing = existing.parent
     if existing.exists() and not existing.is_dir():
         return "is a file, not a directory" if existing == path else f"lies under {existing}, which is a file"
+    if not writable:
+        return None
     try:  # a real write, not os.access: that says yes to root on a read-only file system's mount options
         with tempfile.TemporaryFile(dir=existing):
             pass

@@ -8,6 +8,7 @@ which is atomic on POSIX file systems.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -25,6 +26,24 @@ def _current_umask() -> int:
 _UMASK = _current_umask()
 
 
+class NotWritable(OSError):
+    """`path` could not be written (a read-only file system, no permission); the error names `path`
+    itself, not the temporary sibling that the write goes through."""
+
+
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """Report a failure to make the parent directories or the temporary sibling of `path` as `path`'s."""
+    try:
+        yield
+    except NotWritable:
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise NotWritable(exc.errno, exc.strerror, str(path)) from None
+        raise
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open a temporary sibling of `path` for writing; on success it replaces `path` atomically.
@@ -32,9 +51,10 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     On an exception the temporary file is removed and `path` is left as it was.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    with _naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     binary = "b" in mode
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results should be as readable as any new file
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as handle:
@@ -66,8 +86,9 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     copy is kept and ours is discarded.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    with _naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp makes 0700; a shared cache must be as readable as any new folder
     try:
         yield tmp

@@ -7,10 +7,12 @@ directly with a composed config.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
 import random
+import re
 import resource
 import time
 from pathlib import Path
@@ -84,6 +86,29 @@ def remove_stale_temporaries(run_dir: Path) -> None:
     """Delete half-written temporary files that a killed run left (sparse_runner.io names them .NAME.*.tmp)."""
     for stale in list(run_dir.glob(".*.tmp")) + list(run_dir.glob("*/.*.tmp")):
         stale.unlink(missing_ok=True)
+
+
+class CacheNotWritable(ConfigError):
+    """The run had to add a file to a cache (paths.cache_dir) that cannot be written (a shared, read-only cache)."""
+
+
+def cache_not_writable(exc: BaseException, cache_dir: str) -> CacheNotWritable | None:
+    """`exc` as a one-line CacheNotWritable if it is a failure to write under `cache_dir` (None if not)."""
+    if not isinstance(exc, OSError) or exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or not exc.filename:
+        return None
+    cache, target = Path(cache_dir).expanduser().absolute(), Path(os.fsdecode(exc.filename)).absolute()
+    if target != cache and cache not in target.parents:
+        return None
+    temporary = re.fullmatch(r"\.(.+)\.[A-Za-z0-9_]+\.tmp", target.name)  # a sibling an atomic write goes through
+    if temporary:
+        target = target.with_name(temporary.group(1))
+    elif target.name.startswith(".download-"):  # data/fetch.py downloads into the cache
+        target = target.parent
+    return CacheNotWritable(
+        f"paths.cache_dir: this run must write {target}, which the cache {cache_dir} lacks, and cannot "
+        f"({exc.strerror or type(exc).__name__}); set SPARSE_RUNNER_CACHE or paths.cache_dir to a writable directory "
+        "(or run it once where this cache is writable: runs that find everything there need no write)"
+    )
 
 
 class DirectoryInUse(ConfigError):
@@ -259,6 +284,9 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
     except ConfigError:
         raise  # the directory may hold another configuration's run: write nothing
     except BaseException as exc:
+        refused = cache_not_writable(exc, cfg.paths.cache_dir)
+        if refused is not None:  # like a bad setting: a writable cache is what the run needs
+            raise refused from None
         if is_main() and _status(run_dir) != "completed":
             _record_end(MetricsFile(run_dir, cfg, meta).write, status=_end_status(exc), error=one_line(exc), primary_metric=primary_metric, finished_at=now())
         raise

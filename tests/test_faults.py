@@ -333,6 +333,109 @@ def test_a_read_only_cache_directory_is_named(tmp_path, monkeypatch):
     assert unusable_directory(tmp_path / "cache") == f"cannot be created: {tmp_path} is not writable (Read-only file system)"
 
 
+# --------------------------------------------------------------------------------- a read-only cache
+# A shared cache mounted read-only: a run that finds its data there runs; one that must add to it stops
+# at that write, in one line naming the file and the fix. Root writes anywhere whatever the file modes
+# (chmod -R a-w denies it nothing), so the cache is made read-only by a read-only bind mount in a private
+# mount namespace (unshare -m), where this machine allows it; test_a_cache_write_failure_* below
+# simulates the same failure in-process everywhere.
+READ_ONLY_CACHE = 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" && shift && exec "$@"'
+SMALL_DATA = ["task.generator.num_train=64", "task.generator.num_val=16", "task.generator.num_test=16", "trainer.max_steps=4",
+              "trainer.eval_every=2", "trainer.analysis=false"]
+
+
+def _read_only_mounts(tmp_path: Path) -> bool:
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    try:
+        result = subprocess.run(["unshare", "-m", "sh", "-c", READ_ONLY_CACHE, "sh", str(probe), "sh", "-c", f"! touch {probe}/x"],
+                                capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.returncode == 0 and not (probe / "x").exists()
+
+
+def sparse_run_read_only_cache(args: list[str], cwd: Path, cache_dir: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SPARSE_RUNNER_CACHE": str(cache_dir), "PYTHONUNBUFFERED": "1"}
+    command = ["unshare", "-m", "sh", "-c", READ_ONLY_CACHE, "sh", str(cache_dir),
+               sys.executable, "-c", "from sparse_runner.cli import run_main; run_main()", *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_read_only_cache_serves_the_runs_it_holds_and_names_the_file_another_needs(tmp_path):
+    if not _read_only_mounts(tmp_path):
+        pytest.skip("no read-only bind mounts here (unshare -m / mount not permitted)")
+    cache = tmp_path / "cache"
+    filled = sparse_run([*TINY, *SMALL_DATA], cwd=tmp_path, cache_dir=cache)  # the cache filled once, writable
+    assert filled.returncode == 0, filled.stderr
+    before = sorted(p.relative_to(cache) for p in cache.rglob("*"))
+
+    work = tmp_path / "work"
+    work.mkdir()
+    held = sparse_run_read_only_cache([*TINY, *SMALL_DATA, "seed=1"], cwd=work, cache_dir=cache)  # the same data
+    assert held.returncode == 0, held.stderr
+    (run_dir,) = (work / "outputs" / "runs").iterdir()
+    assert read_metrics(run_dir)["status"] == "completed"
+
+    other = tmp_path / "other"
+    other.mkdir()
+    result = sparse_run_read_only_cache([*TINY, *SMALL_DATA, "task.generator.num_train=65"], cwd=other, cache_dir=cache)
+    assert result.returncode == 2, result.stderr
+    line = one_error_line(result)
+    assert f"paths.cache_dir: this run must write {cache}/listops/generated-" in line, line
+    assert "Read-only file system" in line and "set SPARSE_RUNNER_CACHE or paths.cache_dir to a writable directory" in line, line
+    runs = other / "outputs" / "runs"
+    assert not list(other.rglob("metrics.json")) and not (runs.exists() and list(runs.iterdir()))
+    assert sorted(p.relative_to(cache) for p in cache.rglob("*")) == before
+
+
+def test_a_cache_write_failure_is_named_and_leaves_nothing(tiny_config, tmp_path, monkeypatch):
+    """The read-only cache simulated in-process: making a directory or a temporary file in it fails as on
+    a read-only file system."""
+    import tempfile as tempfile_module
+
+    from sparse_runner.run import CacheNotWritable
+
+    cache = tmp_path / "cache"
+    cfg = tiny_config(*SMALL_DATA, f"paths.cache_dir={cache}")
+    run(cfg, tmp_path / "filled")
+
+    def refuse(real):
+        def call(*args, **kwargs):
+            where = Path(kwargs.get("dir") or args[0])
+            if where == cache or cache in where.parents:
+                raise OSError(30, "Read-only file system", str(where))
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(os, "mkdir", refuse(os.mkdir))
+    monkeypatch.setattr(tempfile_module, "mkdtemp", refuse(tempfile_module.mkdtemp))
+    monkeypatch.setattr(tempfile_module, "mkstemp", refuse(tempfile_module.mkstemp))
+    run(tiny_config(*SMALL_DATA, f"paths.cache_dir={cache}", "seed=1"), tmp_path / "held")  # everything is there
+    assert read_metrics(tmp_path / "held")["status"] == "completed"
+    with pytest.raises(CacheNotWritable) as info:
+        run(tiny_config(*SMALL_DATA, f"paths.cache_dir={cache}", "task.generator.num_train=65"), tmp_path / "needs")
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"paths.cache_dir: this run must write {cache}/listops/generated-"), message
+    assert not message.split("generated-")[1].split(",")[0].endswith(".tmp"), message  # the entry, not the temporary file
+    assert not (tmp_path / "needs" / "metrics.json").exists()
+
+
+def test_cache_write_errors_name_the_file_not_the_temporary_one(tmp_path):
+    from sparse_runner.run import cache_not_writable
+
+    cache = tmp_path / "cache"
+    cases = {
+        str(cache / "tokenizers" / ".0123abcd.k2j_x9q1.tmp"): f"must write {cache / 'tokenizers' / '0123abcd'},",
+        str(cache / "debian" / ".download-ab12_x"): f"must write {cache / 'debian'},",
+        str(cache / "listops"): f"must write {cache / 'listops'},",
+    }
+    for filename, expected in cases.items():
+        assert expected in str(cache_not_writable(OSError(30, "Read-only file system", filename), str(cache)))
+    assert cache_not_writable(OSError(30, "Read-only file system", str(tmp_path / "elsewhere")), str(cache)) is None
+    assert cache_not_writable(OSError(28, "No space left on device", str(cache / "listops")), str(cache)) is None
+
+
 # ----------------------------------------------------------------------------------------- empty splits
 def test_an_empty_split_is_refused_for_every_task(tiny_config, tmp_path, monkeypatch):
     real_sizes = ListOpsTask.sizes
