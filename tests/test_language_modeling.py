@@ -160,3 +160,35 @@ def test_offline_lm1b_is_one_line(tmp_path, cache_dir):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "billion-word-benchmark/lm1b" in lines[0] and "task.source=files task.data_dir=" in lines[0]
+
+
+# word_ppl's words: those of the tokenizer's normalised text (sentencepiece nmt_nfkc), not str.split()'s.
+# (line, its words for word_ppl, str.split()'s words)
+WORD_BOUNDARIES = [
+    ("the cat\u200bsees a dog.", 5, 4),   # zero-width space: a boundary for word_ppl only
+    ("the cat\u200csees a dog.", 5, 4),   # zero-width non-joiner
+    ("the cat\ufeffsees a dog.", 5, 4),   # zero-width no-break space (BOM)
+    ("the cat\x0bsees a dog.", 4, 5),     # vertical tab: whitespace for str.split() only
+    ("the cat\x1fsees a dog.", 4, 5),     # unit separator, likewise
+    ("the cat\u3000sees a dog.", 5, 5),   # ideographic space: both
+]
+
+
+def test_word_ppl_counts_the_tokenizers_words_not_str_split(tmp_path, cache_dir):
+    import torch
+
+    corpus = write_corpus(tmp_path / "corpus")
+    (corpus / "test.txt").write_text("\n\n".join(line for line, _, _ in WORD_BOUNDARIES) + "\n")
+    task = build_task(lm_config(corpus, cache_dir))
+    windows = task.examples["test"]
+    assert len(windows) == len(WORD_BOUNDARIES)           # one document (and window) per line
+    for window, (line, words, split_words) in zip(windows, WORD_BOUNDARIES):
+        assert len(line.split()) == split_words
+        # What eval_step counts: the targets that start a word, EOS included.
+        assert int(task.word_start[torch.from_numpy(window[1:])].sum()) == words + 1, repr(line)
+    # ... and what the code and docs/tasks.md say of it.
+    import sparse_runner.tasks.language_modeling as lm
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "tasks.md").read_text()
+    for text in (lm.__doc__, docs):
+        assert "U+200B" in text and "str.split()" in text

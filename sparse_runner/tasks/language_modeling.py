@@ -8,8 +8,9 @@ sentence-level models do.
 
 Metrics: per-token cross-entropy (`loss`) and perplexity (`ppl`); per-word perplexity (`word_ppl`: the
 same total log-likelihood over the number of whitespace words, EOS counted as one, so that runs with
-different vocabularies compare); `unigram_ppl`, the perplexity of the training split's unigram
-distribution (add-one), the floor a model has to beat. A sample of generated text goes to
+different vocabularies compare; words as the tokenizer's normaliser separates them, so U+200B separates
+words and U+000B does not, unlike str.split()); `unigram_ppl`, the perplexity of the training split's
+unigram distribution (add-one), the floor a model has to beat. A sample of generated text goes to
 `outputs/sample.txt` in the run directory.
 """
 
@@ -83,7 +84,11 @@ class LanguageModelingTask(Task):
                 raise ConfigError(f"task {self.name}: the {split} split has no text")
         self._lengths = {split: np.array([len(x) - 1 for x in self.examples[split]], dtype=np.int64) for split in SPLITS}
         # Which ids start a whitespace word (sentencepiece marks them with "▁"); EOS ends a line and
-        # counts as a word, as in LM1B's per-word perplexity.
+        # counts as a word, as in LM1B's per-word perplexity. The words are those of the tokenizer's
+        # normalised text (sentencepiece nmt_nfkc), whatever the vocabulary, not str.split()'s: zero-width
+        # and direction marks (U+200B, U+200C, U+200E, U+200F, U+FEFF) become spaces and separate words
+        # ("cat\u200bdog" is 2 words, str.split() says 1), while the control characters str.split() takes
+        # as whitespace (U+000B, U+001C..U+001F) are removed and join them ("cat\x0bdog" is 1 word).
         pieces = [self.tokenizer.id_to_piece(i) for i in range(self.tokenizer.vocab_size)]
         self.word_start = torch.tensor([p.startswith("▁") or i == EOS_ID for i, p in enumerate(pieces)])
         targets = np.concatenate([x[1:] for x in self.examples["train"]])
