@@ -32,6 +32,12 @@ def hard():
 
 
 @pytest.fixture(scope="module")
+def solid():
+    """512 hard images whose paddles are at most one pixel apart (paddle_gap=1: no pixel gaps)."""
+    return gen.generate_pathfinder(CHUNK, contour_length=14, seed=13, paddle_gap=1.0, return_meta=True)
+
+
+@pytest.fixture(scope="module")
 def by_difficulty(hard):
     out = {"hard": hard}
     for name in ("easy", "intermediate"):
@@ -135,15 +141,28 @@ def test_markers_are_drawn_at_the_tips_of_the_right_snakes(hard):
     other_mask = meta.snake_masks[rows, other]
     assert other_mask[rows, second[:, 0], second[:, 1]][~positive].all()
 
-    # For label 1 the markers are the two ends of the path: along the path mask (8-connected), the
-    # second marker is the farthest pixel from the first, and the first the farthest from the second.
+    # The path is one dashed curve: its gaps are one dark pixel, so steps of reach 2 cover it.
     pos = np.flatnonzero(positive)
-    from_first = flood(path[pos], one_pixel(len(pos), (32, 32), first[pos]), reach=1)
-    from_second = flood(path[pos], one_pixel(len(pos), (32, 32), second[pos]), reach=1)
-    assert (from_first[path[pos]] >= 0).all(), "the path mask is one 8-connected curve"
+    from_first = flood(path[pos], one_pixel(len(pos), (32, 32), first[pos]), reach=2)
+    assert (from_first[path[pos]] >= 0).all(), "the path mask is one dashed curve"
+
+
+def test_markers_are_the_two_ends_of_the_path(solid):
+    # For label 1 the markers are the two ends of the path: along the path mask, the second marker
+    # is the farthest pixel from the first, and the first the farthest from the second. Checked on
+    # paths without gaps (paddle_gap=1, 8-connected): with LRA's gaps a fill that steps over them
+    # also steps across the one dark pixel a snake may keep from its own older paddles, and so
+    # takes shortcuts.
+    split, meta = solid
+    pos = np.flatnonzero(split.labels == 1)
+    first, second = np.floor(meta.markers[pos, 0]).astype(int), np.floor(meta.markers[pos, 1]).astype(int)
+    path = meta.path_mask[pos]
+    from_first = flood(path, one_pixel(len(pos), (32, 32), first), reach=1)
+    from_second = flood(path, one_pixel(len(pos), (32, 32), second), reach=1)
+    assert (from_first[path] >= 0).all(), "the path mask is one 8-connected curve"
     k = np.arange(len(pos))
-    assert (from_first[k, second[pos, 0], second[pos, 1]] == from_first.reshape(len(pos), -1).max(1)).all()
-    assert (from_second[k, first[pos, 0], first[pos, 1]] == from_second.reshape(len(pos), -1).max(1)).all()
+    assert (from_first[k, second[:, 0], second[:, 1]] == from_first.reshape(len(pos), -1).max(1)).all()
+    assert (from_second[k, first[:, 0], first[:, 1]] == from_second.reshape(len(pos), -1).max(1)).all()
 
 
 def test_connectivity_by_flood_fill_on_the_image(by_difficulty):
@@ -161,7 +180,7 @@ def test_connectivity_by_flood_fill_on_the_image(by_difficulty):
 def test_each_difficulty_runs_and_longer_contours_give_longer_paths(by_difficulty):
     lengths = {name: by_difficulty[name][1].path_mask.sum(axis=(1, 2)).mean() for name in params.DIFFICULTIES}
     assert lengths["easy"] < lengths["intermediate"] < lengths["hard"]
-    # Each paddle (2 px + a 1 px gap) adds about 2-3 lit pixels to the path.
+    # Each paddle (2 px, then a 2 px gap) adds about 2-3 lit pixels to the path.
     for name, contour_length in params.DIFFICULTIES.items():
         assert 1.5 * contour_length < lengths[name] < 4 * contour_length, (name, lengths[name])
 

@@ -13,16 +13,19 @@ Generator
 Coordinates are (row, column) in pixels of the final image; pixel (i, j) covers [i, i+1) x [j, j+1).
 For each image:
 
-1. Draw the label (uniform 0/1) and which of the two target snakes carries the first marker.
+1. Draw which of the two target snakes carries the first marker (the label comes in step 3).
 2. Target snakes: start tip A uniform in the middle of the image (like the original generator, A
    keeps 2 * seed_distance from the border), start tip B at ``seed_distance`` from A in a random
    direction. Both grow together, paddle by paddle, ``contour_length`` paddles each. A paddle is a
-   segment of ``paddle_length``; the next starts at most ``paddle_gap`` further on and turns by an
-   angle d drawn with weight cos(min(|d| * continuity, pi/2))^2 (the original's continuity weight:
+   segment of ``paddle_length``; the next starts ``paddle_gap`` / 2 on along the old direction and
+   ``paddle_gap`` / 2 along the new one (LRA: paddle_margin 1 on both sides of the pivot, so dashes of
+   2 px with gaps of 2 px, at most 2 px in a straight line), turned by an angle d drawn with weight cos(min(|d| * continuity, pi/2))^2 (the original's continuity weight:
    with continuity 1 turns stay under 90 degrees and going straight is most likely), among
    ``turn_candidates`` evenly spaced turns with a random offset, over those that fit.
-3. Markers: a disc of ``marker_radius`` at the start tip of the chosen snake, and one at the far tip
-   of the same snake (label 1) or of the other snake (label 0).
+   Both far tips keep room for a marker disc.
+3. Label and markers: a disc of ``marker_radius`` at the start tip of the chosen snake, and one at the
+   far tip of the same snake (label 1) or of the other snake (label 0); the label is chosen so that
+   both labels have the same distribution of marker distance (below).
 4. Distractor snakes: ``num_distractor_snakes`` snakes of ``distractor_length`` paddles, each started at
    a random free place; one that does not fit after ``distractor_attempts`` tries is left out (the
    original also leaves out distractors that do not fit).
@@ -33,18 +36,32 @@ For each image:
 Occupancy makes connectivity well defined on the image itself. Every pixel lit by one snake (its
 marker included) is kept more than ``separation`` pixels (Chebyshev) from every pixel lit by another:
 two snakes always have at least two dark pixels between them, while consecutive paddles of one snake
-have at most one (in practice the anti-aliasing fills most gaps). So a flood fill over lit pixels that
+have at most one (a gap of at most 2 px spans at most one pixel). So a flood fill over lit pixels that
 steps over one dark pixel joins exactly one snake, which the tests check. A new paddle also keeps one
 dark pixel from its own snake's older paddles. Each image has a grid of bits (the border, the zones of
 finished snakes, the zones of the snakes being grown); all candidate paddles of all images of a chunk
-are checked against it at once. An image whose snake meets a dead end is redrawn from scratch, by
-masking: later rounds work on the failed images only. To make dead ends rarer, a candidate paddle
+are checked against it at once. Target snakes that meet a dead end are dropped (and leave the
+work once a tenth of it has failed); more candidates are drawn until there are enough. To make dead
+ends rarer, a candidate paddle
 after which no further paddle would fit (one paddle of lookahead) is avoided when another one fits.
+
+Marker distance
+---------------
+With the label drawn first, the distance between the two markers gave the label away: a snake can
+curl back to near its own start, but the far tip of the other snake keeps its separation from the
+first marker, so markers less than ~5 px apart occurred only in positives, and the best single
+threshold on the distance scored 55-68 % (easy worst: a short snake cannot reach as far as the other
+snake's far tip, seed_distance away). The original generator has the same bias. Here the label
+is chosen after the target snakes are drawn, in pairs: a candidate (two target snakes) has a marker
+distance as a positive and one as a negative; binned by ``DISTANCE_BIN``, it completes a pair with a
+waiting candidate of the other label in the same bin, or waits in both of its bins. A chunk is
+CHUNK_SIZE / 2 such pairs, shuffled, so both labels have the same histogram of marker distances (a
+classifier on the distance alone is at chance, which the tests check); distances that only one
+label can have (markers closer than the separation allows two snakes) no longer occur.
 
 Deliberate differences from the original generator (drewlinsley/pathfinder): markers and snakes have
 the same intensity (the original scales paddle contrasts, then normalises), there are no
-single-paddle distractors, the gap between paddles is one pixel (the original leaves paddle_margin on
-both sides), the spacing rule above replaces the original's dilated masks, the turn is drawn from
+single-paddle distractors, marker distances are matched between labels (above), the spacing rule above replaces the original's dilated masks, the turn is drawn from
 candidate angles rather than from the pixels of a circle, and the lookahead is ours. The defaults are
 LRA's 32x32 settings: padding 1, paddle_length 2, thickness 0.5, marker_radius 1.5, seed_distance 7,
 continuity 1.0, antialias 2, distractor_length = contour_length // 3, num_distractor_snakes = 20 //
@@ -52,7 +69,7 @@ distractor_length.
 
 Determinism: images are generated in chunks of ``CHUNK_SIZE``; chunk i draws from
 ``SeedSequence(seed, spawn_key=(i,))`` (the i-th child that ``SeedSequence(seed).spawn`` would give), and
-always generates a full chunk. So the output depends only on (seed, parameters), not on ``workers``,
+always generates a full chunk (its labels are exactly half positive). So the output depends only on (seed, parameters), not on ``workers``,
 and ``generate_pathfinder(n)`` is a prefix of ``generate_pathfinder(m)`` for m > n.
 
 Numpy only on purpose: data preparation must not depend on torch.
@@ -63,6 +80,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -75,7 +93,12 @@ from sparse_runner.data.splits import ImageSplit
 
 #: Images per generation chunk: large enough for numpy to amortise its per-call cost, small enough
 #: that a short request (tests) does not pay for many unused images.
-CHUNK_SIZE = 512
+CHUNK_SIZE = 512  # even: a chunk holds pairs of one positive and one negative
+#: Width in pixels of the marker-distance bins in which positives and negatives are paired.
+DISTANCE_BIN = 0.25
+_MARGIN = 1.0  # candidates per missing image, over the success rate so far
+_MIN_ROUND = 64  # fewest candidates tried in a round
+_MAX_ROUNDS = 200
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,30 +137,77 @@ class PathfinderMeta:
         return PathfinderMeta(**{name: getattr(self, name)[index] for name in fields})
 
 
+def _matched_targets(rng: np.random.Generator, p: PathfinderParams):
+    """CHUNK_SIZE target-snake pairs with their labels, half of them positive, whose marker distances
+    have the same distribution in both labels (see "Marker distance" in the module docstring).
+
+    Returns labels (n,), origin (n,), the committed occupancy bits (n, cells), the target points
+    (n, 2, C, S, 2) and tips (n, 2, 2, 2).
+    """
+    n = CHUNK_SIZE
+    half = n // 2
+    rounds: list[tuple[np.ndarray, ...]] = []  # kept candidates of each round
+    # (distance bin, label) -> candidates not yet used that would fall in that bin with that label;
+    # each waiting candidate is in two queues, one per label.
+    waiting: dict[tuple[int, int], deque] = {}
+    used: list[bool] = []
+    pairs: list[tuple[int, int]] = []  # (positive, negative)
+    tried = 0
+    for _ in range(_MAX_ROUNDS):
+        # Nearly every candidate drawn ends up in a pair once enough are waiting: try as many as the
+        # images still missing need at the success rate so far (a round of n at first).
+        success = len(used) / tried if used else 1.0
+        m = max(_MIN_ROUND, int(np.ceil(_MARGIN * (n - 2 * len(pairs)) / max(success, 0.01))))
+        origin = rng.integers(0, 2, m)
+        first = rng.integers(0, 2, m)  # the label a candidate tries first when it can complete a pair
+        ok, occ, points, tips = place_targets(rng, origin, p)
+        tried += m
+        good = np.flatnonzero(ok)  # a failed candidate is simply dropped
+        rows = np.arange(m)
+        start = tips[rows, origin, 0]
+        # Marker distance as a positive (far tip of the same snake) and as a negative (of the other).
+        bins = np.floor(np.stack([
+            np.linalg.norm(start - tips[rows, 1 - origin, 1], axis=-1),
+            np.linalg.norm(start - tips[rows, origin, 1], axis=-1),
+        ], axis=1) / DISTANCE_BIN).astype(np.int64)[good]  # (kept, label)
+        rounds.append((origin[good], occ.committed()[good], points[good], tips[good]))
+        for i, order in enumerate(first[good].tolist()):
+            c = len(used)
+            used.append(False)
+            for label in (order, 1 - order):
+                queue = waiting.get((int(bins[i, label]), 1 - label))
+                while queue and used[queue[0]]:
+                    queue.popleft()
+                if queue:
+                    partner = queue.popleft()
+                    used[partner] = used[c] = True
+                    pairs.append((c, partner) if label == 1 else (partner, c))
+                    break
+            else:
+                for label in (0, 1):
+                    waiting.setdefault((int(bins[i, label]), label), deque()).append(c)
+            if len(pairs) == half:
+                break
+        if len(pairs) == half:
+            break
+    else:
+        raise RuntimeError(f"Pathfinder: could not pair {half} target snakes by marker distance in {_MAX_ROUNDS} rounds ({p})")
+
+    chosen = np.array(pairs, dtype=np.int64).reshape(-1)
+    labels = np.tile(np.array([1, 0]), half)
+    order = rng.permutation(n)
+    chosen, labels = chosen[order], labels[order]
+    origin, bits, targets, tips = (np.concatenate(field)[chosen] for field in zip(*rounds))
+    return labels, origin, bits, targets, tips
+
+
 def _generate_chunk(seed: int, chunk: int, p: PathfinderParams, with_meta: bool):
     """CHUNK_SIZE images from SeedSequence(seed, spawn_key=(chunk,)): (n, H, W) uint8, (n,) labels and
     the PathfinderMeta (None unless `with_meta`: the masks are twice the size of the images)."""
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(chunk,)))
     n, S = CHUNK_SIZE, p.samples_per_paddle
-    labels = rng.integers(0, 2, n)
-    origin = rng.integers(0, 2, n)
+    labels, origin, bits, targets, tips = _matched_targets(rng, p)
     terminal = np.where(labels == 1, origin, 1 - origin)
-
-    targets = np.zeros((n, 2, p.contour_length, S, 2))
-    tips = np.zeros((n, 2, 2, 2))
-    bits = None
-    pending = np.arange(n)
-    for _ in range(1000):  # a failed image is redrawn from scratch; typically a few rounds
-        ok, occ, points, found = place_targets(rng, origin[pending], terminal[pending], p)
-        if bits is None:
-            bits = np.zeros((n, occ.bits.shape[1]), dtype=np.uint8)
-        done = pending[ok]
-        bits[done], targets[done], tips[done] = occ.committed()[ok], points[ok], found[ok]
-        pending = pending[~ok]
-        if not pending.size:
-            break
-    else:
-        raise RuntimeError(f"Pathfinder: could not place the target snakes in {pending.size} images ({p})")
 
     distractors = np.zeros((n, p.num_distractor_snakes, p.distractor_length, S, 2))
     present = np.zeros((n, p.num_distractor_snakes), dtype=bool)

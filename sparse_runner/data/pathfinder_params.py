@@ -21,14 +21,18 @@ class PathfinderParams:
     distractor_length: int = 4  # paddles per distractor snake
     num_distractor_snakes: int = 5
     paddle_length: float = 2.0
-    paddle_gap: float = 1.0  # at most this between consecutive paddles of a snake
+    # Between consecutive paddles of a snake: half along the old direction, half along the new one
+    # (at most this far in a straight line). LRA's 32x32 paddle_margin 1 on both sides of the pivot.
+    paddle_gap: float = 2.0
     padding: int = 1  # blank border
     marker_radius: float = 1.5
     seed_distance: float = 7.0  # between the start tips of the two target snakes
     continuity: float = 1.0
     antialias_scale: int = 2
     separation: int = 2  # dark pixels kept between different snakes (see the module docstring)
-    turn_candidates: int = 12  # turn angles tried per paddle
+    # Turn angles tried per paddle, over 180 degrees: 20 degrees apart, about the original's one pixel
+    # of arc at the pivot's radius paddle_length + margin = 3 px (360 / (2 pi 3) = 19 degrees).
+    turn_candidates: int = 9
     distractor_attempts: int = 4
 
     def __post_init__(self) -> None:
@@ -38,8 +42,9 @@ class PathfinderParams:
             "distractor_length": self.distractor_length >= 1,
             "num_distractor_snakes": self.num_distractor_snakes >= 0,
             "paddle_length": self.paddle_length > 0,
-            # A flood fill that steps over one dark pixel must join consecutive paddles.
-            "paddle_gap": 0 <= self.paddle_gap <= 1,
+            # A flood fill that steps over one dark pixel must join consecutive paddles: two points at
+            # most 2 px apart fall in pixels at most 2 apart (Chebyshev).
+            "paddle_gap": 0 <= self.paddle_gap <= 2,
             "padding": self.padding >= 0,
             "marker_radius": self.marker_radius > 0,
             "seed_distance": self.seed_distance > 0,

@@ -157,15 +157,15 @@ def _grow_snakes(
     tips: np.ndarray,
     paddles: int,
     p: PathfinderParams,
-    marked_end: np.ndarray | None = None,
+    marked_ends: np.ndarray | None = None,
 ):
     """Grow a group of G snakes side by side, one paddle each per step, from tips (m, G, 2).
 
     Each paddle is drawn among `turn_candidates` directions with the continuity weight, over those
     whose pixels are free; candidates after which no paddle would fit (tried at _LOOKAHEAD_TURNS) are
     avoided when another one exists, which makes dead ends, and so whole-image retries, rarer.
-    marked_end: (m,) index of the snake whose far tip carries a marker (None: no marker); its last
-    paddle is only put where the marker disc keeps its distance from the other snakes too.
+    marked_ends: (m, G) bool, the snakes whose far tip may carry a marker (None: none); their last
+    paddle is only put where a marker disc there keeps its distance from the other snakes too.
 
     Returns ok (m,) bool (every paddle found room), points (m, G, paddles, S, 2) float64 (S =
     p.samples_per_paddle) and ends (m, G, 2) (far tips). The zones of the new paddles and of the
@@ -174,7 +174,8 @@ def _grow_snakes(
     m, group = tips.shape[:2]
     K = p.turn_candidates
     rows = np.arange(m)
-    half_gap = 0.5 * p.paddle_gap
+    # A hair under half the gap, so that rounding never puts a full paddle_gap of 2 across three pixels.
+    half_gap = 0.5 * p.paddle_gap * (1 - 1e-9)
     along = np.linspace(0.0, p.paddle_length, p.samples_per_paddle)[:, None]  # (S, 1)
     # One paddle ahead, its middle and end are enough for a guess (its start is next to the
     # candidate's end), and cheaper. Measured from the candidate's end, past half the gap
@@ -188,7 +189,18 @@ def _grow_snakes(
     theta = np.zeros((m, group))
     heading = np.zeros((m, group, 2))  # unit vector of theta
     previous = [None] * group  # each snake's last paddle points: "own old" one step later
+    # Images that have failed are dropped from the work once they are a tenth of it: `live` maps the
+    # rows being grown (and those of ok, ends, theta, ..., `occ`) to the caller's rows.
+    whole_occ, whole_ok, whole_ends, live = occ, np.zeros(m, dtype=bool), ends.copy(), np.arange(m)
     for k in range(paddles):
+        if k and 10 * np.count_nonzero(~ok) > len(ok):
+            kept, dropped = np.flatnonzero(ok), np.flatnonzero(~ok)
+            whole_ends[live[dropped]] = ends[dropped]
+            live, m, rows = live[kept], len(kept), np.arange(len(kept))
+            occ = _Occupancy(occ.bits[kept], p)
+            ok, tips, ends, theta, heading = ok[kept], tips[kept], ends[kept], theta[kept], heading[kept]
+            previous = [None if x is None else x[kept] for x in previous]
+            marked_ends = None if marked_ends is None else marked_ends[kept]
         for g in range(group):
             others = np.uint8(sum(int(_zone_bit(h)) for h in range(group) if h != g))
             forbidden = _COMMON | others | _self_bit(g, group)
@@ -217,7 +229,7 @@ def _grow_snakes(
                 promising = free & room_ahead
                 free = np.where(promising.any(-1, keepdims=True), promising, free)
 
-            marked = None if marked_end is None or k < paddles - 1 else marked_end == g
+            marked = None if marked_ends is None or k < paddles - 1 else marked_ends[:, g]
             if marked is not None:  # the disc may touch this snake's own paddles, not the others'
                 # Only the candidates that are still free and carry the marker need the disc.
                 image, which = np.nonzero(free & marked[:, None])
@@ -230,7 +242,7 @@ def _grow_snakes(
             ok &= total > 0
             pick = np.minimum((cdf <= (rng.random(m) * total)[:, None]).sum(-1), K - 1)  # inverse CDF
             chosen = candidates[rows, pick]  # (m, S, 2)
-            points[:, g, k] = chosen
+            points[live, g, k] = chosen
             theta[:, g] = angles[rows, pick]
             heading[:, g] = direction[rows, pick]
             ends[:, g] = chosen[:, -1]
@@ -244,14 +256,20 @@ def _grow_snakes(
             # An image that has failed goes on (masked) from the middle of the image, so that its
             # points never leave the occupancy grid.
             ends[~ok, g] = 0.5 * p.resolution
-    return ok, points, ends
+    whole_ok[live], whole_ends[live] = ok, ends
+    if occ is not whole_occ:
+        whole_occ.bits[live] = occ.bits
+    return whole_ok, points, whole_ends
 
 
-def place_targets(rng: np.random.Generator, origin: np.ndarray, terminal: np.ndarray, p: PathfinderParams):
+def place_targets(rng: np.random.Generator, origin: np.ndarray, p: PathfinderParams):
     """One attempt at the two target snakes and their markers for len(origin) images.
 
-    origin, terminal: (m,) which snake carries the first marker (start tip) and the second (far tip).
-    Returns ok (m,), the occupancy (m images), points (m, 2, C, S, 2) and tips (m, 2, 2, 2).
+    origin: (m,) which snake carries the first marker (start tip). The second marker may go on the
+    far tip of either snake (label 1 or 0, chosen later): both far tips keep room for it, so that
+    the label can be chosen after the snakes are drawn, and an unmarked far tip looks the same in
+    both labels. Returns ok (m,), the occupancy (m images), points (m, 2, C, S, 2) and tips
+    (m, 2, 2, 2).
     """
     m = len(origin)
     occ = _Occupancy.empty(m, p)
@@ -272,7 +290,7 @@ def place_targets(rng: np.random.Generator, origin: np.ndarray, terminal: np.nda
 
     # The first marker is reserved before growing, so that the other snake keeps its distance.
     occ.claim(_marker_pixels(starts[rows, origin], p), _zone_bit(origin), p.separation)
-    grown, points, ends = _grow_snakes(rng, occ, starts, p.contour_length, p, marked_end=terminal)
+    grown, points, ends = _grow_snakes(rng, occ, starts, p.contour_length, p, marked_ends=np.ones((m, 2), dtype=bool))
     tips = np.stack([starts, ends], axis=2)  # (m, snake, start/far, 2)
     return ok & grown, occ, points, tips
 

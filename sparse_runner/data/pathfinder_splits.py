@@ -22,8 +22,9 @@ logger = logging.getLogger(__name__)
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 
 # Bumped whenever the generator, the reader or the split changes what a seed or file produces, so
-# that old cache directories (whose names hash this) are not reused.
-_FORMAT_VERSION = 1
+# that old cache directories (whose names hash this) are not reused. 2: negatives drawn with the
+# positives' marker distances, and LRA's 2 px gaps between paddles.
+_FORMAT_VERSION = 2
 
 
 def _count(name: str, value) -> int:
