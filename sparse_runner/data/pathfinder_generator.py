@@ -18,11 +18,11 @@ For each image:
    keeps 2 * seed_distance from the border), start tip B at ``seed_distance`` from A in a random
    direction. Both grow together, paddle by paddle, ``contour_length`` paddles each. A paddle is a
    segment of ``paddle_length``; the next starts ``paddle_gap`` / 2 on along the old direction and
-   ``paddle_gap`` / 2 along the new one (LRA: paddle_margin 1 on both sides of the pivot, so dashes of
-   2 px with gaps of 2 px, at most 2 px in a straight line), turned by an angle d drawn with weight cos(min(|d| * continuity, pi/2))^2 (the original's continuity weight:
-   with continuity 1 turns stay under 90 degrees and going straight is most likely), among
-   ``turn_candidates`` evenly spaced turns with a random offset, over those that fit.
-   Both far tips keep room for a marker disc.
+   ``paddle_gap`` / 2 along the new one (LRA: paddle_margin 1 on both sides of the pivot, so dashes
+   of 2 px with gaps of 2 px, at most 2 px in a straight line), turned by an angle d drawn with
+   weight cos(min(|d| * continuity, pi/2))^2 (the original's continuity weight: with continuity 1
+   turns stay under 90 degrees and going straight is most likely), among ``turn_candidates`` evenly
+   spaced turns with a random offset, over those that fit. Both far tips keep room for a marker disc.
 3. Label and markers: a disc of ``marker_radius`` at the start tip of the chosen snake, and one at the
    far tip of the same snake (label 1) or of the other snake (label 0); the label is chosen so that
    both labels have the same distribution of marker distance (below).
@@ -40,10 +40,10 @@ have at most one (a gap of at most 2 px spans at most one pixel). So a flood fil
 steps over one dark pixel joins exactly one snake, which the tests check. A new paddle also keeps one
 dark pixel from its own snake's older paddles. Each image has a grid of bits (the border, the zones of
 finished snakes, the zones of the snakes being grown); all candidate paddles of all images of a chunk
-are checked against it at once. Target snakes that meet a dead end are dropped (and leave the
-work once a tenth of it has failed); more candidates are drawn until there are enough. To make dead
-ends rarer, a candidate paddle
-after which no further paddle would fit (one paddle of lookahead) is avoided when another one fits.
+are checked against it at once. Target snakes that meet a dead end are dropped (they leave the work
+once a tenth of it has failed), and more candidates are drawn until there are enough. To make dead
+ends rarer, a candidate paddle after which no further paddle would fit (one paddle of lookahead) is
+avoided when another one fits.
 
 Marker distance
 ---------------
@@ -61,16 +61,18 @@ label can have (markers closer than the separation allows two snakes) no longer 
 
 Deliberate differences from the original generator (drewlinsley/pathfinder): markers and snakes have
 the same intensity (the original scales paddle contrasts, then normalises), there are no
-single-paddle distractors, marker distances are matched between labels (above), the spacing rule above replaces the original's dilated masks, the turn is drawn from
-candidate angles rather than from the pixels of a circle, and the lookahead is ours. The defaults are
+single-paddle distractors, marker distances are matched between labels (above) and both far tips
+keep room for a marker, the spacing rule above replaces the original's dilated masks, the turn is
+drawn from candidate angles rather than from the pixels of a circle, and the lookahead is ours. The defaults are
 LRA's 32x32 settings: padding 1, paddle_length 2, thickness 0.5, marker_radius 1.5, seed_distance 7,
 continuity 1.0, antialias 2, distractor_length = contour_length // 3, num_distractor_snakes = 20 //
 distractor_length.
 
 Determinism: images are generated in chunks of ``CHUNK_SIZE``; chunk i draws from
 ``SeedSequence(seed, spawn_key=(i,))`` (the i-th child that ``SeedSequence(seed).spawn`` would give), and
-always generates a full chunk (its labels are exactly half positive). So the output depends only on (seed, parameters), not on ``workers``,
-and ``generate_pathfinder(n)`` is a prefix of ``generate_pathfinder(m)`` for m > n.
+always generates a full chunk (exactly half of its labels positive). So the output depends only on
+(seed, parameters), not on ``workers``, and ``generate_pathfinder(n)`` is a prefix of
+``generate_pathfinder(m)`` for m > n.
 
 Numpy only on purpose: data preparation must not depend on torch.
 """
@@ -157,7 +159,7 @@ def _matched_targets(rng: np.random.Generator, p: PathfinderParams):
         # Nearly every candidate drawn ends up in a pair once enough are waiting: try as many as the
         # images still missing need at the success rate so far (a round of n at first).
         success = len(used) / tried if used else 1.0
-        m = max(_MIN_ROUND, int(np.ceil(_MARGIN * (n - 2 * len(pairs)) / max(success, 0.01))))
+        m = min(max(_MIN_ROUND, int(np.ceil(_MARGIN * (n - 2 * len(pairs)) / max(success, 0.01)))), 8 * n)
         origin = rng.integers(0, 2, m)
         first = rng.integers(0, 2, m)  # the label a candidate tries first when it can complete a pair
         ok, occ, points, tips = place_targets(rng, origin, p)
