@@ -14,7 +14,7 @@ is refused.
 The source run must not be running: its directory lock (`run.directory_lock`, an flock on `.lock`) is
 taken shared from `resolve` until `load_encoder` has read the weights, so a re-run of the source that is
 under way is refused here (it could be rewriting its checkpoints and tokenizer), and one started
-meanwhile waits its turn (it is refused as the directory is in use). The record names the checkpoint
+meanwhile is refused as that directory is being read (retry in a moment). The record names the checkpoint
 loaded by its step and the sha256 of its bytes, the very bytes the weights come from.
 """
 
@@ -61,6 +61,7 @@ class PretrainedRun:
         """Let the source run directory be written again (a re-run of it may start)."""
         if self.lock is not None:
             self.lock.close()
+            object.__setattr__(self, "lock", None)  # frozen: the record keeps no file handle
 
     def record(self, step: int | None, sha256: str | None = None) -> dict[str, Any]:
         """What a fine-tuning run's metrics.json says about where it started (`pretraining`): the
