@@ -60,7 +60,7 @@ SCHEMA: dict[str, str] = {
     "analysis": "attention statistics {attention: ..., alpha: ...} (null without analysis)",
     "figures": "PNG files the run drew",
     "task_info": "task facts (tokenizer, metric signatures, ...)",
-    "pretraining": "where a fine-tuning run's encoder came from {run_dir, checkpoint, step, task, num_parameters, "
+    "pretraining": "where a fine-tuning run's encoder came from {run_dir, checkpoint, step, sha256 (of the loaded file), task, num_parameters, "
                    "metrics} (null: trained from scratch)",
     "finished_at": "UTC, ISO 8601",
 }
