@@ -42,7 +42,7 @@ class Axes:
 
     normaliser: str   # softmax | sparsemax | entmax15 | alpha_entmax (learned per head) | alpha_entmax(1.3) (fixed)
     pattern: str      # dense | causal | local | bigbird | hst
-    geometry: str     # h4 (standard heads: d_model / heads each) | h8_dp32 (fixed head size d_p = 32)
+    geometry: str     # h4 (standard heads: d_model / heads each) | h8_qkv64 (standard, qkv_dim / heads) | h8_dp32 (fixed d_p = 32)
     regulariser: str  # none | sar | rdrop | sar+rdrop
     pretrained: bool  # fine-tuned from a masked-LM pre-training (a stage or model.init_from)
 
@@ -71,7 +71,8 @@ def axes(config: Mapping[str, Any]) -> Axes:
         normaliser = f"alpha_entmax({float(alpha):g})"
     heads = _get(config, "model.num_heads")
     head_size = _get(config, "model.head_size")
-    geometry = f"h{heads}" + (f"_dp{head_size}" if head_size is not None else "")
+    qkv_dim = _get(config, "model.qkv_dim")
+    geometry = f"h{heads}" + (f"_dp{head_size}" if head_size is not None else f"_qkv{qkv_dim}" if qkv_dim is not None else "")
     sar = float(_get(config, "model.sar.weight", 0.0) or 0.0) > 0
     extra = str(_get(config, "trainer.regulariser", "none") or "none")
     regulariser = "+".join([*(["sar"] if sar else []), *([extra] if extra != "none" else [])]) or "none"

@@ -52,3 +52,17 @@ def test_no_experiment_undoes_the_head_geometry_of_the_model_preset(experiment):
     fixed = compose_config([f"experiment={experiment}", "model=fixed_head"], tiny=False)
     standard = compose_config([f"experiment={experiment}", "model=standard_heads"], tiny=False)
     assert fixed.model.head_size == 32 and standard.model.head_size is None
+
+
+def test_qkv_dim_sets_the_standard_head_size_and_a_fixed_head_size_wins(cache_dir):
+    """model.qkv_dim (LRA's total q/k/v width) gives standard heads qkv_dim / num_heads dimensions each;
+    a fixed head size (model=fixed_head) keeps its own."""
+    def head_sizes(*overrides):
+        cfg = validate(compose_config(list(overrides), cache_dir=cache_dir))
+        model = build_classifier(cfg.model, vocab_size=16, num_classes=10, max_length=40, pad_id=0)
+        return {(layer.head_size, layer.q_proj.out_features) for layer in attention_layers(model)}
+
+    assert head_sizes("model.num_heads=4", "model.qkv_dim=16") == {(4, 16)}
+    assert head_sizes("model=fixed_head", "model.num_heads=4", "model.qkv_dim=16", "model.head_size=8") == {(8, 32)}
+    with pytest.raises(Exception, match=r"model\.num_heads: 3 does not divide model\.qkv_dim=16"):
+        head_sizes("model.num_heads=3", "model.qkv_dim=16")

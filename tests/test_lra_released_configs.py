@@ -32,9 +32,10 @@ RELEASED = {
 def test_preset_is_the_released_config(experiment: str) -> None:
     emb, layers, heads, qkv, mlp, dropout, attn, pooling, positions, batch, lr, warmup, steps = RELEASED[experiment]
     v = Preset((f"experiment={experiment}",)).keys.values
-    head_size = v["model.head_size"] if v["model.head_size"] is not None else v["model.d_model"] // v["model.num_heads"]
+    assert v["model.head_size"] is None  # standard heads: a model preset's fixed head size still applies
+    head_size = (v["model.qkv_dim"] or v["model.d_model"]) // v["model.num_heads"]
     assert (v["model.d_model"], v["model.num_layers"], v["model.num_heads"], v["model.ffn_dim"]) == (emb, layers, heads, mlp)
-    # qkv_dim is the width of the query/key/value projections over all heads: num_heads * head_size.
+    # LRA's qkv_dim is the width of the query/key/value projections over all heads: num_heads * head_size.
     assert heads * head_size == qkv
     assert (v["model.dropout"], v["model.attention_dropout"], v["model.pooling"], v["model.positions"]) == (
         dropout, attn, pooling, positions)

@@ -14,9 +14,19 @@ from sparse_runner.checks import ConfigError, choice, fail
 
 # The `model` keys `AttentionSpec.from_config` reads.
 ATTENTION_KEYS = frozenset(
-    {"num_heads", "head_size", "normaliser", "alpha", "alpha_init", "pattern", "pattern_options", "attention_dropout"}
+    {"num_heads", "head_size", "qkv_dim", "normaliser", "alpha", "alpha_init", "pattern", "pattern_options", "attention_dropout"}
     | {"attention_impl", "memory_efficient_from"}
 )
+
+
+def head_size_of(m: Any) -> int | None:
+    """The head size a `model` node asks for: `head_size` when set (a fixed head size); else, when
+    `qkv_dim` (the q/k/v projections' total width, LRA's `qkv_dim`) is set, qkv_dim / num_heads; else None
+    (d_model / num_heads, decided by the layer)."""
+    if m.head_size is not None:
+        return m.head_size
+    qkv_dim = getattr(m, "qkv_dim", None)
+    return qkv_dim // m.num_heads if qkv_dim is not None else None
 
 
 @dataclass(frozen=True)
@@ -39,7 +49,7 @@ class AttentionSpec:
         """From a `model` config node (or a `ModelConfig`); reads exactly ATTENTION_KEYS."""
         return cls(
             num_heads=m.num_heads,
-            head_size=m.head_size,
+            head_size=head_size_of(m),
             normaliser=m.normaliser,
             alpha=m.alpha,
             alpha_init=m.alpha_init,

@@ -32,6 +32,7 @@ class ModelConfig:
     num_layers: int = 2
     num_heads: int = 4
     head_size: Optional[int] = None
+    qkv_dim: Optional[int] = None  # standard heads: qkv_dim / num_heads each (LRA's qkv_dim); None = d_model
     ffn_dim: int = 256
     dropout: float = 0.1
     attention_dropout: float = 0.0
@@ -61,11 +62,13 @@ def check_model_config(m: Any) -> None:
     for key in ("d_model", "num_layers", "num_heads", "ffn_dim"):
         positive(f"model.{key}", m[key])
     positive("model.head_size", m.head_size, allow_none=True)
-    if m.head_size is None and m.d_model % m.num_heads != 0:
+    positive("model.qkv_dim", m.qkv_dim, allow_none=True)
+    width, key = (m.d_model, "d_model") if m.qkv_dim is None else (m.qkv_dim, "qkv_dim")
+    if m.head_size is None and width % m.num_heads != 0:
         fail(
             "model.num_heads",
-            f"{m.num_heads} does not divide model.d_model={m.d_model} (head_size is null, so it is d_model / num_heads)",
-            "a divisor of d_model, or set model.head_size",
+            f"{m.num_heads} does not divide model.{key}={width} (head_size is null, so it is {key} / num_heads)",
+            f"a divisor of {key}, or set model.head_size",
         )
     for key in ("dropout", "attention_dropout"):
         in_unit_interval(f"model.{key}", m[key])
