@@ -5,6 +5,8 @@ No assertion on timings (the machine is shared and noisy); only on the report's 
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
@@ -14,6 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_block_sparse.p
 ROWS = ["dense_sdpa", "hf_bigbird", "hst_softmax", "hst_alpha_entmax"]
 
 
+@pytest.mark.slow  # about a minute or less, but the default suite must stay near 10 minutes on 2 cores
 def test_quick_run_writes_json_and_markdown(tmp_path):
     out = tmp_path / "bench"
     cmd = [sys.executable, str(SCRIPT), "--quick", "--lengths", "128,256", "--rows", ",".join(ROWS),

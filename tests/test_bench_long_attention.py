@@ -6,6 +6,8 @@ No assertion on timings (the machine is shared and noisy); only on the report's 
 
 from __future__ import annotations
 
+import pytest
+
 import importlib.util
 import json
 import os
@@ -24,6 +26,7 @@ def load_script():
     return module
 
 
+@pytest.mark.slow  # about a minute or less, but the default suite must stay near 10 minutes on 2 cores
 def test_quick_run_writes_json_and_markdown(tmp_path):
     out = tmp_path / "bench"
     cmd = [sys.executable, str(SCRIPT), "--quick", "--lengths", "128,256", "--rows", ",".join(ROWS),

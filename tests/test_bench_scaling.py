@@ -30,6 +30,7 @@ def load_script():
     return module
 
 
+@pytest.mark.slow  # about a minute or less, but the default suite must stay near 10 minutes on 2 cores
 def test_one_and_two_processes_write_json_and_markdown(tmp_path, cache_dir):
     out = tmp_path / "bench"
     cmd = [sys.executable, str(SCRIPT), "--nprocs", "1,2", "--max-steps", "10", "--threads", "1", "--out", str(out),

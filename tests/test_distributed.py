@@ -153,6 +153,7 @@ def test_sigterm_stops_every_rank_then_one_process_resumes(two_processes, tmp_pa
         assert metrics(directory)["metrics"][name] == pytest.approx(value, rel=1e-3, abs=1e-4), name
 
 
+@pytest.mark.slow  # about a minute or less, but the default suite must stay near 10 minutes on 2 cores
 def test_a_token_level_loss_is_weighted_by_tokens_across_ranks(tmp_path, cache_dir):
     """Translation's loss is a mean over target tokens, and the ranks' halves of a batch hold different
     numbers of them: weighted by their token shares, 2 processes still compute the 1-process loss."""
