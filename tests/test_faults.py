@@ -1,5 +1,5 @@
 """The runner under faults, as a careful user meets them: each case ends in one clear line, and nothing
-that was there before is lost (issue 14's list)."""
+that was there before is lost (docs/guide.md, "When something goes wrong")."""
 
 from __future__ import annotations
 

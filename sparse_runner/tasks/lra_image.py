@@ -1,4 +1,4 @@
-"""LRA Image: CIFAR-10 as 8-bit greyscale pixels, one token per pixel (Tay et al. 2021; PAPERS.md D.3).
+"""LRA Image: CIFAR-10 as 8-bit greyscale pixels, one token per pixel (Tay et al. 2021; docs/papers.md).
 
 A 32 x 32 image is a sequence of 1024 tokens (vocabulary 256, read row by row, no convolutional stem);
 LRA's split is train[:90 %] / train[90 %:] / the official test set.

@@ -1,4 +1,4 @@
-"""LRA Retrieval: do two documents match? (Tay et al. 2021; PAPERS.md D.3)
+"""LRA Retrieval: do two documents match? (Tay et al. 2021; docs/papers.md)
 
 Each document is byte-level (id = byte + 1, 0 pads; up to `task.max_length` bytes, 4000 in LRA) and
 goes through the SAME encoder on its own -- no attention between the two -- and the pair is scored by

@@ -1,4 +1,4 @@
-"""LRA Text: byte-level document classification (Tay et al. 2021; PAPERS.md D.3).
+"""LRA Text: byte-level document classification (Tay et al. 2021; docs/papers.md).
 
 Every UTF-8 byte of a document is one token (id = byte + 1; 0 pads), cut to `task.max_length`
 (1000 in LRA's released config, 4000 in the paper); the model pools a CLS vector (or the mean).

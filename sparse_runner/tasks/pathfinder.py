@@ -1,4 +1,4 @@
-"""LRA Pathfinder: are the two circles connected by a path of dashes? (Tay et al. 2021; PAPERS.md D.5)
+"""LRA Pathfinder: are the two circles connected by a path of dashes? (Tay et al. 2021; docs/papers.md)
 
 A 32 x 32 greyscale image is a sequence of 1024 pixel tokens, label 1 = connected. Synthetic by design:
 `data/pathfinder_generator.py` generates it (two target snakes, distractor snakes, two markers;
