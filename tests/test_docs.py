@@ -385,3 +385,13 @@ def test_relative_links_exist(doc: Path):
         if not path.exists():
             broken.append(target)
     assert not broken, f"{doc.name}: links to missing files: {broken}"
+
+
+def test_the_package_configs_and_scripts_point_only_inside_the_repository():
+    """What ships (sparse_runner/, conf/, scripts/) never sends a user to files they do not have."""
+    outside = re.compile(r"PAPERS\.md|PERF_BASELINE|shared/reference")
+    shipped = [p for folder in ("sparse_runner", "conf", "scripts") for p in (ROOT / folder).rglob("*")
+               if p.suffix in (".py", ".yaml", ".sh", ".md", ".cpp") and p.is_file()]
+    assert shipped
+    problems = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in shipped for m in outside.finditer(p.read_text(encoding="utf-8"))]
+    assert not problems, problems
