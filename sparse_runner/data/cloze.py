@@ -7,7 +7,7 @@ It exercises the same model, windows, span decoding and metric as SQuAD, offline
 not comparable to SQuAD's: a model has to find the sentence and copy the blanked span, without the
 paraphrase and reasoning of crowd-written questions. The SQuAD task reports the floors a model must
 beat on it (first sentence; first span of the answer's kind). No package registry ships SQuAD or any
-other real extractive-QA set; this is the substitute DATA.md (part 4) recommends.
+other real extractive-QA set offline, so this substitute stands in for it (docs/tasks.md).
 
 This module needs numpy only (no torch).
 """
