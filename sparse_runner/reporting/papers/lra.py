@@ -42,7 +42,7 @@ from sparse_runner.reporting.papers.lra_published import (  # noqa: F401 (the pa
     data_info,
 )
 from sparse_runner.reporting.papers.lra_runs import runs_table
-from sparse_runner.reporting.presets import Match, Preset, agrees, closest_models, match, model_names, recipe, shown
+from sparse_runner.reporting.presets import Match, Preset, agrees, closest_models, match, model_names, shown
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord, completed
 from sparse_runner.reporting.seeds import SeedGroup, best_group, seed_groups
@@ -111,16 +111,8 @@ def file_run(rec: RunRecord, models: Sequence[str], extra: Sequence[str] = ()) -
     run is, else the nearest; `extra` overrides are added to every candidate. None when no candidate composes."""
     family = rec.task_family or ""
     settings = [s for s in SETTINGS if agrees(rec.keys, preset(family, s), SHAPE_KEYS)] or list(SETTINGS)
-    candidates = closest_models(rec.keys, models)
-    # An experiment may fix a part of the recipe itself: lra_image and lra_pathfinder fix the head size (LRA's
-    # qkv_dim), so their plain preset has a fixed head size that `model=softmax` alone lacks, and composes what
-    # `model=fixed_head` on top of it composes. The plain preset (the Transformer's row) then comes first.
-    if DEFAULT_MODEL in models and DEFAULT_MODEL not in candidates and any(
-            (plain := preset(family, s)) is not None and plain.keys is not None
-            and recipe(plain.keys.values) == recipe(rec.keys.values) for s in settings):
-        candidates.insert(0, DEFAULT_MODEL)
     where: dict[Preset, tuple[str, str]] = {}
-    for model in candidates:
+    for model in closest_models(rec.keys, models):
         for setting in settings:
             if (found := preset(family, setting, model, extra)) is not None:
                 where[found] = (setting, model)
