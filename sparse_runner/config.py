@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
@@ -18,12 +17,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from sparse_runner.checks import ConfigError, choice, fail, in_unit_interval, positive
 from sparse_runner.models.config import ModelConfig, block_pattern_names, check_attention_layers, check_model_config, check_model_keys
-from sparse_runner.identity import register_resolvers
+from sparse_runner.identity import CONF_DIR, register_resolvers
 from sparse_runner.run_metrics import flatten
 from sparse_runner.tasks import Task, task_families
 from sparse_runner.training.regularisers import REGULARISERS
 
-CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 register_resolvers()  # conf/hydra/default.yaml reads them; registered wherever configs are composed

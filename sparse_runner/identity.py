@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from pathlib import Path
+
 from omegaconf import OmegaConf
 
 from sparse_runner.run_metrics import LABEL_KEYS, NON_RESULT_KEYS, flatten
@@ -91,7 +93,10 @@ def run_name(config: Mapping[str, Any]) -> str:
     return "_".join(parts).replace("/", "-").replace("(", "").replace(")", "")
 
 
-# ---------------------------------------------------------------------- the resolvers conf/hydra/default.yaml reads
+# ---------------------------------------------------------------------- composing: where the configs are, what they read
+# The Hydra configs, shipped inside the package (a link to the repository's conf/ in a checkout).
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+
 def non_result_overrides() -> list[str]:
     """Overrides left out of run-directory names: keys that change no result, and the launcher."""
     return [*NON_RESULT_KEYS, "hydra.launcher", "hydra/launcher"]

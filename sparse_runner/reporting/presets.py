@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from sparse_runner import identity
@@ -36,8 +35,7 @@ from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.values import as_float, fmt_value
 from sparse_runner.run_metrics import validation_metric
 
-# sparse_runner/conf, read directly: sparse_runner.config (its CONF_DIR) imports torch.
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = identity.CONF_DIR
 SEED_KEY = "seed"
 # How many `key=value` differences a label shows before `(+k more)`.
 SHOWN_DIFFERENCES = 4
