@@ -39,10 +39,9 @@ from sparse_runner.run_metrics import NON_RESULT_KEYS
 log = logging.getLogger("sparse_runner")
 
 EXIT_CONFIG = 2
-# The config groups of conf/ (Hydra's own, hydra/launcher ..., aside).
+# The config groups of conf/ (Hydra's own, hydra/launcher ..., aside). A run takes one option of each: Hydra
+# would silently keep the last of two (`model=entmax model=fixed_head` dropped entmax), so a second is refused.
 GROUPS = ("model", "normaliser", "pattern", "geometry", "regulariser", "task", "trainer", "experiment", "pretrain", "finetune")
-# Groups of which a run takes one option: naming two silently kept the last (`model=entmax model=fixed_head`
-# dropped entmax), so a second one is refused.
 AXES_HINT = "combine attention axes by name instead: normaliser=, pattern=, geometry=, regulariser="
 
 
