@@ -78,12 +78,19 @@ def layouts(model: nn.Module) -> list[SequenceLayout]:
 def shifted_blocks(model: nn.Module, shift: int) -> Iterator[None]:
     """Inside the block, every block boundary of `model`'s block-sparse encoders is `shift` tokens
     further right (SAR's perturbed topology; the robustness test)."""
+    # The patterns are told too: what a pattern draws per block (BigBird's random blocks) stays tied
+    # to the unshifted blocks, so that the second topology moves the boundaries and nothing else.
     found = layouts(model)
-    before = [layout.shift for layout in found]
-    for layout in found:
-        layout.shift = shift
+    patterns = [m.pattern for m in model.modules() if hasattr(getattr(m, "pattern", None), "block_shift")]
+    before = [layout.shift for layout in found], [pattern.block_shift for pattern in patterns]
+    for item in found:
+        item.shift = shift
+    for pattern in patterns:
+        pattern.block_shift = shift
     try:
         yield
     finally:
-        for layout, old in zip(found, before):
+        for layout, old in zip(found, before[0]):
             layout.shift = old
+        for pattern, old in zip(patterns, before[1]):
+            pattern.block_shift = old

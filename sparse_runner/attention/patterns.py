@@ -17,7 +17,7 @@ Every module of this package is imported when the registry is first read, and an
 patterns through the entry-point group `sparse_runner.patterns` (see `sparse_runner.registry`).
 
 Every pattern produces a dense boolean mask (True = may attend). `Pattern.attend` computes attention
-densely under that mask; the block-sparse patterns (local, BigBird, HST in `block_patterns.py`) override
+densely under that mask; the block-sparse patterns (local and BigBird in `block_patterns.py`, HST in `hst.py`) override
 `attend` with their fast path and stay testable against masked dense attention through `dense_mask`.
 """
 
