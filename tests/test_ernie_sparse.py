@@ -124,9 +124,9 @@ def test_sar_random_shift_draws_within_the_block(monkeypatch):
     seen = []
     original = SequenceLayout.enter
 
-    def spy(self, x, valid):
+    def spy(self, *args):
         seen.append(self.shift)
-        return original(self, x, valid)
+        return original(self, *args)
 
     monkeypatch.setattr(SequenceLayout, "enter", spy)
     for _ in range(12):

@@ -119,6 +119,8 @@ def check_against_reference(pattern: Pattern, name: str, case: str, need_weights
 @pytest.mark.parametrize("pattern", sorted(PATTERNS))
 def test_every_pattern_equals_masked_dense_attention(pattern, name, case, need_weights):
     built = build_pattern(pattern)
+    if built.reads_layer:
+        pytest.skip("projects states again between its steps: held to dense attention per step through its layer (test_hst.py)")
     if built.self_attention_only and CASES[case][0] != CASES[case][1]:
         pytest.skip("a self-attention pattern")
     check_against_reference(built, name, case, need_weights)

@@ -1,27 +1,46 @@
 """ERNIE-Sparse's Hierarchical Sparse Transformer pattern (HST, Liu et al. 2022).
 
-The paper gives no code and no details, so the design is docs/papers.md's, every choice an option:
-the encoder puts one representative token in front of every block (`layout.SequenceLayout`), so a
-layer's sequence is [globals][r_1 block_1][r_2 block_2]...
-  - local stage: a block's tokens attend to their block and its representative (`neighbours` > 0:
-    also the tokens of that many blocks on each side);
-  - global stage: representatives attend to their own block, to every representative and to the
-    global tokens; global tokens attend to the representatives and to each other.
-Assumption: both stages are one attention (one normalisation over the union of a query's keys) with
-the layer's single set of Q/K/V/O weights, which is how the paper's hierarchical and sparse heads share
-their weights; what a representative gathers reaches its block's tokens in the next layer.
-Cost per layer: n * (block + 1) + (n / block) * (block + n / block + globals), never n^2.
+The paper publishes no code; it says that HST "sequentially unif[ies] local and global information":
+local tokens first attend inside their block, then representative tokens aggregate global information
+and propagate it back, with hierarchical and sparse heads sharing their weights. Every detail below is
+our reading (docs/papers.md), each one an option.
+
+The encoder puts one representative token in front of every block (`layout.SequenceLayout`), so a
+layer's sequence is [globals][r_1 t_1 .. t_b][r_2 ...]: tiles of block_size + 1 positions.
+
+`stages: 2` (the default), three steps inside ONE layer, all with the layer's one set of Q/K/V/O weights:
+  a. local, representatives: r_j attends to its own tile (itself and its block's tokens);
+     r_j' = x_j + O(a_j) (a residual, as a layer would add);
+  b. global: the representatives r' and the global tokens (a CLS vector) attend to every
+     representative r' and every global token (Q/K/V of r' projected again with the same weights);
+     r_j'' = x_j + O(a_j + b_j);
+  c. local, tokens: every token attends to the tokens of its local topology and to its own block's
+     UPDATED representative r_j'' (keys and values projected from r_j''); what the representatives
+     gathered globally reaches every token in the same layer.
+  The layer returns O(c) for tokens, O(a + b) for representatives (so that after the layer's residual a
+  representative is r''), O(b) for global tokens. Between the steps there is no LayerNorm and no
+  feed-forward: a step's output joins its input by a residual only.
+`stages: 1`: one attention per query over the union of its keys (a token: its local keys and its own
+  representative; a representative: its tile, every representative, the globals); what a
+  representative gathers reaches its tokens in the next layer only. Kept for the ablation.
+
+`local`, the topology of the tokens' local step: `block` (own block only), `window` (± `neighbours`
+blocks), `bigbird` (BigBird's window of ± `neighbours` blocks, its `global_blocks` (first, last) whose
+tokens see every token and are seen by every token, and `random_blocks` random blocks per block,
+drawn as `block_patterns.BigBirdPattern` draws them). A token never reads another block's representative.
+
+Cost per layer: n * (local keys + 1) + (n / block) * (block + 1) + (n / block + globals)^2, never n^2.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
 
 import numpy as np
 import torch
 
-from sparse_runner.attention.block_patterns import BlockPattern, _block_size, _non_negative, _tile_keys, _window_table
+from sparse_runner.attention.block_patterns import BlockPattern, _bigbird_table, _block_size, _non_negative, _tile_keys, _window_table
 from sparse_runner.attention.block_sparse import KeySource, RowGroup, attend_tiles, from_tiles, gather_tiles, mask_tiles, to_tiles
 from sparse_runner.attention.patterns import register_pattern
 
@@ -29,103 +48,240 @@ from sparse_runner.attention.patterns import register_pattern
 @dataclass(frozen=True)
 class HSTOptions:
     block_size: int = _block_size()
-    neighbours: int = _non_negative(0, "an int >= 0 (neighbouring blocks each token also sees)")
-    representatives: Literal["learned", "pooled"] = "learned"
+    stages: int = field(default=2, metadata={"valid": lambda s: s in (1, 2), "help": "2 (local, global, then tokens read the updated representatives) or 1 (one attention over the union)"})
+    local: Literal["block", "window", "bigbird"] = "block"
+    neighbours: int = _non_negative(1, "an int >= 0 (blocks on each side for local=window and local=bigbird)")
+    global_blocks: int = field(default=2, metadata={"valid": lambda g: g in (0, 1, 2), "help": "0, 1 (first block) or 2 (first and last); local=bigbird"})
+    random_blocks: int = _non_negative(3, "an int >= 0 (random key blocks per block; local=bigbird)")
+    seed: int = _non_negative(0, "an int >= 0 (seeds the random blocks, with the layer index)")
+    representatives: Literal["learned", "pooled", "both"] = "both"
 
 
+class LayerProjections(Protocol):
+    """What two-stage HST needs of its attention layer (`MultiHeadAttention` passes one as `layer`)."""
+
+    x: torch.Tensor  # (B, N, d_model): the layer's input, the positions q, k, v were projected from
+
+    def qkv(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, R, d_model) -> q, k, v, each (B, H, R, D), with the layer's weights."""
+
+    def out(self, heads: torch.Tensor) -> torch.Tensor:
+        """(B, H, R, D) -> (B, R, d_model), the layer's output projection."""
 
 
-# ----------------------------------------------------------------------------- HST
 @register_pattern("hst", options=HSTOptions)
 class HSTPattern(BlockPattern):
     """ERNIE-Sparse's Hierarchical Sparse Transformer pattern (see the module docstring).
 
     Positions g + j * (block_size + 1) are the representatives (the encoder's layout puts them there);
-    `representatives` says whether they start as a learned embedding or as their block's mean.
+    `representatives` says how the layout makes them (learned + the block's position, the block's mean,
+    or both added).
     """
 
     @property
     def representatives(self) -> str:
         return self.options.representatives
 
+    @property
+    def reads_layer(self) -> bool:
+        return self.options.stages == 2
+
     def _tile_size(self) -> int:
         return self.options.block_size + 1
 
-    def key_blocks(self, blocks: int) -> tuple[np.ndarray, np.ndarray]:
-        return _window_table(blocks, self.options.neighbours)  # the local stage's tiles
+    # ------------------------------------------------------------------ topology
+    def dense_blocks(self, blocks: int) -> list[int]:
+        """Blocks whose tokens attend to every token (BigBird's global blocks)."""
+        o = self.options
+        if o.local != "bigbird":
+            return []
+        return sorted({0, blocks - 1}) if o.global_blocks == 2 else [0][: o.global_blocks]
 
-    def _mask(self, n: int) -> np.ndarray:
-        g, tile, side = self.global_tokens, self._tile_size(), self.options.neighbours
+    def key_blocks(self, blocks: int) -> tuple[np.ndarray, np.ndarray]:
+        """The token step's key blocks of every block (see `BlockPattern.key_blocks`)."""
+        o = self.options
+        if o.local == "block":
+            return _window_table(blocks, 0)
+        if o.local == "window":
+            return _window_table(blocks, o.neighbours)
+        return _bigbird_table(blocks, o.neighbours, tuple(self.dense_blocks(blocks)), o.random_blocks, o.seed, self.layer)
+
+    def stage_masks(self, n: int) -> dict[str, np.ndarray]:
+        """(n, n) bool masks of the steps, rows = queries: "representatives" (step a: a representative
+        over its tile), "global" (step b: representatives and globals over representatives and globals),
+        "tokens" (step c: a token over its local tokens and its own representative). `stages: 1` attends
+        once over their union (`dense_mask`)."""
+        g, tile = self.global_tokens, self._tile_size()
         t = np.arange(n - g)
         block, is_rep = t // tile, (t % tile) == 0
-        near = np.abs(block[:, None] - block[None, :]) <= side
+        blocks = self._tiles(n)
+        index, ok = self.key_blocks(blocks)
+        block_mask = np.zeros((blocks, blocks), dtype=bool)
+        block_mask[np.repeat(np.arange(blocks), index.shape[1])[ok.ravel()], index.ravel()[ok.ravel()]] = True
+        block_mask[self.dense_blocks(blocks)] = True
+        block_mask[:, self.dense_blocks(blocks)] = True
         same = block[:, None] == block[None, :]
-        body = np.where(
-            is_rep[:, None],
-            same | is_rep[None, :],                                            # rep: own block, all reps
-            (near & ~is_rep[None, :]) | (same & is_rep[None, :]),              # token: blocks, own rep
-        )
-        mask = np.zeros((n, n), dtype=bool)
-        mask[g:, g:] = body
-        mask[:g, :g] = True                   # globals see each other
-        mask[:g, g:] = is_rep[None, :]        # ... and the representatives
-        mask[g:, :g] = is_rep[:, None]        # representatives see the globals
-        return mask
+        masks = {name: np.zeros((n, n), dtype=bool) for name in ("representatives", "global", "tokens")}
+        masks["representatives"][g:, g:] = is_rep[:, None] & same
+        glob = np.concatenate([np.ones(g, dtype=bool), is_rep])
+        masks["global"][:] = glob[:, None] & glob[None, :]
+        masks["tokens"][g:, g:] = ~is_rep[:, None] & ((block_mask[block[:, None], block[None, :]] & ~is_rep[None, :]) | (same & is_rep[None, :]))
+        return masks
 
-    def attend(self, q, k, v, *, normaliser, key_padding_mask=None, dropout_p=0.0, need_weights=False):
+    def _mask(self, n: int) -> np.ndarray:
+        masks = self.stage_masks(n)
+        return masks["representatives"] | masks["global"] | masks["tokens"]
+
+    # ------------------------------------------------------------------ attention
+    def attend(self, q, k, v, *, normaliser, key_padding_mask=None, dropout_p=0.0, need_weights=False, layer: LayerProjections | None = None):
+        """`Pattern.attend`, plus `layer` (two stages): the layer's input and projections, which step b
+        needs to project the representatives again."""
         self._check(q, k)
-        b, h, n, d = q.shape
-        g, tile, side = self.global_tokens, self._tile_size(), self.options.neighbours
+        n, g = q.shape[-2], self.global_tokens
         if n <= g:
             return super().attend(q, k, v, normaliser=normaliser, key_padding_mask=key_padding_mask, dropout_p=dropout_p, need_weights=need_weights)
-        blocks = self._tiles(n)
+        if self.options.stages == 2 and layer is None:
+            raise ValueError("two-stage HST projects its representatives again between the steps: call it through MultiHeadAttention (or pass layer=)")
+        blocks, tile = self._tiles(n), self._tile_size()
         keys_ok = key_padding_mask if key_padding_mask is not None else torch.ones(1, n, dtype=torch.bool, device=q.device)
         tiles_ok = mask_tiles(keys_ok, g, blocks, tile)  # (B or 1, blocks, tile); slot 0 = representative
         qt, kt, vt = (to_tiles(x, g, blocks, tile) for x in (q, k, v))
+        tiled = _Tiles(qt, kt, vt, tiles_ok, keys_ok, pad_free=key_padding_mask is None and (n - g) % tile == 0)
         run = dict(normaliser=normaliser, dropout_p=dropout_p, need_weights=need_weights)
+        if self.options.stages == 1:
+            return self._one_stage(q, k, v, tiled, run)
+        return self._two_stages(q, k, v, tiled, run, layer)
 
-        reps = KeySource(kt[:, :, None, :, 0], vt[:, :, None, :, 0], tiles_ok[:, None, None, None, :, 0])  # shared
-        globals_ = [KeySource(k[:, :, None, :g], v[:, :, None, :g], keys_ok[:, None, None, None, :g])] if g else []
-
-        # Local stage: the block's tokens over their block (+ neighbours' tokens) and its representative.
-        index, ok, _ = self._table(blocks, q.device)
-        pad_free = key_padding_mask is None and (n - g) % tile == 0  # no mask needed (SDPA runs unmasked)
-        if side == 0:
-            local = KeySource(kt, vt, None if pad_free else tiles_ok[:, None, :, None, :])
-        else:
-            own = index == torch.arange(blocks, device=q.device)[:, None]
-            valid = tiles_ok[:, index] & ok[None, :, :, None] & (own[:, :, None] | (torch.arange(tile, device=q.device) > 0))[None]
-            local = KeySource(gather_tiles(kt, index), gather_tiles(vt, index), valid.flatten(2)[:, None, :, None, :])
-        # Every slot of a tile is a query here, the representative's too (its row is replaced below):
-        # whole tiles in and out, no slices, so the backward needs no zero-filled gradient buffers.
-        out_tok, w_tok, valid_tok = attend_tiles(qt, [local], **run)
-        # Global stage: representatives over their block's tokens, all representatives and the globals.
+    def _one_stage(self, q, k, v, tiled: _Tiles, run: dict):
+        b, h, n, d = q.shape
+        g, tile, blocks = self.global_tokens, self._tile_size(), tiled.q.shape[2]
+        reps = tiled.representatives()
+        globals_ = [KeySource(k[:, :, None, :g], v[:, :, None, :g], tiled.keys_ok[:, None, None, None, :g])] if g else []
+        out_tok, tok_groups = self._token_step(tiled, tiled.k, tiled.v, run)
+        # Representatives over their tile (less themselves: they are among `reps`), all representatives and the globals.
         is_rep = torch.arange(tile, device=q.device) == 0
-        own_tokens = KeySource(kt, vt, tiles_ok[:, None, :, None, :] & ~is_rep)  # the tile, less its representative
-        out_rep, w_rep, valid_rep = attend_tiles(qt[:, :, :, :1], [own_tokens, reps, *globals_], **run)
+        own_tokens = KeySource(tiled.k, tiled.v, tiled.ok[:, None, :, None, :] & ~is_rep)
+        out_rep, w_rep, valid_rep = attend_tiles(tiled.q[:, :, :, :1], [own_tokens, reps, *globals_], **run)
         out = from_tiles(torch.where(is_rep[:, None], out_rep, out_tok), n - g)
         groups = []
         if g:
             out_g, w_g, valid_g = attend_tiles(q[:, :, None, :g], [reps, *globals_], **run)
             out = torch.cat([out_g[:, :, 0], out], dim=2)
-            if need_weights:
-                rep_keys = g + torch.arange(blocks, device=q.device) * tile
-                keys = torch.cat([rep_keys, torch.arange(g, device=q.device)])[None]
+            if run["need_weights"]:
+                keys = torch.cat([self._rep_positions(blocks, q.device), torch.arange(g, device=q.device)])[None]
                 groups.append(RowGroup(torch.arange(g, device=q.device), keys, w_g[:, :, 0], valid_g[:, :, 0]))
-        if not need_weights:
+        if not run["need_weights"]:
             return out, None, None
-        starts = g + torch.arange(blocks, device=q.device) * tile
-        rep_rows, tok_rows = starts, (starts[:, None] + torch.arange(1, tile, device=q.device)).flatten()
-        keep_rep, keep_tok = rep_rows < n, tok_rows < n
+        starts = self._rep_positions(blocks, q.device)
+        keep = starts < n
         rep_keys = torch.cat([
             starts[:, None] + torch.arange(tile, device=q.device),      # own tile (its representative masked)
             starts.expand(blocks, blocks),                              # every representative
             torch.arange(g, device=q.device).expand(blocks, g),         # the global tokens
         ], dim=1)
-        groups.append(RowGroup(rep_rows[keep_rep], rep_keys[keep_rep], w_rep.flatten(2, 3)[:, :, keep_rep], valid_rep.flatten(2, 3)[:, :, keep_rep]))
-        tok_keys = _tile_keys(g, index, tile)
-        tok_block = torch.arange(blocks, device=q.device).repeat_interleave(tile - 1)[keep_tok]
-        valid_tok = valid_tok[:, :, :, 1:].expand(-1, -1, -1, tile - 1, -1).flatten(2, 3)
-        w_tok = w_tok[:, :, :, 1:].flatten(2, 3)
-        groups.append(RowGroup(tok_rows[keep_tok], tok_keys[tok_block], w_tok[:, :, keep_tok], valid_tok[:, :, keep_tok]))
-        return out, groups, None
+        groups.append(RowGroup(starts[keep], rep_keys[keep], w_rep.flatten(2, 3)[:, :, keep], valid_rep.flatten(2, 3)[:, :, keep]))
+        return out, groups + tok_groups, None
+
+    def _two_stages(self, q, k, v, tiled: _Tiles, run: dict, layer: LayerProjections):
+        b, h, n, d = q.shape
+        g, tile, blocks = self.global_tokens, self._tile_size(), tiled.q.shape[2]
+        starts = self._rep_positions(blocks, q.device)
+        # Step a: every representative over its own tile.
+        own_tile = KeySource(tiled.k, tiled.v, tiled.ok[:, None, :, None, :])
+        out_a = attend_tiles(tiled.q[:, :, :, :1], [own_tile], **{**run, "need_weights": False})[0][:, :, :, 0]  # (B, H, R, D)
+        # Step b: representatives (re-projected from r') and globals over both; the representatives
+        # whose tiles are padding past the end (starts >= n) have no input row and stay masked.
+        x = layer.x
+        x_rep = _rows(x, starts.clamp_max(n - 1))  # (B, R, d_model)
+        q1, k1, v1 = layer.qkv(x_rep + layer.out(out_a))
+        rep_ok = tiled.ok[:, :, 0]  # (B or 1, R)
+        q_b, k_b, v_b = (torch.cat([t[:, :, :g], t1], dim=2) for t, t1 in ((q, q1), (k, k1), (v, v1)))
+        ok_b = torch.cat([tiled.keys_ok[:, :g], rep_ok], dim=1)
+        out_b, w_b, valid_b = attend_tiles(q_b[:, :, None], [KeySource(k_b[:, :, None], v_b[:, :, None], ok_b[:, None, None, None, :])], **run)
+        out_b = out_b[:, :, 0]
+        out_rep = out_a + out_b[:, :, g:]
+        # Step c: tokens over their local tokens and their block's updated representative r''.
+        _, k2, v2 = layer.qkv(x_rep + layer.out(out_rep))
+        kt = torch.cat([k2[:, :, :, None], tiled.k[:, :, :, 1:]], dim=3)
+        vt = torch.cat([v2[:, :, :, None], tiled.v[:, :, :, 1:]], dim=3)
+        out_tok, tok_groups = self._token_step(tiled, kt, vt, run)
+        is_rep = torch.arange(tile, device=q.device) == 0
+        out = from_tiles(torch.where(is_rep[:, None], out_rep[:, :, :, None], out_tok), n - g)
+        out = torch.cat([out_b[:, :, :g], out], dim=2)
+        if not run["need_weights"]:
+            return out, None, None
+        # Reported per query: its last step (tokens: c; representatives and globals: b).
+        keep = torch.cat([torch.ones(g, dtype=torch.bool, device=q.device), starts < n])
+        rows = torch.cat([torch.arange(g, device=q.device), starts])
+        w_b, valid_b = w_b[:, :, 0], valid_b[:, :, 0]
+        global_group = RowGroup(rows[keep], rows[None], w_b[:, :, keep], valid_b[:, :, keep])
+        return out, [global_group, *tok_groups], None
+
+    def _token_step(self, tiled: _Tiles, kt: torch.Tensor, vt: torch.Tensor, run: dict) -> tuple[torch.Tensor, list[RowGroup]]:
+        """Every tile's queries over the tokens of its key blocks and its own tile's representative slot
+        of (kt, vt); the representatives' own rows come out too (the caller replaces them). Returns
+        (out (B, H, R, tile, D), the token rows' weights as RowGroups when asked)."""
+        g, tile = self.global_tokens, self._tile_size()
+        qt, ok = tiled.q, tiled.ok
+        blocks, device = qt.shape[2], qt.device
+        index, index_ok, own_only = self._table(blocks, device)
+        if own_only:  # no gather: the tile itself
+            local = KeySource(kt, vt, None if tiled.pad_free else ok[:, None, :, None, :])
+        else:
+            own = index == torch.arange(blocks, device=device)[:, None]
+            slot_ok = own[:, :, None] | (torch.arange(tile, device=device) > 0)  # other blocks' representatives: never
+            valid = ok[:, index] & index_ok[None, :, :, None] & slot_ok[None]
+            local = KeySource(gather_tiles(kt, index), gather_tiles(vt, index), valid.flatten(2)[:, None, :, None, :])
+        # Every slot of a tile is a query, the representative's too (its row is replaced by the caller):
+        # whole tiles in and out, no slices, so the backward needs no zero-filled gradient buffers.
+        out, w, valid_w = attend_tiles(qt, [local], **run)
+        dense = self.dense_blocks(blocks)
+        dense_out = dense_w = None
+        if dense:  # BigBird's global blocks: their tokens see every token and their own representative
+            rows = torch.as_tensor(dense, device=device)
+            is_rep = torch.arange(tile, device=device) == 0
+            every = ok[:, None] & (~is_rep | (torch.arange(blocks, device=device)[None, :, None] == rows[:, None, None]))  # (B, D, R, tile)
+            source = KeySource(kt.flatten(2, 3)[:, :, None], vt.flatten(2, 3)[:, :, None], every.flatten(2)[:, None, :, None, :])
+            dense_out, dense_w, dense_valid = attend_tiles(qt[:, :, rows], [source], **run)
+            out = out.index_copy(2, rows, dense_out)
+        if not run["need_weights"]:
+            return out, []
+        n_body = tiled.keys_ok.shape[1] - g
+        starts = self._rep_positions(blocks, device)
+        tok_rows = (starts[:, None] + torch.arange(1, tile, device=device)).flatten()
+        tok_block = torch.arange(blocks, device=device).repeat_interleave(tile - 1)
+        keep = (tok_rows < g + n_body) & ~torch.isin(tok_block, torch.as_tensor(dense, dtype=torch.long, device=device))
+        keys = _tile_keys(g, index, tile)
+        valid_rows = valid_w[:, :, :, 1:].expand(-1, -1, -1, tile - 1, -1).flatten(2, 3)
+        groups = [RowGroup(tok_rows[keep], keys[tok_block[keep]], w[:, :, :, 1:].flatten(2, 3)[:, :, keep], valid_rows[:, :, keep])]
+        if dense:
+            d_rows = (starts[rows][:, None] + torch.arange(1, tile, device=device)).flatten()
+            d_keep = d_rows < g + n_body
+            all_keys = (g + torch.arange(blocks * tile, device=device))[None]
+            d_valid = dense_valid[:, :, :, 1:].expand(-1, -1, -1, tile - 1, -1).flatten(2, 3)
+            groups.append(RowGroup(d_rows[d_keep], all_keys, dense_w[:, :, :, 1:].flatten(2, 3)[:, :, d_keep], d_valid[:, :, d_keep]))
+        return out, groups
+
+    def _rep_positions(self, blocks: int, device: torch.device) -> torch.Tensor:
+        return self.global_tokens + torch.arange(blocks, device=device) * self._tile_size()
+
+
+@dataclass
+class _Tiles:
+    """A layer's q, k, v cut into tiles of block_size + 1 (slot 0: the representative), with their masks."""
+
+    q: torch.Tensor  # (B, H, R, tile, D)
+    k: torch.Tensor
+    v: torch.Tensor
+    ok: torch.Tensor  # (B or 1, R, tile) bool: real positions
+    keys_ok: torch.Tensor  # (B or 1, N) bool
+    pad_free: bool  # nothing padded: no mask needed (SDPA runs unmasked)
+
+    def representatives(self) -> KeySource:
+        """Every tile's representative as keys shared by all tiles."""
+        return KeySource(self.k[:, :, None, :, 0], self.v[:, :, None, :, 0], self.ok[:, None, None, None, :, 0])
+
+
+def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x (B, N, d) at positions index (R,) -> (B, R, d)."""
+    return x.index_select(1, index)

@@ -5,10 +5,13 @@ representative tokens.
   - `shift` (set by SAR's second pass, `training.regularisers.sar`) moves every block boundary right by
     that many tokens, by putting `shift` masked positions in front of the first token. Positions are
     added before `enter`, so a token keeps its position embedding whatever the topology.
-  - HST (`representatives` "learned" or "pooled"): one representative token in front of every block:
-    [globals][r_1 t_1 .. t_b][r_2 ...]. "learned": one learned vector, the same for every block;
-    "pooled": the mean of its block's (embedded) real tokens. A block without real tokens gets a
-    masked representative. The representatives then evolve through the layers like any token.
+  - HST (`representatives` "learned", "pooled" or "both"): one representative token in front of every
+    block: [globals][r_1 t_1 .. t_b][r_2 ...]. "learned": one learned vector plus the mean position
+    encoding of the block's real tokens (so representatives differ by place, not by content);
+    "pooled": the mean of its block's real tokens (embedded, positions included); "both": the learned
+    vector plus that mean, which carries the input into layer 1 and marks the slot as a representative.
+    A block without real tokens gets a masked representative. The representatives then evolve
+    through the layers like any token.
 """
 
 from __future__ import annotations
@@ -27,11 +30,15 @@ class SequenceLayout(nn.Module):
         super().__init__()
         self.block_size, self.global_tokens, self.representatives = block_size, global_tokens, representatives
         self.shift = 0
-        if representatives == "learned":
+        if representatives in ("learned", "both"):
             self.representative = nn.Parameter(torch.randn(d_model) * 0.02)
 
-    def enter(self, x: torch.Tensor, valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None, int]:
-        """x (B, N, d), valid (B, N) bool or None -> (x', valid', N) for the layers; pass N to `leave`."""
+    def enter(
+        self, x: torch.Tensor, valid: torch.Tensor | None, positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """x (B, N, d), valid (B, N) bool or None -> (x', valid', N) for the layers; pass N to `leave`.
+        positions: (N, d), the position encodings already added to x ("learned" representatives add
+        their block's mean; None = no positions)."""
         b, n, d = x.shape
         g, bs, s = self.global_tokens, self.block_size, self.shift
         body = n - g
@@ -45,11 +52,16 @@ class SequenceLayout(nn.Module):
         if self.representatives:
             tiles, tiles_ok = tokens.view(b, blocks, bs, d), tokens_ok.view(b, blocks, bs)
             rep_ok = tiles_ok.any(-1, keepdim=True)
+            w = tiles_ok[..., None].to(x.dtype)
             if self.representatives == "learned":
                 rep = self.representative.to(x.dtype).expand(b, blocks, 1, d)
+                if positions is not None:
+                    placed = F.pad(positions[g:].to(x.dtype), (0, 0, s, right)).view(1, blocks, bs, d)
+                    rep = rep + (placed * w).sum(2, keepdim=True) / w.sum(2, keepdim=True).clamp_min(1.0)
             else:
-                w = tiles_ok[..., None].to(x.dtype)
                 rep = (tiles * w).sum(2, keepdim=True) / w.sum(2, keepdim=True).clamp_min(1.0)
+                if self.representatives == "both":
+                    rep = rep + self.representative.to(x.dtype)
             tokens = torch.cat([rep, tiles], dim=2).view(b, blocks * (bs + 1), d)
             tokens_ok = torch.cat([rep_ok, tiles_ok], dim=2).view(b, blocks * (bs + 1))
         x = torch.cat([x[:, :g], tokens], dim=1)

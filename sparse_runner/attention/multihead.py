@@ -7,6 +7,7 @@ d_model / num_heads removes the low-rank bottleneck.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import torch
@@ -124,6 +125,7 @@ class MultiHeadAttention(nn.Module):
             key_padding_mask=key_padding_mask,
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=observe,
+            **({"layer": _LayerProjections(x, self)} if self.pattern.reads_layer else {}),
         )
         if observe:
             if query_mask is None and context is None and cache is None:
@@ -142,6 +144,24 @@ class MultiHeadAttention(nn.Module):
                     valid = rows.expand(b, 1, n, m) if valid is None else (valid & rows)
                 self.observer(self.key, weights.detach(), valid)
         return self.out_proj(y.transpose(1, 2).reshape(b, n, self.num_heads * self.head_size))
+
+
+@dataclass
+class _LayerProjections:
+    """A layer's input and its projections, for a pattern that projects states again (`hst.LayerProjections`)."""
+
+    x: torch.Tensor  # (B, N, d_model)
+    attention: MultiHeadAttention
+
+    def qkv(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a, (b, r, _) = self.attention, states.shape
+        q = a.q_proj(states).view(b, r, a.num_heads, a.head_size).transpose(1, 2)
+        k, v = a.kv_proj(states).view(b, r, 2, a.num_heads, a.head_size).permute(2, 0, 3, 1, 4)
+        return q, k, v
+
+    def out(self, heads: torch.Tensor) -> torch.Tensor:
+        b, h, r, d = heads.shape
+        return self.attention.out_proj(heads.transpose(1, 2).reshape(b, r, h * d))
 
 
 def attention_layers(model: nn.Module) -> list[MultiHeadAttention]:

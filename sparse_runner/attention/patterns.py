@@ -88,6 +88,9 @@ class Pattern:
     # Why `attend` never reads model.attention_impl, for a pattern that computes attention its own way
     # ("": it goes through memory_efficient.choose_impl, as dense and causal attention do).
     ignores_attention_impl: ClassVar[str] = ""
+    # True: `attend` also takes `layer=`, the layer's input and projections (two-stage HST projects
+    # states again between its steps); MultiHeadAttention passes it.
+    reads_layer = False
 
     @classmethod
     def masks_pairs(cls) -> bool:

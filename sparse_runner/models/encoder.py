@@ -134,7 +134,7 @@ class TransformerEncoder(nn.Module):
             raise ValueError(f"sequence of {n} positions exceeds the model's max_length={self.max_length}")
         x = self.drop(x + self.positions[:n])
         if self.layout is not None:
-            x, key_padding_mask, n = self.layout.enter(x, key_padding_mask)
+            x, key_padding_mask, n = self.layout.enter(x, key_padding_mask, self.positions[:n])
         if checkpointing(self):
             # The layout's shift (SAR's second pass) already shaped x and the mask, which the
             # recomputation gets again as arguments; the shift itself is put back around the
