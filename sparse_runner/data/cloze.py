@@ -9,6 +9,10 @@ paraphrase and reasoning of crowd-written questions. The SQuAD task reports the 
 beat on it (first sentence; first span of the answer's kind). No package registry ships SQuAD or any
 other real extractive-QA set offline, so this substitute stands in for it (docs/tasks.md).
 
+``long_cloze_examples`` is the long-document version, the substitute for TriviaQA and HotpotQA: the
+passage is a whole speech (its first sentences up to a word budget, thousands of tokens), so the blanked
+sentence is usually far from the question in the input and the reader must find it there.
+
 This module needs numpy only (no torch).
 """
 
@@ -120,3 +124,37 @@ def cloze_examples(
                 if made == questions_per_passage:
                     break
     return examples
+
+
+def long_cloze_examples(
+    documents: Sequence[Sequence[str]],
+    *,
+    seed: int,
+    max_words: int,
+    questions_per_document: int,
+    id_prefix: str,
+) -> list[QAExample]:
+    """Cloze questions whose passage is a whole document: ``cloze_examples`` with one passage per document.
+
+    Each document keeps its first sentences while their whitespace-separated words add up to at most
+    ``max_words`` (at least its first sentence), so a context of ``max_words`` words fits a reader's
+    window; ``questions_per_document`` of its sentences become questions, blanked as in
+    ``cloze_examples``. Ids are ``f"{id_prefix}-{document}-0-{question}"``. Deterministic given ``seed``.
+    """
+    if max_words < 1 or questions_per_document < 1:
+        raise ValueError(f"long_cloze_examples: max_words and questions_per_document must be >= 1, got {max_words}, {questions_per_document}")
+    if isinstance(documents, str) or any(isinstance(doc, str) for doc in documents):
+        raise TypeError("long_cloze_examples: documents must be lists of sentences")
+    cut: list[list[str]] = []
+    for document in documents:
+        kept, words = [], 0
+        for sentence in (s.strip() for s in document):
+            if not sentence:
+                continue
+            words += len(sentence.split())
+            if kept and words > max_words:
+                break
+            kept.append(sentence)
+        cut.append(kept)
+    longest = max((len(doc) for doc in cut), default=1)
+    return cloze_examples(cut, seed=seed, passage_sentences=max(longest, 1), questions_per_passage=questions_per_document, id_prefix=id_prefix)

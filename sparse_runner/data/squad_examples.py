@@ -5,7 +5,8 @@ span of the paragraph. ``QAExample`` holds one question; its readers are
   hf       Hugging Face ``rajpurkar/squad`` rows: ``examples_from_rows`` (the task does the loading).
 
 Every problem is a one-line ``ConfigError`` naming the file (and the question id). The offline
-substitute, cloze questions over real text, is ``cloze.py``.
+substitute, cloze questions over real text, is ``cloze.py``. The long-document sets (``triviaqa.py``,
+``hotpotqa.py``) give answers as text, not offsets; ``find_spans`` locates them in the context.
 
 This module needs numpy only (no torch).
 """
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -29,7 +31,12 @@ SQUAD_LAYOUT = '{"version": "1.1", "data": [{"title", "paragraphs": [{"context",
 class QAExample:
     """One question: ``answers[k]`` is ``context[answer_starts[k]:answer_starts[k] + len(answers[k])]``
     (character offsets). Training questions have one answer, SQuAD dev questions up to six (the
-    crowd workers' answers; duplicates kept, as in the official file)."""
+    crowd workers' answers; duplicates kept, as in the official file).
+
+    ``gold_answers`` are what the metric compares with when they are not the located spans: TriviaQA's
+    answer aliases, which may occur in the context several times or not at all (``answers`` then holds
+    the occurrences found, in context order, possibly none). ``None``: the ``answers`` themselves.
+    """
 
     id: str
     title: str
@@ -37,6 +44,12 @@ class QAExample:
     question: str
     answers: list[str]
     answer_starts: list[int]
+    gold_answers: Optional[list[str]] = None
+
+    @property
+    def golds(self) -> list[str]:
+        """The answers the metric scores a prediction against."""
+        return list(self.answers) if self.gold_answers is None else list(self.gold_answers)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -145,6 +158,36 @@ def _checked_example(qid: str, title: str, context: Any, question: Any, texts: l
                 f"(found {_short(found)}, context of {len(context)} characters)"
             )
     return QAExample(qid, title, context, question, list(texts), [int(s) for s in starts])
+
+
+# --------------------------------------------------------------------------------------------------
+# Locating answers given as text (distant supervision)
+
+
+def find_spans(context: str, texts: Sequence[str], *, limit: Optional[int] = None, within: Sequence[tuple[int, int]] = ()) -> list[tuple[int, int]]:
+    """``(start, end)`` character spans of ``context`` where one of ``texts`` occurs, in context order.
+
+    Matching ignores case and needs a word boundary on both sides (``"Paris"`` is not found in
+    ``"Parisian"``), as distant supervision for TriviaQA does (Joshi et al. 2017; Clark and Gardner
+    2018): the answer's aliases are searched in the evidence. Overlapping hits keep the one that starts
+    first (the longest there). ``within``: only hits inside one of these character ranges count, when
+    any does (HotpotQA's supporting sentences); otherwise every hit counts. ``limit``: at most that many.
+    """
+    hits: list[tuple[int, int]] = []
+    for text in dict.fromkeys(t.strip() for t in texts):
+        if not text:
+            continue
+        pattern = re.compile(rf"(?<!\w){re.escape(text)}(?!\w)", re.IGNORECASE)
+        hits.extend(m.span() for m in pattern.finditer(context))
+    hits.sort(key=lambda span: (span[0], -span[1]))
+    spans: list[tuple[int, int]] = []
+    for start, end in hits:
+        if not spans or start >= spans[-1][1]:
+            spans.append((start, end))
+    if within:
+        inside = [(a, b) for a, b in spans if any(lo <= a and b <= hi for lo, hi in within)]
+        spans = inside or spans
+    return spans[:limit] if limit is not None else spans
 
 
 def _short(value: Any, limit: int = 60) -> str:

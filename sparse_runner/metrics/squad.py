@@ -1,4 +1,5 @@
-"""Extractive question answering: exact match and token F1 of SQuAD v1.1 (Rajpurkar et al. 2016).
+"""Extractive question answering: exact match and token F1 of SQuAD v1.1 (Rajpurkar et al. 2016), and
+the variants of TriviaQA and HotpotQA.
 
 This re-implements the official evaluation script of SQuAD v1.1 (``evaluate-v1.1.py``) and gives the
 same numbers:
@@ -13,6 +14,15 @@ same numbers:
 * ``squad_scores`` averages over every question of the gold set, in percent; a question without a
   prediction scores 0 on both metrics (the official script prints a message and counts it as wrong).
 
+The other official scripts differ only where ``squad_scores(style=...)`` says:
+
+* ``"triviaqa"`` (``triviaqa_evaluation.py``, Joshi et al. 2017): ``normalize_answer_triviaqa`` turns
+  underscores and punctuation (ASCII plus ``‘ ’ ´ `` ` ``) into spaces instead of deleting them; a
+  question's golds are its answer aliases, and it scores its best alias;
+* ``"hotpotqa"`` (``hotpot_evaluate_v1.py``, Yang et al. 2018): SQuAD's normalisation, but F1 is 0
+  when either side is ``yes`` / ``no`` / ``noanswer`` and the two differ (a yes/no answer is all or
+  nothing).
+
 Rajpurkar, Zhang, Lopyrev and Liang (2016), "SQuAD: 100,000+ Questions for Machine Comprehension of
 Text", EMNLP.
 """
@@ -25,7 +35,10 @@ from collections import Counter
 from typing import Callable, Mapping, Sequence
 
 _PUNCTUATION = frozenset(string.punctuation)
+_TRIVIAQA_PUNCTUATION = _PUNCTUATION | frozenset("‘’´`")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+_YES_NO = ("yes", "no", "noanswer")
+STYLES = ("squad", "triviaqa", "hotpotqa")
 
 
 def normalize_answer(s: str) -> str:
@@ -41,12 +54,30 @@ def normalize_answer(s: str) -> str:
     return " ".join(text.split())
 
 
+def normalize_answer_triviaqa(s: str) -> str:
+    """``s`` as ``triviaqa_evaluation.py`` normalises it: underscores to spaces, lower case, punctuation
+    (``string.punctuation`` and ``‘ ’ ´ `` ` ``) to spaces, the whole words a/an/the to spaces, whitespace
+    collapsed. ``"U.S.A."`` becomes ``"u s"``: its last letter is then the article *a* (SQuAD's: ``"usa"``)."""
+    text = "".join(" " if ch in _TRIVIAQA_PUNCTUATION else ch for ch in s.replace("_", " ").lower())
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
 def exact_match(prediction: str, gold: str) -> bool:
     """Whether ``prediction`` and ``gold`` are equal after ``normalize_answer``.
 
     Two answers that normalise to the empty string (say ``""`` and ``"The."``) match.
     """
     return normalize_answer(prediction) == normalize_answer(gold)
+
+
+def _token_f1(prediction_tokens: list[str], gold_tokens: list[str]) -> float:
+    num_same = sum((Counter(prediction_tokens) & Counter(gold_tokens)).values())
+    if num_same == 0:
+        return 0.0
+    precision = num_same / len(prediction_tokens)
+    recall = num_same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
 
 
 def f1(prediction: str, gold: str) -> float:
@@ -60,14 +91,34 @@ def f1(prediction: str, gold: str) -> float:
     ``f1("", "")`` is 0.0 while ``exact_match("", "")`` is True. (SQuAD v2.0's script changed this to 1;
     v1.1 never needed it, as every gold answer there has a token.)
     """
-    prediction_tokens = normalize_answer(prediction).split()
-    gold_tokens = normalize_answer(gold).split()
-    num_same = sum((Counter(prediction_tokens) & Counter(gold_tokens)).values())
-    if num_same == 0:
+    return _token_f1(normalize_answer(prediction).split(), normalize_answer(gold).split())
+
+
+def exact_match_triviaqa(prediction: str, gold: str) -> bool:
+    """TriviaQA's exact match: equal after ``normalize_answer_triviaqa``."""
+    return normalize_answer_triviaqa(prediction) == normalize_answer_triviaqa(gold)
+
+
+def f1_triviaqa(prediction: str, gold: str) -> float:
+    """TriviaQA's token F1: SQuAD's ``f1`` over ``normalize_answer_triviaqa`` tokens."""
+    return _token_f1(normalize_answer_triviaqa(prediction).split(), normalize_answer_triviaqa(gold).split())
+
+
+def f1_hotpotqa(prediction: str, gold: str) -> float:
+    """HotpotQA's answer F1: SQuAD's ``f1``, except 0 when either normalised side is yes / no /
+    noanswer and they differ."""
+    p, g = normalize_answer(prediction), normalize_answer(gold)
+    if (p in _YES_NO or g in _YES_NO) and p != g:
         return 0.0
-    precision = num_same / len(prediction_tokens)
-    recall = num_same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
+    return _token_f1(p.split(), g.split())
+
+
+# style -> (exact match, F1) of one prediction against one gold answer
+_METRICS: dict[str, tuple[Callable[[str, str], float], Callable[[str, str], float]]] = {
+    "squad": (exact_match, f1),
+    "triviaqa": (exact_match_triviaqa, f1_triviaqa),
+    "hotpotqa": (exact_match, f1_hotpotqa),
+}
 
 
 def best_over_golds(metric: Callable[[str, str], float], prediction: str, golds: Sequence[str]) -> float:
@@ -83,12 +134,13 @@ def best_over_golds(metric: Callable[[str, str], float], prediction: str, golds:
     return max(float(metric(prediction, gold)) for gold in golds)
 
 
-def squad_scores(predictions: Mapping[str, str], golds: Mapping[str, Sequence[str]]) -> dict:
+def squad_scores(predictions: Mapping[str, str], golds: Mapping[str, Sequence[str]], *, style: str = "squad") -> dict:
     """Exact match and F1 of ``predictions`` over every question of ``golds``, in percent (evaluate-v1.1.py).
 
     Args:
         predictions: question id -> predicted answer text.
-        golds: question id -> its gold answer texts (one or more).
+        golds: question id -> its gold answer texts (one or more; TriviaQA: the answer's aliases).
+        style: whose official script to follow, one of ``STYLES`` (see the module docstring).
 
     Returns:
         ``{"exact_match": float, "f1": float, "count": int, "missing": int}``: the two means in [0, 100]
@@ -96,6 +148,9 @@ def squad_scores(predictions: Mapping[str, str], golds: Mapping[str, Sequence[st
         both (as in the official script). Predictions for ids not in ``golds`` are ignored. An empty
         ``golds`` gives 0.0 for both metrics (the official script would divide by zero).
     """
+    if style not in _METRICS:
+        raise ValueError(f"squad_scores: unknown style {style!r}; valid: {', '.join(STYLES)}")
+    em_metric, f1_metric = _METRICS[style]
     em_total = f1_total = 0.0
     missing = 0
     for qid, answers in golds.items():
@@ -105,8 +160,8 @@ def squad_scores(predictions: Mapping[str, str], golds: Mapping[str, Sequence[st
         if isinstance(answers, str) or not answers:
             raise ValueError(f"squad_scores: question {qid!r} has no list of gold answers (got {answers!r})")
         prediction = predictions[qid]
-        em_total += best_over_golds(exact_match, prediction, answers)
-        f1_total += best_over_golds(f1, prediction, answers)
+        em_total += best_over_golds(em_metric, prediction, answers)
+        f1_total += best_over_golds(f1_metric, prediction, answers)
     count = len(golds)
     if count == 0:
         return {"exact_match": 0.0, "f1": 0.0, "count": 0, "missing": 0}

@@ -1,4 +1,5 @@
-"""SQuAD v1.1 (Rajpurkar et al. 2016): extractive QA, as Bhojanapalli et al. (2020) fine-tune BERT on it.
+"""Extractive QA: SQuAD v1.1 (Rajpurkar et al. 2016), as Bhojanapalli et al. (2020) fine-tune BERT on it,
+and the long-document sets TriviaQA and HotpotQA (`task.dataset`), as ERNIE-Sparse's QA tasks.
 
 A start and an end logit per token (`models/bert.py` SpanExtractor) over `[CLS] question [SEP]
 context-window [SEP]`; contexts longer than a window are split into windows `task.doc_stride` tokens
@@ -10,16 +11,28 @@ Metrics: the official v1.1 exact match and F1 (`metrics/squad.py`), in percent, 
 them. The readers are `data/squad_examples.py`, the cloze substitute `data/cloze.py`, the
 windows and span decoding `squad_windows.py`.
 
-Splits: `test` is SQuAD's development set (its test set is hidden); `val` is `task.val_size` training
-articles (whole titles, so no context is shared with train) held out for checkpoint selection.
+Splits: `test` is the development set (the test sets' answers are hidden); `val` is `task.val_size`
+training articles (whole titles, so no context is shared with train; for HotpotQA a title is a question)
+held out for checkpoint selection.
+
+Datasets (`task.dataset`), each with its reader and official metric:
+  squad     SQuAD v1.1 (`data/squad_examples.py`);
+  triviaqa  TriviaQA, Wikipedia setting (`data/triviaqa.py`): the evidence articles of a question are its
+            context, cut after `task.max_context_words` words; training spans are found by alias matching
+            (distant supervision) and training questions without one are dropped; scored over the aliases;
+  hotpotqa  HotpotQA, distractor setting (`data/hotpotqa.py`): "yes no " + the ten paragraphs, so yes/no
+            answers are spans; scored by HotpotQA's answer F1 / EM.
 
 Sources (`task.source`):
-  hf     `rajpurkar/squad` through `datasets`;
-  files  a folder with the official `train-v1.1.json` and `dev-v1.1.json`;
-  cloze  the offline SUBSTITUTE: cloze questions generated over real text (passages of the embedded
-         State of the Union addresses, one sentence with a span blanked as the question). Real text,
-         generated questions: not comparable with SQuAD, and metrics.json and the report say so. Its
-         trivial baselines (first sentence; first span of the answer's kind) are in task_info.
+  hf     the dataset's hub id through `datasets` (`rajpurkar/squad`, `mandarjoshi/trivia_qa`,
+         `hotpotqa/hotpot_qa`);
+  files  a folder in the official release layout;
+  cloze  the offline SUBSTITUTE: cloze questions generated over real text (the embedded State of the
+         Union addresses, one sentence with a span blanked as the question), over passages of
+         `task.passage_sentences` sentences, or over whole speeches (`passage_sentences: null`, cut to
+         `task.max_context_words`): the long-document substitute. Real text, generated questions: not
+         comparable with the real sets, and metrics.json and the report say so. Its trivial baselines
+         (first sentence; first span of the answer's kind) are in task_info.
 
 The test split's predictions go to `outputs/predictions.json` ({question id: answer}, the format the
 official evaluation script reads).
@@ -36,8 +49,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sparse_runner.checks import ConfigError, fail, positive
-from sparse_runner.data.cloze import answer_candidates, answer_kind, cloze_examples
+from sparse_runner.checks import ConfigError, choice, fail, positive
+from sparse_runner.data import hotpotqa, triviaqa
+from sparse_runner.data.cloze import answer_candidates, answer_kind, cloze_examples, long_cloze_examples
 from sparse_runner.data.documents import sotu_documents, split_sentences
 from sparse_runner.data.hub import load_hub_splits
 from sparse_runner.data.squad_examples import QAExample, examples_from_rows, read_squad_json
@@ -53,12 +67,19 @@ from sparse_runner.tasks.squad_windows import QAFeature, make_features, predict_
 SOURCES = ("hf", "files", "cloze")
 FILES = "a folder with the official train-v1.1.json and dev-v1.1.json"
 SPLITS = ("train", "val", "test")
+# task.dataset -> (what task.data_dir holds for source=files, a hub id to name); its official metric is the squad_scores style of that name
+DATASETS = {
+    "squad": (FILES, "rajpurkar/squad"),
+    "triviaqa": (triviaqa.FILES, "mandarjoshi/trivia_qa"),
+    "hotpotqa": (hotpotqa.FILES, "hotpotqa/hotpot_qa"),
+}
 
 
 @dataclass
 class SquadTaskConfig(FineTuningDataConfig):
     name: str = "squad"
     family: str = "squad"
+    dataset: str = "squad"  # squad | triviaqa | hotpotqa: the reader of source=hf|files and the official metric
     hf_path: Optional[str] = "rajpurkar/squad"
     hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "test": "validation"})
     max_length: int = 128  # tokens per window, question and 3 special tokens included
@@ -68,8 +89,9 @@ class SquadTaskConfig(FineTuningDataConfig):
     val_size: int = 20  # training articles (titles) held out for checkpoint selection
     max_train_examples: Optional[int] = None  # only the first N training questions (quick experiments)
     split_seed: int = 0  # which articles are held out; the cloze questions too
-    passage_sentences: int = 5  # cloze: sentences per passage
+    passage_sentences: Optional[int] = 5  # cloze: sentences per passage; None: whole speeches (cut to max_context_words)
     questions_per_passage: int = 2  # cloze: questions per passage
+    max_context_words: Optional[int] = None  # triviaqa: evidence cut after this many words; cloze over whole speeches: their word budget
 
 
 def cloze_baselines(examples: Sequence[QAExample]) -> dict[str, float]:
@@ -113,10 +135,16 @@ class SquadTask(BertTextTask):
 
     @classmethod
     def check_config(cls, t) -> None:
-        check_fine_tuning_data(t, sources=SOURCES, files=FILES, hub_example="rajpurkar/squad", splits=("train", "test"))
-        for key in ("doc_stride", "max_query_length", "max_answer_length", "val_size", "passage_sentences", "questions_per_passage"):
+        choice("task.dataset", t.dataset, DATASETS)
+        files, hub_example = DATASETS[t.dataset]
+        check_fine_tuning_data(t, sources=SOURCES, files=files, hub_example=hub_example, splits=("train", "test"))
+        for key in ("doc_stride", "max_query_length", "max_answer_length", "val_size", "questions_per_passage"):
             positive(f"task.{key}", t[key])
-        positive("task.max_train_examples", t.max_train_examples, allow_none=True)
+        for key in ("max_train_examples", "passage_sentences", "max_context_words"):
+            positive(f"task.{key}", t[key], allow_none=True)
+        if t.source == "cloze" and t.passage_sentences is None and t.max_context_words is None:
+            fail("task.max_context_words", "is null, and cloze questions over whole speeches (task.passage_sentences=null) need a word budget",
+                 "a positive int, such as 3000 for windows of 4096 tokens")
         window = t.max_length - t.max_query_length - 3
         if window < 1:
             fail("task.max_length", f"{t.max_length} leaves no context after a question of task.max_query_length={t.max_query_length} and 3 special tokens")
@@ -144,41 +172,82 @@ class SquadTask(BertTextTask):
         self._lengths = {split: np.array([len(f.tokens) for f in fs], dtype=np.int64) for split, fs in self.features.items()}
 
     # ------------------------------------------------------------------------------ data
+    @property
+    def metric_style(self) -> str:
+        """Whose official evaluation scores this task (`squad_scores` style)."""
+        return "squad" if self.cfg.source == "cloze" else self.cfg.dataset
+
     def _load(self) -> tuple[dict[str, list[QAExample]], dict[str, Any]]:
         t = self.cfg
         if t.source == "cloze":
-            speeches = sotu_documents()
-            examples = {
-                split: cloze_examples(speeches[split], seed=t.split_seed, passage_sentences=t.passage_sentences,
-                                      questions_per_passage=t.questions_per_passage, id_prefix=f"sotu-{split}")
-                for split in SPLITS
-            }
-            info = {"name": "sotu_cloze", "source": "substitute", "substitute_for": "SQuAD v1.1",
-                    "description": "cloze questions generated over real text: passages of State of the Union addresses, a sentence with a number, name or long word blanked as the question"}
-            return examples, info
+            return self._load_cloze()
+        files = DATASETS[t.dataset][0]
         if t.source == "files":
             root = Path(t.data_dir).expanduser()
-            parts = {}
-            for split, name in (("train", "train-v1.1.json"), ("test", "dev-v1.1.json")):
-                if not (root / name).is_file():
-                    raise ConfigError(f"task.data_dir: {root} has no {name}; valid: {FILES}")
-                parts[split] = read_squad_json(root / name)
-            info = {"name": "squad", "source": "release", "substitute_for": None, "description": f"SQuAD v1.1 files in {root}"}
+            parts = {split: self._read_files(root, split) for split in ("train", "test")}
+            info = {"name": t.dataset, "source": "release", "substitute_for": None, "description": f"{t.dataset} release files in {root}"}
         else:
             where = f"task {t.name}"
             loaded = load_hub_splits(t.hf_path, t.hf_name, splits=dict(t.hf_splits), revision=t.hf_revision, data_dir=t.hf_data_dir,
-                                     data_files=t.hf_data_files, where=where, local_files=f"task.source=files task.data_dir=<{FILES}>")
-            parts = {split: examples_from_rows(ds, where=f"{t.hf_path} {t.hf_splits[split]}") for split, ds in loaded.items()}
-            info = {"name": "squad", "source": "hub", "substitute_for": None, "description": f"{t.hf_path} through datasets"}
+                                     data_files=t.hf_data_files, where=where, local_files=f"task.source=files task.data_dir=<{files}>")
+            parts = {split: self._read_rows(ds, where=f"{t.hf_path} {t.hf_splits[split]}") for split, ds in loaded.items()}
+            info = {"name": t.dataset, "source": "hub", "substitute_for": None, "description": f"{t.hf_path} through datasets"}
         titles = sorted({ex.title for ex in parts["train"]})
         if t.val_size >= len(titles):
             raise ConfigError(f"task.val_size: {t.val_size} held-out articles leave none to train on (train has {len(titles)})")
         held_out = {titles[i] for i in np.random.default_rng(t.split_seed).permutation(len(titles))[: t.val_size]}
+        train = [ex for ex in parts["train"] if ex.title not in held_out]
+        # Distant supervision finds no span for some questions (the answer is not in the cut evidence):
+        # nothing to learn from them; they stay in val and test, scored against their golds.
+        answered = [ex for ex in train if ex.answers]
+        if len(answered) < len(train):
+            info["train_questions_without_span"] = len(train) - len(answered)
         return {
-            "train": [ex for ex in parts["train"] if ex.title not in held_out],
+            "train": answered,
             "val": [ex for ex in parts["train"] if ex.title in held_out],
             "test": parts["test"],
         }, info
+
+    def _read_files(self, root: Path, split: str) -> list[QAExample]:
+        t = self.cfg
+        if t.dataset == "triviaqa":
+            return triviaqa.read_triviaqa(root, split, max_context_words=t.max_context_words)
+        if t.dataset == "hotpotqa":
+            return hotpotqa.read_hotpotqa(root, split)
+        name = {"train": "train-v1.1.json", "test": "dev-v1.1.json"}[split]
+        if not (root / name).is_file():
+            raise ConfigError(f"task.data_dir: {root} has no {name}; valid: {FILES}")
+        return read_squad_json(root / name)
+
+    def _read_rows(self, rows: Any, *, where: str) -> list[QAExample]:
+        t = self.cfg
+        if t.dataset == "triviaqa":
+            return triviaqa.examples_from_rows(rows, where=where, max_context_words=t.max_context_words)
+        if t.dataset == "hotpotqa":
+            return hotpotqa.examples_from_rows(rows, where=where)
+        return examples_from_rows(rows, where=where)
+
+    def _load_cloze(self) -> tuple[dict[str, list[QAExample]], dict[str, Any]]:
+        t = self.cfg
+        speeches = sotu_documents()
+        if t.passage_sentences is None:
+            examples = {
+                split: long_cloze_examples(speeches[split], seed=t.split_seed, max_words=t.max_context_words,
+                                           questions_per_document=t.questions_per_passage, id_prefix=f"sotu-{split}")
+                for split in SPLITS
+            }
+            info = {"name": "sotu_long_cloze", "source": "substitute", "substitute_for": "TriviaQA and HotpotQA (long-document QA)",
+                    "description": f"cloze questions generated over real text: whole State of the Union addresses (first {t.max_context_words} words) "
+                                   "as the context, one of their sentences with a number, name or long word blanked as the question"}
+            return examples, info
+        examples = {
+            split: cloze_examples(speeches[split], seed=t.split_seed, passage_sentences=t.passage_sentences,
+                                  questions_per_passage=t.questions_per_passage, id_prefix=f"sotu-{split}")
+            for split in SPLITS
+        }
+        info = {"name": "sotu_cloze", "source": "substitute", "substitute_for": "SQuAD v1.1",
+                "description": "cloze questions generated over real text: passages of State of the Union addresses, a sentence with a number, name or long word blanked as the question"}
+        return examples, info
 
     def sizes(self) -> dict[str, int]:
         return {split: len(x) for split, x in self.examples.items()}
@@ -238,7 +307,7 @@ class SquadTask(BertTextTask):
         predictions = predict_answers(examples, chosen, [(s, e) for _, s, e in spans], self.cfg.max_answer_length)
         # Scored over the questions that had a window evaluated (all of them unless trainer.eval_max_batches cuts the split).
         scored = {features[i].example_index for i, _, _ in spans}
-        scores = squad_scores(predictions, {examples[k].id: list(examples[k].answers) for k in scored})
+        scores = squad_scores(predictions, {examples[k].id: examples[k].golds for k in scored}, style=self.metric_style)
         if output_dir is not None and split == "test":
             Path(output_dir).mkdir(parents=True, exist_ok=True)
             atomic_write_text(Path(output_dir) / "predictions.json", json.dumps(predictions, ensure_ascii=False, indent=0, sort_keys=True))

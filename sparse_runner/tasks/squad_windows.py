@@ -80,10 +80,12 @@ def make_features(
     token is in at least one window and neighbouring windows overlap by ``window - doc_stride`` tokens.
     An empty context gives one window without context tokens.
 
-    Positions: the first gold answer's tokens are those whose character span overlaps
-    ``[answer_start, answer_start + len(answer))``. In a window that holds all of them, ``start_position``
-    and ``end_position`` index the first and last in ``tokens``; otherwise both are 0 (the CLS token),
-    as BERT trains. With ``train=True`` every example must have an answer (``ValueError`` otherwise);
+    Positions: an answer's tokens are those whose character span overlaps ``[answer_start, answer_start +
+    len(answer))``. A window's target is the first of the example's answers (in ``answers`` order) whose
+    tokens it holds all of: ``start_position`` and ``end_position`` index its first and last in
+    ``tokens``; a window that holds no whole answer has both 0 (the CLS token), as BERT trains. With one
+    answer (SQuAD training) this is BERT's rule; with several occurrences of a distantly supervised
+    answer (TriviaQA, in context order) every window that holds one learns its first. With ``train=True`` every example must have an answer (``ValueError`` otherwise);
     with ``train=False`` examples without one are allowed (positions 0) and the positions are only
     informative -- predictions go through ``predict_answers``. Pieces with an empty character span
     (``starts[i] == ends[i]``) are never the first or last answer token.
@@ -131,11 +133,11 @@ def make_features(
         for (offset, length), max_context in zip(spans, _max_context(spans, n)):
             tokens = np.concatenate([prefix, ids[offset:offset + length], [sep_id]]).astype(np.int32)
             start_position = end_position = 0
-            if answer_tokens is not None:
-                first, last = answer_tokens
+            for first, last in answer_tokens:
                 if offset <= first and last < offset + length:
                     start_position = context_start + first - offset
                     end_position = context_start + last - offset
+                    break
             features.append(QAFeature(
                 example_index=k, tokens=tokens, context_start=context_start,
                 token_starts=starts[offset:offset + length], token_ends=ends[offset:offset + length],
@@ -172,17 +174,16 @@ def _max_context(spans: Sequence[tuple[int, int]], n: int) -> list[np.ndarray]:
     return [best_window[offset:offset + length] == w for w, (offset, length) in enumerate(spans)]
 
 
-def _answer_tokens(ex: QAExample, starts: np.ndarray, ends: np.ndarray) -> tuple[int, int] | None:
-    """Indices of the first and last context token with characters (a non-empty span) overlapping the
-    first gold answer (None if none do)."""
-    if not ex.answers:
-        return None
-    begin = ex.answer_starts[0]
-    end = begin + len(ex.answers[0])
-    inside = np.flatnonzero((starts < end) & (ends > begin) & (ends > starts))
-    if inside.size == 0:
-        return None
-    return int(inside[0]), int(inside[-1])
+def _answer_tokens(ex: QAExample, starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
+    """Per answer (in ``ex.answers`` order), the indices of the first and last context token with
+    characters (a non-empty span) overlapping it; answers that no such token overlaps are left out."""
+    out = []
+    for text, begin in zip(ex.answers, ex.answer_starts):
+        end = begin + len(text)
+        inside = np.flatnonzero((starts < end) & (ends > begin) & (ends > starts))
+        if inside.size:
+            out.append((int(inside[0]), int(inside[-1])))
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
