@@ -173,17 +173,13 @@ def find_spans(context: str, texts: Sequence[str], *, limit: Optional[int] = Non
     first (the longest there). ``within``: only hits inside one of these character ranges count, when
     any does (HotpotQA's supporting sentences); otherwise every hit counts. ``limit``: at most that many.
     """
-    hits: list[tuple[int, int]] = []
-    for text in dict.fromkeys(t.strip() for t in texts):
-        if not text:
-            continue
-        pattern = re.compile(rf"(?<!\w){re.escape(text)}(?!\w)", re.IGNORECASE)
-        hits.extend(m.span() for m in pattern.finditer(context))
-    hits.sort(key=lambda span: (span[0], -span[1]))
-    spans: list[tuple[int, int]] = []
-    for start, end in hits:
-        if not spans or start >= spans[-1][1]:
-            spans.append((start, end))
+    texts = sorted({t.strip() for t in texts if t.strip()}, key=len, reverse=True)
+    if not texts:
+        return []
+    # One pass over the context: alternatives longest first, so each hit is the longest at its start,
+    # and finditer's hits never overlap.
+    pattern = re.compile(rf"(?<!\w)(?:{'|'.join(map(re.escape, texts))})(?!\w)", re.IGNORECASE)
+    spans = [m.span() for m in pattern.finditer(context)]
     if within:
         inside = [(a, b) for a, b in spans if any(lo <= a and b <= hi for lo, hi in within)]
         spans = inside or spans
