@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from sparse_runner.checks import ConfigError
 from sparse_runner.config import validate
@@ -231,6 +232,14 @@ def test_task_splits_and_describes_itself(tmp_path, cache_dir):
     assert set(info["baselines"]) == {"majority", "bag_of_words_nearest_centroid"}
     example = task.examples["train"][0]
     assert example[0] == 2 and example[-1] == 3 and len(example) <= 64  # [CLS] ... [SEP]
+    # Scoring: accuracy and macro-F1 from the per-batch confusion counts agree with the direct formulas.
+    predicted = np.array([1, 1, 0, 1])
+    batch = task.make_batch("test", np.arange(4), torch.device("cpu"))
+    sums = task.eval_step(lambda tokens, lengths: torch.nn.functional.one_hot(torch.from_numpy(predicted), 2).float(), batch, "test")
+    scores = task.finalise("test", sums)
+    labels = task.docs["test"].labels
+    assert scores["test/accuracy"] == pytest.approx(float((predicted == labels).mean()))
+    assert scores["test/macro_f1"] == pytest.approx(macro_f1(predicted, labels, 2))
 
 
 def test_task_from_the_hub_loader(tmp_path, cache_dir):

@@ -232,18 +232,19 @@ class LongDocumentTask(BertTextTask):
         logits = model(batch["tokens"], batch["lengths"])
         labels = batch["labels"]
         predicted = logits.argmax(-1)
+        n = self.num_classes
+        # confusion[true, predicted], read back in one transfer; summed over batches (and ranks) for macro-F1.
+        confusion = torch.bincount(labels * n + predicted, minlength=n * n).view(n, n).tolist()
         out = {
             "loss": float(F.cross_entropy(logits.float(), labels, reduction="sum")),
-            "correct": int((predicted == labels).sum()),
-            "majority": int((labels == self.majority_label).sum()),
+            "correct": sum(confusion[c][c] for c in range(n)),
+            "majority": sum(confusion[self.majority_label]),
             "count": len(labels),
         }
-        # Per-class counts, summed over batches (and ranks) like the others, for macro-F1.
-        for c in range(self.num_classes):
-            hit = predicted == c
-            out[f"tp{c}"] = int((hit & (labels == c)).sum())
-            out[f"fp{c}"] = int((hit & (labels != c)).sum())
-            out[f"fn{c}"] = int((~hit & (labels == c)).sum())
+        for c in range(n):
+            out[f"tp{c}"] = confusion[c][c]
+            out[f"fp{c}"] = sum(confusion[t][c] for t in range(n)) - confusion[c][c]
+            out[f"fn{c}"] = sum(confusion[c]) - confusion[c][c]
         return out
 
     def finalise(self, split: str, sums, output_dir: Path | None = None) -> dict[str, float]:
