@@ -67,11 +67,12 @@ from sparse_runner.tasks.squad_windows import QAFeature, make_features, predict_
 SOURCES = ("hf", "files", "cloze")
 FILES = "a folder with the official train-v1.1.json and dev-v1.1.json"
 SPLITS = ("train", "val", "test")
-# task.dataset -> (what task.data_dir holds for source=files, a hub id to name); its official metric is the squad_scores style of that name
+# task.dataset -> (what task.data_dir holds for source=files, a hub id to name, its full name); its official
+# metric is the squad_scores style of that name
 DATASETS = {
-    "squad": (FILES, "rajpurkar/squad"),
-    "triviaqa": (triviaqa.FILES, "mandarjoshi/trivia_qa"),
-    "hotpotqa": (hotpotqa.FILES, "hotpotqa/hotpot_qa"),
+    "squad": (FILES, "rajpurkar/squad", "SQuAD v1.1"),
+    "triviaqa": (triviaqa.FILES, "mandarjoshi/trivia_qa", "TriviaQA (Wikipedia)"),
+    "hotpotqa": (hotpotqa.FILES, "hotpotqa/hotpot_qa", "HotpotQA (distractor)"),
 }
 
 
@@ -136,7 +137,7 @@ class SquadTask(BertTextTask):
     @classmethod
     def check_config(cls, t) -> None:
         choice("task.dataset", t.dataset, DATASETS)
-        files, hub_example = DATASETS[t.dataset]
+        files, hub_example, _ = DATASETS[t.dataset]
         check_fine_tuning_data(t, sources=SOURCES, files=files, hub_example=hub_example, splits=("train", "test"))
         for key in ("doc_stride", "max_query_length", "max_answer_length", "val_size", "questions_per_passage"):
             positive(f"task.{key}", t[key])
@@ -181,11 +182,11 @@ class SquadTask(BertTextTask):
         t = self.cfg
         if t.source == "cloze":
             return self._load_cloze()
-        files = DATASETS[t.dataset][0]
+        files, _, full_name = DATASETS[t.dataset]
         if t.source == "files":
             root = Path(t.data_dir).expanduser()
             parts = {split: self._read_files(root, split) for split in ("train", "test")}
-            info = {"name": t.dataset, "source": "release", "substitute_for": None, "description": f"{t.dataset} release files in {root}"}
+            info = {"name": t.dataset, "source": "release", "substitute_for": None, "description": f"{full_name} files in {root}"}
         else:
             where = f"task {t.name}"
             loaded = load_hub_splits(t.hf_path, t.hf_name, splits=dict(t.hf_splits), revision=t.hf_revision, data_dir=t.hf_data_dir,
