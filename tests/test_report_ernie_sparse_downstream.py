@@ -23,6 +23,8 @@ def write_run(root: Path, name: str, experiment: str, model: str, *, seed: int =
               data: dict | None = None, updates: dict | None = None, baselines: dict | None = None) -> Path:
     """A metrics.json as the trainer writes it for `sparse-run experiment=<experiment> model=<model>` (+ dotted `updates`)."""
     config = preset_config(f"experiment={experiment}", f"model={model}", **{**(updates or {}), "seed": seed})
+    if config["pretrain"]["task"] is not None and "model.init_from" not in (updates or {}):
+        config["model"]["init_from"] = str(root / "pretrain" / "stage")  # as run.py records the stage it started from
     primary = "test/f1" if "test/f1" in metrics else "test/accuracy"
     validation = primary.replace("test/", "val/")
     run_dir = root / name
@@ -94,6 +96,14 @@ def test_qa_columns_read_f1_in_percent(tmp_path):
     write_run(tmp_path, "hqa", "liu2022_hotpotqa", "ernie_sparse", metrics={"test/f1": 60.0, "test/exact_match": 50.0})
     r = row(table(tmp_path), ERNIE, PAPER)
     assert (r["TriviaQA"], r["HotpotQA"], r["QA Avg"]) == ("70.00", "60.00", "65.00")
+
+
+def test_a_run_from_another_pre_trained_encoder_is_an_other_run(tmp_path):
+    write_run(tmp_path, "mine", "liu2022_sotu_era_cpu", "ernie_sparse", metrics={"test/accuracy": 0.6}, data=SOTU_DATA,
+              updates={"pretrain.task": None, "model.init_from": "/my/encoder"})
+    t = table(tmp_path)
+    others = [r for r in t.rows if r[1].startswith("ours: other runs")]
+    assert len(others) == 1 and "model.init_from=/my/encoder" in others[0][1]
 
 
 def test_a_run_that_is_no_preset_is_an_other_run(tmp_path):
