@@ -222,6 +222,13 @@ def config(cache_dir, *overrides):
     return validate(compose_config([*MODEL, *TRAINER, *overrides], cache_dir=cache_dir, tiny=False))
 
 
+def test_hub_splits_of_each_task():
+    """What each task asks of its dataset's splits (a split it does not name is held out)."""
+    splits = {name: dict(compose_config([f"task={name}"], tiny=False).task.hf_splits) for name in ("imdb_long", "hyperpartisan", "arxiv_classification")}
+    assert splits == {"imdb_long": {"train": "train", "test": "test"}, "hyperpartisan": {"train": "train"},
+                      "arxiv_classification": {"train": "train", "val": "validation", "test": "test"}}
+
+
 def test_task_splits_and_describes_itself(tmp_path, cache_dir):
     task = build_task(config(cache_dir, "task=hyperpartisan", "task.source=files", f"task.data_dir={write_hyperpartisan(tmp_path)}",
                              "task.max_length=64", "task.vocab_size=60"))
