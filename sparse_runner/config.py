@@ -20,7 +20,7 @@ from sparse_runner.models.config import ModelConfig, block_pattern_names, check_
 from sparse_runner.identity import CONF_DIR, register_resolvers
 from sparse_runner.run_metrics import flatten
 from sparse_runner.tasks import Task, task_families
-from sparse_runner.training.regularisers import REGULARISERS
+from sparse_runner.training.regularisers import RDROP_TASK_LOSSES, REGULARISERS
 
 
 
@@ -63,6 +63,7 @@ class TrainerConfig:
     resume: bool = True
     regulariser: str = "none"
     regulariser_weight: float = 1.0
+    rdrop_task_loss: str = "both"  # R-Drop's task loss: both passes' mean (the paper) | first (the first pass's alone)
     test_topology_shift: int = 0  # > 0: also test with every block boundary moved this far (test_shifted/*)
 
 
@@ -202,6 +203,9 @@ def _check_values(cfg: DictConfig, task_class: type[Task]) -> None:
     choice("trainer.monitor", tr.monitor, ("auto",) + monitor_choices(task_class))
     choice("trainer.regulariser", tr.regulariser, sorted(REGULARISERS))
     positive("trainer.regulariser_weight", tr.regulariser_weight, allow_zero=True)
+    choice("trainer.rdrop_task_loss", tr.rdrop_task_loss, RDROP_TASK_LOSSES)
+    if tr.rdrop_task_loss != "both" and tr.regulariser != "rdrop":
+        fail("trainer.rdrop_task_loss", f"is an option of R-Drop, and trainer.regulariser is {tr.regulariser!r}", "both (the default), or trainer.regulariser=rdrop")
     positive("trainer.test_topology_shift", tr.test_topology_shift, allow_zero=True)
     positive("trainer.progress_every_s", tr.progress_every_s, allow_none=True, allow_zero=True)
     if tr.test_topology_shift and m.pattern not in block_pattern_names():

@@ -1,6 +1,7 @@
 """Block-sparse patterns (local, BigBird, HST): every fast path equals masked dense attention under the
-pattern's own dense mask, for every normaliser, with global tokens, padding and lengths that are not a
-multiple of the block size; their topology is what the docs say; their cost grows linearly."""
+pattern's own dense mask (per head: BigBird's heads draw their own random blocks), for every normaliser,
+with global tokens, padding and lengths that are not a multiple of the block size; their topology is what
+the docs say; their cost grows linearly."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ VARIANTS = [
     ("local", {"block_size": 3, "neighbours": 1}),
     ("bigbird", {"block_size": 3, "random_blocks": 2}),
     ("bigbird", {"block_size": 2, "window": 1, "global_blocks": 1, "random_blocks": 1, "seed": 5}),
+    ("bigbird", {"block_size": 2, "random_blocks": 1}),                            # the heads' blocks differ
+    ("bigbird", {"block_size": 2, "random_blocks": 1, "random_per_head": False}),  # one draw for every head
     ("hst", {"block_size": 3, "stages": 1}),
     ("hst", {"block_size": 2, "stages": 1, "local": "window"}),
     ("hst", {"block_size": 2, "stages": 1, "local": "bigbird", "random_blocks": 1, "global_blocks": 1}),
@@ -32,16 +35,20 @@ VARIANT_IDS = [f"{name}-{'-'.join(f'{k}{v}' for k, v in opts.items())}" for name
 
 
 def reference(q, k, v, normaliser, mask, pad):
-    allowed = mask[None, None] if pad is None else mask[None, None] & pad[:, None, None, :]
+    """Masked dense attention; mask (N, N), or (H, N, N) one per head. Returns (out, weights, allowed
+    (B, 1 or H, N, N))."""
+    mask = mask[None] if mask.dim() == 3 else mask[None, None]
+    allowed = mask if pad is None else mask & pad[:, None, None, :]
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     weights = normaliser(scores.masked_fill(~allowed, float("-inf")))
-    return weights @ v, weights, allowed.expand(q.shape[0], 1, -1, -1)
+    return weights @ v, weights, allowed.expand(q.shape[0], -1, -1, -1)
 
 
 def dense_weights(groups, b, h, n):
-    """Row groups scattered back to (B, H, N, N), and how many slots hold each (query, key) pair."""
+    """Row groups scattered back to (B, H, N, N), and how many slots hold each (query, key) pair, (B, 1, N, N),
+    or (B, H, N, N) when a group's valid mask is per head."""
     weights = torch.zeros(b, h, n, n, dtype=torch.float64)
-    slots = torch.zeros(b, 1, n, n, dtype=torch.int64)
+    slots = torch.zeros(b, max(group.valid.shape[1] for group in groups), n, n, dtype=torch.int64)
     for group in groups:
         w, count = group.to_dense(n)
         weights[:, :, group.rows] += w
@@ -63,7 +70,7 @@ def test_fast_path_equals_masked_dense_attention(variant, name, global_tokens, n
     pad = torch.arange(n)[None, :] < torch.tensor([n, n - 6])[:, None]  # the second has whole padded blocks
     upstream = torch.randn(2, H, n, 4, generator=g, dtype=torch.float64)
     leaves = [q, k, v, *normaliser.parameters()]
-    mask = pattern.dense_mask(n, n)
+    mask = pattern.dense_mask(n, n, heads=H)
     expected, expected_weights, allowed = reference(q, k, v, normaliser, mask, pad)
     expected_grads = torch.autograd.grad((expected * upstream).sum(), leaves)
 
@@ -78,7 +85,7 @@ def test_fast_path_equals_masked_dense_attention(variant, name, global_tokens, n
         if need_weights:
             weights, slots = dense_weights(groups, 2, H, n)
             assert slots.max() <= 1, "a key sits in two slots of one query: it would count twice"
-            assert torch.equal(slots > 0, allowed)
+            assert torch.equal((slots > 0).expand_as(allowed), allowed)
             torch.testing.assert_close(weights, expected_weights, **tol)
             assert valid is None
             covered = torch.cat([group.rows for group in groups]).sort().values
@@ -92,7 +99,7 @@ def test_batch_without_padding_and_a_sequence_of_globals_only(variant):
         pattern = build_pattern(*variant, global_tokens=global_tokens)
         q, k, v = (torch.randn(1, H, n, 4) for _ in range(3))
         out, _, _ = pattern.attend(q, k, v, normaliser=normaliser)
-        expected, _, _ = reference(q, k, v, normaliser, pattern.dense_mask(n, n), None)
+        expected, _, _ = reference(q, k, v, normaliser, pattern.dense_mask(n, n, heads=H), None)
         torch.testing.assert_close(out, expected)
 
 
@@ -112,23 +119,28 @@ def test_local_mask_is_blocks_plus_neighbours_plus_globals():
     assert mask[7, 5:].all() and not mask[7, 1:5].any()
 
 
-def test_bigbird_random_blocks_avoid_window_and_globals_and_depend_on_layer():
-    blocks = 12
-    p0 = build_pattern("bigbird", {"block_size": 4, "random_blocks": 3}, layer=0)
-    p1 = build_pattern("bigbird", {"block_size": 4, "random_blocks": 3}, layer=1)
-    index, ok = p0.key_blocks(blocks)
-    assert p0.dense_blocks(blocks) == [0, blocks - 1]
-    for i in range(blocks):
-        row = index[i][ok[i]].tolist()
-        assert len(row) == len(set(row)), "no key block twice"
-        window = {j for j in (i - 1, i, i + 1) if 0 <= j < blocks}
-        assert window | {0, blocks - 1} <= set(row)
-        assert len(set(row) - window - {0, blocks - 1}) == 3
-    assert np.array_equal(index, p0.key_blocks(blocks)[0]), "fixed for a given layer"
-    assert not np.array_equal(index, p1.key_blocks(blocks)[0]), "another layer draws other random blocks"
-    # a global block's queries see every key
-    mask = p0.dense_mask(48, 48).numpy()
-    assert mask[:4].all() and mask[-4:].all() and mask[:, :4].all()
+@pytest.mark.parametrize("per_head", [True, False])
+def test_bigbird_random_blocks_avoid_window_and_globals_and_depend_on_layer_and_head(per_head):
+    blocks, heads = 12, 4
+    p0 = build_pattern("bigbird", {"block_size": 4, "random_blocks": 3, "random_per_head": per_head}, layer=0)
+    p1 = build_pattern("bigbird", {"block_size": 4, "random_blocks": 3, "random_per_head": per_head}, layer=1)
+    index, ok = p0.key_blocks(blocks, heads=heads)
+    assert index.shape[0] == heads and p0.dense_blocks(blocks) == [0, blocks - 1]
+    for h in range(heads):
+        for i in range(blocks):
+            row = index[h, i][ok[h, i]].tolist()
+            assert len(row) == len(set(row)), "no key block twice"
+            window = {j for j in (i - 1, i, i + 1) if 0 <= j < blocks}
+            assert window | {0, blocks - 1} <= set(row)
+            assert len(set(row) - window - {0, blocks - 1}) == 3
+    assert np.array_equal(index, p0.key_blocks(blocks, heads=heads)[0]), "fixed for a given layer"
+    assert not np.array_equal(index, p1.key_blocks(blocks, heads=heads)[0]), "another layer draws other random blocks"
+    differ = [not np.array_equal(index[0], index[h]) for h in range(1, heads)]
+    assert all(differ) if per_head else not any(differ), "every head draws its own blocks (random_per_head)"
+    # a global block's queries see every key, in every head
+    mask = p0.dense_mask(48, 48, heads=heads).numpy()
+    assert mask.shape == (heads, 48, 48)
+    assert mask[:, :4].all() and mask[:, -4:].all() and mask[:, :, :4].all()
 
 
 # ----------------------------------------------------------------------------- cost

@@ -13,6 +13,9 @@ does softmax and BigBird's own topology (docs/benchmarks.md).
 
 For the analysis, the weights come back as `RowGroup`s: rows of queries, each row holding only its
 candidate keys (`valid` says which are real), so their size is that of the sparse pattern too.
+
+Heads may differ (BigBird draws its random blocks per head): a gather table may have a head axis, each
+head's query tiles then gathering their own key tiles, and a key source's `valid` may have one too.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ class KeySource:
     """Keys and values that a set of query tiles attends to.
 
     k, v: (B, H, R, S, D), one block of S keys per query tile, or (B, H, 1, S, D), shared by every tile.
-    valid: bool, broadcastable to (B, 1, R, T, S) (T = queries per tile); None = every key is valid.
+    valid: bool, broadcastable to (B, H, R, T, S) (T = queries per tile), its head axis 1 when every head
+    sees the same keys; None = every key is valid.
     """
 
     k: torch.Tensor
@@ -46,8 +50,11 @@ class RowGroup:
     """Attention weights of some query rows over their candidate keys (for the analysis).
 
     rows: positions of these queries in the layer's sequence (a LongTensor of length Q).
-    keys: (Q or 1, S) LongTensor, the position of the key in each slot (anything where not valid).
-    weights: (B, H, Q, S); valid: (B or 1, 1, Q, S) bool, True where the key is one the query may see.
+    keys: (Q or 1, S) LongTensor, the position of the key in each slot (anything where not valid); the
+        same for every head, so that slot s of a query is one key in every head (head diversity compares
+        the heads slot by slot).
+    weights: (B, H, Q, S); valid: (B or 1, 1 or H, Q, S) bool, True where the key is one the query may see
+        (per head when the heads see different keys: BigBird's per-head random blocks).
     """
 
     rows: torch.Tensor
@@ -56,14 +63,15 @@ class RowGroup:
     valid: torch.Tensor
 
     def to_dense(self, n_keys: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(weights (B, H, Q, n_keys), slots (B, 1, Q, n_keys) int): the slots scattered to their keys, and
-        how many valid slots hold each key (0 or 1 in a correct pattern; for tests)."""
+        """(weights (B, H, Q, n_keys), slots (B, 1 or H, Q, n_keys) int): the slots scattered to their keys,
+        and how many valid slots hold each key (0 or 1 in a correct pattern; for tests), per head when
+        `valid` is."""
         b, h, q, s = self.weights.shape
         keys = self.keys.expand(q, s).clamp(0, n_keys - 1)
-        valid = self.valid.expand(b, 1, q, s)
+        valid = self.valid.expand(b, self.valid.shape[1], q, s)
         weights = self.weights.new_zeros(b, h, q, n_keys).scatter_add(3, keys.expand(b, h, q, s), self.weights * valid)
-        dense_valid = torch.zeros(b, 1, q, n_keys, dtype=torch.int64, device=valid.device)
-        dense_valid = dense_valid.scatter_add(3, keys.expand(b, 1, q, s), valid.long())
+        dense_valid = torch.zeros(b, valid.shape[1], q, n_keys, dtype=torch.int64, device=valid.device)
+        dense_valid = dense_valid.scatter_add(3, keys.expand(*valid.shape), valid.long())
         return weights, dense_valid
 
 
@@ -100,12 +108,16 @@ def attend_tiles(
     """Attention of R tiles of T queries, each over the concatenation of `sources`.
 
     q: (B, H, R, T, D). Returns (out (B, H, R, T, D), weights (B, H, R, T, S) or None, valid
-    (B or 1, 1, R, T, S) bool), S = the sources' key counts summed. A query without any valid key gets
+    (B or 1, 1 or H, R, T, S) bool), S = the sources' key counts summed. A query without any valid key gets
     a zero output (and zero weights), whatever the normaliser.
     """
     b, h, r, t, d = q.shape
     sizes = [s.k.shape[-2] for s in sources]
-    valid = torch.cat([_valid(s, b, r, t) for s in sources], dim=-1)
+    masks = [s.valid for s in sources if s.valid is not None]
+    # (batch, heads, queries per tile) of the widest mask: a mask the same for every query of a tile (T 1)
+    # stays so, and broadcasts over the tile's queries below.
+    lead = tuple(max((m.shape[i] for m in masks), default=1) for i in (0, 1, 3))
+    valid = torch.cat([_valid(s, lead, r) for s in sources], dim=-1)  # (B or 1, 1 or H, R, T or 1, S)
     record_scores(b * h * r * t * sum(sizes))
 
     if normaliser.fused_sdpa and not need_weights and t > 1:
@@ -118,13 +130,13 @@ def attend_tiles(
         # Contiguous: the fused backward otherwise copies every (batch, head) slice on its own.
         q4, k4, v4 = (x.reshape(b, h * r, x.shape[-2], d).contiguous() for x in (q, k, v))
         if all(s.valid is None for s in sources):
-            return F.scaled_dot_product_attention(q4, k4, v4, dropout_p=dropout_p).view(b, h, r, t, d), None, valid
+            return F.scaled_dot_product_attention(q4, k4, v4, dropout_p=dropout_p).view(b, h, r, t, d), None, _per_query(valid, t)
         has_key = valid.any(-1, keepdim=True)
         # A row without keys is given all its slots (finite garbage) and zeroed below: fused kernels
         # differ in what they return for a fully masked row (NaN on some).
-        mask = (valid | ~has_key).expand(-1, h, -1, -1, -1).reshape(valid.shape[0], h * r, t, -1)
+        mask = (valid | ~has_key).expand(-1, h, -1, -1, -1).reshape(valid.shape[0], h * r, valid.shape[3], -1)
         out = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask, dropout_p=dropout_p).view(b, h, r, t, d)
-        return out * has_key, None, valid
+        return out * has_key, None, _per_query(valid, t)
 
     scores = torch.cat([_scores(q, s) for s in sources], dim=-1) / math.sqrt(d)
     scores = scores.masked_fill(~valid, float("-inf"))
@@ -132,14 +144,21 @@ def attend_tiles(
     weights = normaliser(scores.reshape(b, h, r * t, -1)).view(b, h, r, t, -1)  # all--inf rows -> zeros
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
     out = sum(_weighted(part, s) for part, s in zip(dropped.split(sizes, dim=-1), sources))
-    return out, (weights if need_weights else None), valid
+    return out, (weights if need_weights else None), _per_query(valid, t)
 
 
-def _valid(s: KeySource, b: int, r: int, t: int) -> torch.Tensor:
+def _valid(s: KeySource, lead: tuple[int, int, int], r: int) -> torch.Tensor:
+    """The source's valid mask as (B', H', R, T', S): lead = (B', H', T'), the sizes of the widest mask."""
+    b, h, t = lead
     n = s.k.shape[-2]
     if s.valid is None:
-        return torch.ones(1, 1, r, t, n, dtype=torch.bool, device=s.k.device)
-    return s.valid.expand(s.valid.shape[0], 1, r, t, n)
+        return torch.ones(1, 1, 1, 1, 1, dtype=torch.bool, device=s.k.device).expand(b, h, r, t, n)
+    return s.valid.expand(b, h, r, t, n)
+
+
+def _per_query(valid: torch.Tensor, t: int) -> torch.Tensor:
+    """valid with its tile axis at T queries (a view)."""
+    return valid.expand(-1, -1, -1, t, -1)
 
 
 def _scores(q: torch.Tensor, s: KeySource) -> torch.Tensor:
@@ -177,9 +196,28 @@ def mask_tiles(valid: torch.Tensor, start: int, tiles: int, size: int) -> torch.
 
 
 def gather_tiles(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """(B, H, R, T, D) tiles, index (R, K) -> (B, H, R, K * T, D): for every tile, the K tiles it lists."""
+    """(B, H, R, T, D) tiles, index (R, K) -> (B, H, R, K * T, D): for every tile, the K tiles it lists.
+    index (H, R, K): one table per head, head i's tiles gathered from head i's tiles."""
     b, h, r, t, d = x.shape
-    return x[:, :, index].reshape(b, h, index.shape[0], index.shape[1] * t, d)
+    # index_select rather than x[:, :, index]: its backward (index_add) is ~3x faster on CPU than the
+    # accumulating index_put of advanced indexing.
+    if index.dim() == 2:
+        return x.index_select(2, index.reshape(-1)).view(b, h, index.shape[0], index.shape[1] * t, d)
+    rows = (index + torch.arange(h, device=index.device)[:, None, None] * r).reshape(-1)  # into (H * R) tiles
+    return x.reshape(b, h * r, t, d).index_select(1, rows).view(b, h, index.shape[1], index.shape[2] * t, d)
+
+
+def gather_valid(tiles_ok: torch.Tensor, index: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+    """The valid mask of gathered key tiles, for `KeySource.valid`: (B or 1, 1 or H, R, 1, K * T) bool.
+
+    tiles_ok: (B or 1, R, T), the real positions of every tile (`mask_tiles`); index: (R, K) or (H, R, K),
+    as for `gather_tiles`; ok: the slots that count, index's shape, or (H, R, K) with a 2-D index (every
+    head gathers the same tiles, and each sees only some of them)."""
+    valid = tiles_ok[:, index]                            # (B, R, K, T) or (B, H, R, K, T)
+    if index.dim() == 2:
+        valid = valid[:, None]
+    valid = valid & (ok if ok.dim() == 3 else ok[None])[None, :, :, :, None]
+    return valid.flatten(3)[:, :, :, None, :]
 
 
 def from_tiles(tiles: torch.Tensor, length: int) -> torch.Tensor:

@@ -11,6 +11,7 @@ evaluation of that step. Evaluation uses no randomness.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import sys
@@ -31,7 +32,7 @@ from sparse_runner.run_metrics import LABEL_KEYS, NON_RESULT_KEYS
 from sparse_runner.tasks.base import EvalSums, StepOutput, Task
 from sparse_runner.training import checkpoint as ckpt
 from sparse_runner.training import distributed
-from sparse_runner.training.regularisers import REGULARISERS, sar
+from sparse_runner.training.regularisers import REGULARISERS, Regularised, sar
 from sparse_runner.training.run_log import NullLog, ProgressLines, RunLog
 from sparse_runner.training.schedules import build_scheduler
 from sparse_runner.training.stopping import Preempted, StopSignals
@@ -144,7 +145,10 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.autocast_dtype == torch.float16)
         self.checkpoints = ckpt.CheckpointDir(self.run_dir / "checkpoints")
         # (weight, regulariser) pairs: trainer.regulariser (R-Drop ...) and the model's SAR may both be on.
-        self.regularisers = [(t.regulariser_weight, REGULARISERS[t.regulariser])] if REGULARISERS[t.regulariser] else []
+        chosen = REGULARISERS[t.regulariser]
+        if t.regulariser == "rdrop":  # which passes' task losses count (regularisers.r_drop)
+            chosen = functools.partial(chosen, task_loss=t.rdrop_task_loss)
+        self.regularisers = [(t.regulariser_weight, chosen)] if chosen else []
         if cfg.model.sar.weight > 0:
             self.regularisers.append((cfg.model.sar.weight, sar(cfg.model.sar.shift, cfg.model.sar.random_shift)))
         self.progress = Progress()
@@ -246,12 +250,23 @@ class Trainer:
         return self.task.plan_epoch(seed=self.cfg.seed, epoch=epoch, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
 
     def training_step(self, batch: dict[str, Any]) -> StepOutput:
-        """The task's forward pass and loss, plus the regularisers' terms (weighted)."""
+        """The task's forward pass and loss, plus the regularisers' terms (weighted). A regulariser that
+        returns the task loss of its own pass over the batch (R-Drop's second pass) makes the task loss the
+        mean over the passes: loss = mean(task losses) + sum(weight * regulariser loss)."""
         out = self.task.forward_loss(self.step_model, batch)
+        task_losses, terms = [out.loss], []
         for weight, regulariser in self.regularisers:
-            extra, stats = regulariser(self.task, self.step_model, batch, out)
-            out.stats = {**out.stats, **stats}
-            out.loss = out.loss + weight * extra
+            result = Regularised(*regulariser(self.task, self.step_model, batch, out))
+            out.stats = {**out.stats, **result.stats}
+            terms.append(weight * result.loss)
+            if result.task_loss is not None:
+                task_losses.append(result.task_loss)
+        # The passes share the batch, so each task loss is a mean over the same `loss_count`: their mean
+        # keeps the token weighting of `fit` across processes.
+        loss = sum(task_losses) / len(task_losses) if len(task_losses) > 1 else out.loss
+        for term in terms:
+            loss = loss + term
+        out.loss = loss
         return out
 
     def fit(self) -> dict[str, float]:
