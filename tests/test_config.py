@@ -55,7 +55,7 @@ def test_head_size_null_means_d_model_over_heads(tiny_config):
 
 BAD_OVERRIDES = {
     "model=nope": ("model=nope", "valid: bigbird, bigbird_sar, entmax, entmax15, ernie_sparse, fixed_head, fixed_head_128, hst, local, softmax, sparsemax, standard_heads"),
-    "task=nope": ("task=nope", "valid: bible_es_en, iwslt", "listops, listops_lra"),
+    "task=nope": ("task=nope", "valid: arxiv_classification, bible_es_en, hotpotqa", "listops, listops_lra"),
     "experiment=nope": ("experiment=nope", "valid: bhojanapalli2020_lm1b", "correia2019_iwslt17_de_en", "lra_listops", "mt_cpu"),
     "model.foo=1": ("model.foo", "valid keys:"),
     "+model.foo=1": ("model.foo", "valid keys:"),
