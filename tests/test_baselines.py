@@ -294,3 +294,27 @@ def test_rdrop_task_loss_is_a_result_key(tiny_config):
     from omegaconf import OmegaConf
 
     assert result_keys(OmegaConf.to_container(cfg))["trainer.rdrop_task_loss"] == "first"
+
+
+# ----------------------------------------------------------------------------- runs written before rdrop_task_loss
+def test_a_run_without_rdrop_task_loss_resumes_only_as_what_it_computed():
+    """R-Drop without the key counted the first pass alone: resuming it under `both` would switch its
+    objective; without R-Drop the key changes nothing and the run resumes."""
+    from sparse_runner.training.trainer import fingerprint_difference
+
+    defaults = {"trainer.rdrop_task_loss": "both", "trainer.regulariser": "none"}
+    rdrop = {"trainer.regulariser": "rdrop"}
+    assert "trainer.rdrop_task_loss" in fingerprint_difference(rdrop, {**rdrop, "trainer.rdrop_task_loss": "both"}, defaults)
+    assert fingerprint_difference(rdrop, {**rdrop, "trainer.rdrop_task_loss": "first"}, defaults) == ""
+    plain = {"trainer.regulariser": "none"}
+    assert fingerprint_difference(plain, {**plain, "trainer.rdrop_task_loss": "both"}, defaults) == ""
+
+
+def test_the_report_files_a_run_without_rdrop_task_loss_as_first_pass_r_drop():
+    from sparse_runner.reporting.presets import Keys, differences
+
+    preset = Keys.of({"trainer.regulariser": "rdrop", "trainer.rdrop_task_loss": "both"})
+    old = Keys.of({"trainer.regulariser": "rdrop"})
+    assert differences(old, preset) == {"trainer.rdrop_task_loss": "first"}
+    plain = Keys.of({"trainer.regulariser": "none"})
+    assert "trainer.rdrop_task_loss" not in differences(plain, Keys.of({"trainer.regulariser": "none", "trainer.rdrop_task_loss": "both"}))

@@ -33,7 +33,7 @@ from sparse_runner import identity
 from sparse_runner.checks import one_line
 from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.values import as_float, fmt_value
-from sparse_runner.run_metrics import validation_metric
+from sparse_runner.run_metrics import BEHAVIOUR_WITHOUT_KEY, validation_metric, value_without_key
 
 CONF_DIR = identity.CONF_DIR
 SEED_KEY = "seed"
@@ -194,7 +194,11 @@ def differences(run: Keys, preset: Keys, *, primary_metric: str | None = None,
             continue   # a node here, or a leaf above: the run's side reports it below
         else:
             defaults = yaml_defaults()
-            if not (key in defaults and _same(defaults[key], want)):
+            if key in BEHAVIOUR_WITHOUT_KEY:
+                have = value_without_key(key, run.values, defaults)
+                if not _same(have, want):
+                    out[key] = have
+            elif not (key in defaults and _same(defaults[key], want)):
                 out[key] = ABSENT
     for key, have in run.values.items():
         if key in preset.values or key in ignored or key.startswith(inert):
