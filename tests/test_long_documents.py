@@ -289,8 +289,6 @@ def test_pretrain_stage_then_block_sparse_fine_tuning(tmp_path, cache_dir):
     assert metrics["test/accuracy"] > metrics["test/majority_accuracy"] + 0.1
 
 
-@pytest.mark.xfail(strict=True, reason="attention analysis refuses BigBird's batch-1 pair mask when no document is padded "
-                   "(analysis/attention_stats.py _add_rows: valid_pairs (1, 1, Nq, Nk) for a batch of B)")
 def test_bigbird_attention_analysis_when_every_document_fills_max_length(tmp_path, cache_dir):
     """Every review is longer than 32 ids, so no batch is padded (as every sotu_era speech at 1,024 ids)."""
     cfg = config(cache_dir, *imdb_args(write_aclimdb(tmp_path / "imdb")), "task.max_length=32", "trainer.analysis=true",

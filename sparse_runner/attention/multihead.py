@@ -132,8 +132,10 @@ class MultiHeadAttention(nn.Module):
                 query_mask = key_padding_mask
             if not torch.is_tensor(weights):  # row groups (block-sparse, memory-efficient), each with its own valid mask
                 # A generator: memory-efficient attention computes each group only when it is reached.
+                # A valid mask without padding may be one for the whole batch: the analysis counts per sequence.
                 groups = (
-                    (g.weights.detach(), g.valid if query_mask is None else g.valid & query_mask[:, None, g.rows, None]) for g in weights
+                    (g.weights.detach(), (g.valid if query_mask is None else g.valid & query_mask[:, None, g.rows, None]).expand(b, -1, -1, -1))
+                    for g in weights
                 )
                 self.observer(self.key, groups, None)
             else:
