@@ -157,3 +157,18 @@ def test_the_runs_table_says_what_a_run_computed(outputs: Path, capsys) -> None:
     assert main([str(outputs), "--formats", "md"]) == 0
     runs = capsys.readouterr().out.split("## Runs: task=listops")[1]
     assert "| spelled | completed | alpha_entmax · dense · h4 |" in runs
+
+
+def test_a_pre_trained_run_s_init_from_is_where_its_stage_put_the_weights():
+    """run.py records the stage's directory as model.init_from; with a stage on both sides that is no
+    difference (the stage's config is compared), without one it is."""
+    from sparse_runner.reporting.presets import Keys, differences
+
+    stage = {"pretrain.task.name": "mlm_sotu", "pretrain.trainer.max_steps": 700}
+    preset = Keys.of({**stage, "model.init_from": None, "model.d_model": 128})
+    run = Keys.of({**stage, "model.init_from": "outputs/pretrain/mlm_abc", "model.d_model": 128})
+    assert differences(run, preset) == {}
+    other_stage = Keys.of({**stage, "pretrain.trainer.max_steps": 10, "model.init_from": "outputs/pretrain/mlm_x", "model.d_model": 128})
+    assert differences(other_stage, preset) == {"pretrain.trainer.max_steps": 10}
+    plain = Keys.of({"model.init_from": None, "model.d_model": 128})
+    assert differences(Keys.of({"model.init_from": "my_weights.pt", "model.d_model": 128}), plain) == {"model.init_from": "my_weights.pt"}

@@ -182,6 +182,10 @@ def differences(run: Keys, preset: Keys, *, primary_metric: str | None = None,
     ignored = set(ignore)
     # A pre-training stage's trainer changes nothing unless both sides pre-train (then it is compared).
     inert = () if _pretrains(run) and _pretrains(preset) else (_STAGE_TRAINER,)
+    if _pretrains(run) and _pretrains(preset):
+        # model.init_from is then where run.py put the stage's weights (with_init_from); the stage's own
+        # config, compared here, says what they are.
+        ignored.add("model.init_from")
     out: dict[str, Any] = {}
     for key, want in preset.values.items():
         if key in ignored or key.startswith(inert):

@@ -114,10 +114,7 @@ def file_run(rec: RunRecord) -> tuple[str, str, tuple[str, ...]] | None:
         for model in MODELS:
             if (found := preset(rec.task or "", setting, model)) is not None:
                 where[found] = (setting, model)
-    # A run with a pre-training stage records the stage's run directory as model.init_from (run.py
-    # with_init_from): where its weights came from, which the stage's config (compared) already says.
-    ignore = ("model.init_from",) if "pretrain.task" in rec.keys.nodes else ()
-    found = match(rec.keys, where, primary_metric=rec.primary_metric, ignore=ignore)
+    found = match(rec.keys, where, primary_metric=rec.primary_metric)
     return None if found is None else (*where[found.preset], found.pairs)
 
 
