@@ -26,13 +26,12 @@ Problems are one-line ``DataFormatError``s naming the file or row. This module n
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from sparse_runner.checks import one_line
 from sparse_runner.data.errors import DataFormatError
+from sparse_runner.data.lines import release_json
 from sparse_runner.data.squad_examples import QAExample, find_spans
 
 FILES = "a folder with the official hotpot_train_v1.1.json and hotpot_dev_distractor_v1.json"
@@ -50,12 +49,7 @@ def read_hotpotqa(root: str | os.PathLike, split: str) -> list[QAExample]:
     """
     root = Path(os.path.expanduser(str(root)))
     path = root / SPLIT_FILES[split]
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataFormatError(f"task.data_dir: {root} has no {SPLIT_FILES[split]}; valid: {FILES}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise DataFormatError(f"{path}: cannot read the HotpotQA file ({one_line(err)}); expected {JSON_LAYOUT}") from None
+    data = release_json(root, SPLIT_FILES[split], dataset="HotpotQA", files=FILES, layout=JSON_LAYOUT)
     if not isinstance(data, list):
         raise DataFormatError(f"{path}: not the HotpotQA layout (the file must hold a list of questions); expected {JSON_LAYOUT}")
     examples, seen = [], set()

@@ -1,9 +1,14 @@
-"""Reading a UTF-8 text file line by line, with the line number a one-line error names."""
+"""Reading UTF-8 text files: line by line, with the line number a one-line error names; a release's JSON file."""
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Callable, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from sparse_runner.checks import one_line
+from sparse_runner.data.errors import DataFormatError
 
 BOM = b"\xef\xbb\xbf"
 
@@ -29,3 +34,16 @@ def utf8_lines(
                 yield number, raw.decode("utf-8")
             except UnicodeDecodeError as err:
                 raise error(number, err) from None
+
+
+def release_json(root: Path, relative: str, *, dataset: str, files: str, layout: str) -> Any:
+    """The JSON held by `root / relative`, a file of a dataset's release. A missing file raises
+    DataFormatError naming `task.data_dir` and the release's `files`; an unreadable one (not UTF-8, not
+    JSON) names the file and the `layout` it should have."""
+    path = root / relative
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataFormatError(f"task.data_dir: {root} has no {relative}; valid: {files}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DataFormatError(f"{path}: cannot read the {dataset} file ({one_line(err)}); expected {layout}") from None

@@ -26,13 +26,13 @@ the file or row. This module needs numpy only (no torch).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from sparse_runner.checks import one_line
 from sparse_runner.data.errors import DataFormatError
+from sparse_runner.data.lines import release_json
 from sparse_runner.data.squad_examples import QAExample, find_spans
 
 FILES = "the TriviaQA release folder (triviaqa-rc): qa/wikipedia-{train,dev}.json and evidence/wikipedia/*.txt"
@@ -49,12 +49,7 @@ def read_triviaqa(root: str | os.PathLike, split: str, *, max_context_words: Opt
     """
     root = Path(os.path.expanduser(str(root)))
     path = root / "qa" / SPLIT_FILES[split]
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataFormatError(f"task.data_dir: {root} has no qa/{SPLIT_FILES[split]}; valid: {FILES}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise DataFormatError(f"{path}: cannot read the TriviaQA file ({one_line(err)}); expected {JSON_LAYOUT}") from None
+    data = release_json(root, f"qa/{SPLIT_FILES[split]}", dataset="TriviaQA", files=FILES, layout=JSON_LAYOUT)
     if not isinstance(data, dict) or not isinstance(data.get("Data"), list):
         raise DataFormatError(f"{path}: not the TriviaQA layout (no list under \"Data\"); expected {JSON_LAYOUT}")
     evidence = root / "evidence" / "wikipedia"
