@@ -18,6 +18,8 @@ task), so that a report without one stays short:
 - `ernie_sparse_robustness`: Pathfinder test accuracy with every block boundary shifted
   (`trainer.test_topology_shift`, metric `test_shifted/accuracy`), with and without SAR.
 
+The downstream long-document table (`ernie_sparse_downstream`, its own module) follows these three.
+
 The LRA machinery (columns, settings, data, commands, cells) is `lra`'s; this module only groups differently.
 """
 
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparse_runner.reporting import seeds
-from sparse_runner.reporting.papers import lra, register_paper
+from sparse_runner.reporting.papers import ernie_sparse_downstream, lra, register_paper
 from sparse_runner.reporting.papers.lra import (
     COLUMNS,
     LRA_TABLE1,
@@ -232,10 +234,11 @@ def our_rows(records: list[RunRecord]) -> list[VariantRow]:
 
 # ----------------------------------------------------------------------------------------- tables
 def tables(records: list[RunRecord]) -> list[Table]:
+    downstream = ernie_sparse_downstream.tables(records)   # the long-document tasks (their own module)
     if not study_started(records):
-        return []
+        return downstream
     rows = our_rows(records)
-    return [lra_table(rows), ablation_table(rows), robustness_table(records)]
+    return [lra_table(rows), ablation_table(rows), robustness_table(records), *downstream]
 
 
 def sections(records: list[RunRecord], out_dir: Path) -> tuple[list[str], list[Path]]:

@@ -4,7 +4,7 @@ The abstract reports averages only: pre-trained ERNIE-Sparse scores 92.46 on ave
 classification tasks (a baseline: 91.63) and 74.67 over 2 QA tasks (71.43); the tasks are named in no
 public source we found. OUR CHOICE of tasks, the long-document suite of its time: IMDB, Hyperpartisan, arXiv
 (accuracy) and TriviaQA, HotpotQA (F1). One table, `ernie_sparse_downstream`, shown once the report holds a
-run of one of these tasks or their offline substitutes:
+run of one of these tasks or their offline substitutes (a part of the paper `ernie_sparse`'s tables):
 
 - published rows: ERNIE-Sparse and the unnamed baseline, averages only;
 - ours: one row per model preset (`model=ernie_sparse`, `bigbird`, `softmax`) and setting (paper presets
@@ -20,12 +20,9 @@ run of one of these tasks or their offline substitutes:
 from __future__ import annotations
 
 import statistics
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sparse_runner.reporting import seeds
-from sparse_runner.reporting.papers import register_paper
 from sparse_runner.reporting.presets import CONF_DIR, Preset, match, model_names, shown
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord
@@ -241,8 +238,3 @@ def _floors(rows: list[OurRow]) -> list[str]:
     return list(out.values())
 
 
-def sections(records: list[RunRecord], out_dir: Path) -> tuple[list[str], list[Path]]:
-    return [], []
-
-
-register_paper("ernie_sparse_downstream", order=45)(sys.modules[__name__])
