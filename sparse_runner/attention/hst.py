@@ -27,7 +27,8 @@ layer's sequence is [globals][r_1 t_1 .. t_b][r_2 ...]: tiles of block_size + 1 
 `local`, the topology of the tokens' local step: `block` (own block only), `window` (± `neighbours`
 blocks), `bigbird` (BigBird's window of ± `neighbours` blocks, its `global_blocks` (first, last) whose
 tokens see every token and are seen by every token, and `random_blocks` random blocks per block,
-drawn as `block_patterns.BigBirdPattern` draws them). A token never reads another block's representative.
+one draw shared by every head, redrawn when a shift adds a block; `pattern=bigbird` itself draws per head
+and keeps its draw under a shift). A token never reads another block's representative.
 
 Cost per layer: n * (local keys + 1) + (n / block) * (block + 1) + (n / block + globals)^2, never n^2.
 """
