@@ -1,4 +1,4 @@
-"""Attention = normaliser x pattern x head geometry (see ARCHITECTURE.md).
+"""Attention = normaliser x pattern x head geometry (docs/guide.md, "The attention axes").
 
 - `NORMALISERS`: name -> normaliser class (softmax, sparsemax, entmax15, alpha_entmax), filled by
   `@register_normaliser`.

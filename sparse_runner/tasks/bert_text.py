@@ -16,10 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+import numpy as np
+import torch
+import torch.nn.functional as F
+
 from sparse_runner.checks import ConfigError, fail, one_line
 from sparse_runner.models import BERT_KEYS
 from sparse_runner.pretrained import PretrainedRun, resolve
-from sparse_runner.tasks.base import Task
+from sparse_runner.tasks.base import StepOutput, Task
+from sparse_runner.tasks.batching import pad_sequences
 from sparse_runner.tasks.text_source import TextTaskConfig, check_source
 from sparse_runner.tokenization import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer, train_or_load
 
@@ -28,7 +33,7 @@ log = logging.getLogger(__name__)
 CLS_ID, SEP_ID = BOS_ID, EOS_ID
 FIRST_PIECE_ID = 4  # ids below are pad, unk, [CLS], [SEP]: never a random replacement in masking
 
-__all__ = ["CLS_ID", "FIRST_PIECE_ID", "PAD_ID", "SEP_ID", "BertTextTask", "FineTuningDataConfig", "check_fine_tuning_data"]
+__all__ = ["CLS_ID", "FIRST_PIECE_ID", "PAD_ID", "SEP_ID", "BertClassificationTask", "BertTextTask", "FineTuningDataConfig", "check_fine_tuning_data"]
 
 
 @dataclass
@@ -101,3 +106,28 @@ class BertTextTask(Task):
             out.extend(int(i) for i in part)
             out.append(SEP_ID)
         return out
+
+
+class BertClassificationTask(BertTextTask):
+    """A BERT-style family that classifies one packed id sequence per example (MNLI's sentence pair, a
+    long document): `self.examples[split]` holds the ids, `split_labels(split)` the labels."""
+
+    def split_labels(self, split: str) -> np.ndarray:
+        """(examples,) int64: the label of every example of `split`."""
+        raise NotImplementedError
+
+    def make_batch(self, split: str, indices: np.ndarray, device: torch.device) -> dict[str, Any]:
+        """tokens (B, N) long; lengths (B,) long, or None when nothing is padded (attention then needs no
+        mask); labels (B,) long; num_tokens: the real ids."""
+        tokens, lengths = pad_sequences([self.examples[split][int(i)] for i in indices], pad_id=PAD_ID, max_width=self.cfg.max_length)
+        return {
+            "tokens": tokens.to(device, non_blocking=True),
+            "lengths": None if bool((lengths == tokens.shape[1]).all()) else lengths.to(device, non_blocking=True),
+            "labels": torch.from_numpy(self.split_labels(split)[indices]).to(device, non_blocking=True),
+            "num_tokens": int(lengths.sum()),
+        }
+
+    def forward_loss(self, model, batch) -> StepOutput:
+        logits = model(batch["tokens"], batch["lengths"])
+        loss = F.cross_entropy(logits.float(), batch["labels"], label_smoothing=self.label_smoothing)
+        return StepOutput(loss=loss, logits=logits, tokens=batch["num_tokens"])

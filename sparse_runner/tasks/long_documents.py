@@ -57,9 +57,7 @@ from sparse_runner.data.long_documents import (
     stratified_split,
 )
 from sparse_runner.models.bert import build_pair_classifier
-from sparse_runner.tasks.base import StepOutput
-from sparse_runner.tasks.batching import pad_sequences
-from sparse_runner.tasks.bert_text import PAD_ID, BertTextTask, FineTuningDataConfig
+from sparse_runner.tasks.bert_text import PAD_ID, BertClassificationTask, FineTuningDataConfig
 from sparse_runner.tasks.registry import register_task
 from sparse_runner.tasks.text_source import check_source
 
@@ -96,7 +94,7 @@ class LongDocumentTaskConfig(FineTuningDataConfig):
 
 
 @register_task("long_document", config=LongDocumentTaskConfig)
-class LongDocumentTask(BertTextTask):
+class LongDocumentTask(BertClassificationTask):
     val_metrics = ("accuracy", "macro_f1", "loss")
     primary_metric = "accuracy"
 
@@ -213,20 +211,8 @@ class LongDocumentTask(BertTextTask):
     def build_model(self, model_cfg: Any) -> torch.nn.Module:
         return build_pair_classifier(model_cfg, vocab_size=self.vocab_size, num_classes=self.num_classes, max_length=self.cfg.max_length, pad_id=PAD_ID)
 
-    def make_batch(self, split: str, indices: np.ndarray, device: torch.device) -> dict[str, Any]:
-        tokens, lengths = pad_sequences([self.examples[split][int(i)] for i in indices], pad_id=PAD_ID, max_width=self.cfg.max_length)
-        return {
-            "tokens": tokens.to(device, non_blocking=True),
-            # None when nothing is padded: attention then needs no mask.
-            "lengths": None if bool((lengths == tokens.shape[1]).all()) else lengths.to(device, non_blocking=True),
-            "labels": torch.from_numpy(self.docs[split].labels[indices]).to(device, non_blocking=True),
-            "num_tokens": int(lengths.sum()),
-        }
-
-    def forward_loss(self, model, batch) -> StepOutput:
-        logits = model(batch["tokens"], batch["lengths"])
-        loss = F.cross_entropy(logits.float(), batch["labels"], label_smoothing=self.label_smoothing)
-        return StepOutput(loss=loss, logits=logits, tokens=batch["num_tokens"])
+    def split_labels(self, split: str) -> np.ndarray:
+        return self.docs[split].labels
 
     def eval_step(self, model, batch, split):
         logits = model(batch["tokens"], batch["lengths"])

@@ -40,9 +40,7 @@ from sparse_runner.data.hub import load_hub_splits
 from sparse_runner.data.mnli_pairs import LABELS, PairSplit, from_hub_rows, read_mnli_dir
 from sparse_runner.data.sotu_pairs import SUBSTITUTE_DESCRIPTION, sotu_pairs
 from sparse_runner.models.bert import build_pair_classifier
-from sparse_runner.tasks.base import StepOutput
-from sparse_runner.tasks.batching import pad_sequences
-from sparse_runner.tasks.bert_text import PAD_ID, BertTextTask, FineTuningDataConfig, check_fine_tuning_data
+from sparse_runner.tasks.bert_text import PAD_ID, BertClassificationTask, FineTuningDataConfig, check_fine_tuning_data
 from sparse_runner.tasks.registry import register_task
 
 log = logging.getLogger(__name__)
@@ -150,7 +148,7 @@ def overlap_baseline(train: PairSplit, split: PairSplit) -> float:
 
 
 @register_task("mnli", config=MnliTaskConfig)
-class MnliTask(BertTextTask):
+class MnliTask(BertClassificationTask):
     val_metrics = ("accuracy", "loss")
     primary_metric = "accuracy"
 
@@ -248,21 +246,13 @@ class MnliTask(BertTextTask):
     def build_model(self, model_cfg: Any) -> torch.nn.Module:
         return build_pair_classifier(model_cfg, vocab_size=self.vocab_size, num_classes=len(LABELS), max_length=self.cfg.max_length, pad_id=PAD_ID)
 
-    def make_batch(self, split: str, indices: np.ndarray, device: torch.device) -> dict[str, Any]:
-        tokens, lengths = pad_sequences([self.examples[split][int(i)] for i in indices], pad_id=PAD_ID, max_width=self.cfg.max_length)
-        part = self.pairs[split]
-        return {
-            "tokens": tokens.to(device, non_blocking=True),
-            "lengths": None if bool((lengths == tokens.shape[1]).all()) else lengths.to(device, non_blocking=True),
-            "labels": torch.from_numpy(part.labels[indices]).to(device, non_blocking=True),
-            "matched": torch.from_numpy(part.matched[indices]).to(device, non_blocking=True),
-            "num_tokens": int(lengths.sum()),
-        }
+    def split_labels(self, split: str) -> np.ndarray:
+        return self.pairs[split].labels
 
-    def forward_loss(self, model, batch) -> StepOutput:
-        logits = model(batch["tokens"], batch["lengths"])
-        loss = F.cross_entropy(logits.float(), batch["labels"], label_smoothing=self.label_smoothing)
-        return StepOutput(loss=loss, logits=logits, tokens=batch["num_tokens"])
+    def make_batch(self, split: str, indices: np.ndarray, device: torch.device) -> dict[str, Any]:
+        batch = super().make_batch(split, indices, device)
+        batch["matched"] = torch.from_numpy(self.pairs[split].matched[indices]).to(device, non_blocking=True)
+        return batch
 
     def eval_step(self, model, batch, split):
         logits = model(batch["tokens"], batch["lengths"])
