@@ -23,6 +23,8 @@ TOPOLOGIES = {
     "block": {"block_size": 3},
     "window": {"block_size": 2, "local": "window", "neighbours": 1},
     "bigbird": {"block_size": 2, "local": "bigbird", "neighbours": 1, "random_blocks": 1, "global_blocks": 2, "seed": 3},
+    # no window, no global blocks: the heads' random blocks differ (per-head gather, masks per head)
+    "random_per_head": {"block_size": 2, "local": "bigbird", "neighbours": 0, "random_blocks": 1, "global_blocks": 0, "seed": 1},
 }
 
 
@@ -37,10 +39,10 @@ def reference(layer: MultiHeadAttention, x: torch.Tensor, pad: torch.Tensor):
     """The module docstring's steps a, b, c, each as masked dense attention over the whole sequence.
     Returns (layer output (B, N, d), per-query weights of its last step (B, H, N, N))."""
     pattern, n = layer.pattern, x.shape[1]
-    masks = {name: torch.as_tensor(m) for name, m in pattern.stage_masks(n).items()}
+    masks = {name: torch.as_tensor(m) for name, m in pattern.stage_masks(n, heads=H).items()}  # tokens: (H, N, N)
     keys = pad[:, None, None, :]
     rep = masks["representatives"].any(1)[None, :, None]  # (1, N, 1): representative rows
-    tok = masks["tokens"].any(1)[None, None, :, None]
+    tok = masks["tokens"].any(-1).any(0)[None, None, :, None]
 
     def project(states):
         b = states.shape[0]
@@ -125,6 +127,20 @@ def test_stage_masks_follow_the_documented_steps():
     tokens_of = lambda block: [3 * block + 1, 3 * block + 2]  # noqa: E731
     assert bigbird["tokens"][1].nonzero()[0].tolist() == [0, *[t for b in range(5) for t in tokens_of(b)]]  # global block: all
     assert bigbird["tokens"][7].nonzero()[0].tolist() == [1, 2, 4, 5, 6, 7, 8, 10, 11, 13, 14]  # window, global blocks, own rep
+
+
+def test_local_bigbird_draws_random_blocks_per_head_like_pattern_bigbird():
+    options = {"block_size": 2, "local": "bigbird", "neighbours": 0, "random_blocks": 1, "global_blocks": 0, "seed": 1}
+    pattern = build_pattern("hst", options, layer=2)
+    tokens = pattern.stage_masks(18, heads=4)["tokens"]
+    assert len({m.tobytes() for m in tokens}) > 1, "the heads see different random blocks"
+    index, ok = pattern.key_blocks(6, heads=4)
+    expected = build_pattern("bigbird", {"block_size": 2, "window": 1, "random_blocks": 1, "global_blocks": 0, "seed": 1}, layer=2).key_blocks(6, heads=4)
+    assert np.array_equal(index, expected[0]) and np.array_equal(ok, expected[1])
+    with pytest.raises(ValueError, match="per head"):
+        pattern.dense_mask(18, 18)
+    shared = build_pattern("hst", {**options, "random_per_head": False}, layer=2).stage_masks(18, heads=4)["tokens"]
+    assert len({m.tobytes() for m in shared}) == 1
 
 
 def test_one_stage_mask_is_the_union_of_the_steps():

@@ -74,19 +74,36 @@ class BlockPattern(Pattern):
         super().__init__(options, global_tokens=global_tokens, layer=layer)
         self._tables: dict = {}
 
-    def key_blocks(self, blocks: int) -> tuple[np.ndarray, np.ndarray]:
-        """(index (blocks, K) int, ok (blocks, K) bool): the key blocks of every query block; a slot
-        that is not ok (off the edge, or a repeat) is masked."""
+    def key_blocks(self, blocks: int, heads: int | None = None, drawn: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(index, ok): the key blocks of every query block, (blocks, K) for every head, or one table per
+        head, (heads, blocks, K), when `heads` is given; a slot that is not ok (off the edge, or a repeat)
+        is masked. drawn: the blocks of the sequence before the layout moved every block boundary right
+        (`block_shift`; default `blocks`, no shift)."""
         raise NotImplementedError
 
-    def _table(self, blocks: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, bool]:
-        """`key_blocks(blocks)` on `device`, and whether every block sees only itself; made once per
-        (blocks, device), so the forward pass neither copies the table nor waits on the device."""
-        key = (blocks, device)
+    def heads_differ(self, drawn: int) -> bool:
+        """Whether the heads attend to different key blocks in a sequence of `drawn` unshifted blocks."""
+        return False
+
+    def _gather_table(self, blocks: int, drawn: int, heads: int, device: torch.device, union: bool) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """(index, ok, own_only) for `attend`, on `device`; made once per (blocks, drawn, heads, device), so
+        the forward pass neither copies the table nor waits on the device. index: (blocks, K) when every
+        head gathers the same key blocks, else (heads, blocks, K); ok: index's shape. own_only: every block
+        sees only itself. union (heads that differ): every head gathers, for each query block, the union of
+        the heads' key blocks, index (blocks, K'), and ok (heads, blocks, K') keeps each head's own, so that
+        a slot holds the same key in every head (the weights' `RowGroup`s)."""
+        differ = self.heads_differ(drawn)
+        key = ("gather", blocks, drawn, heads if differ else None, union and differ, device)
         if key not in self._tables:
-            index, ok = self.key_blocks(blocks)
-            own_only = index.shape[1] == 1 and bool(ok.all()) and bool((index[:, 0] == np.arange(blocks)).all())
-            self._tables[key] = (torch.as_tensor(index, device=device), torch.as_tensor(ok, device=device), own_only)
+            if differ:
+                index, ok = self.key_blocks(blocks, heads=heads, drawn=drawn)
+                if union:
+                    index, ok = _union_table(index, ok)
+                own_only = False
+            else:
+                index, ok = self.key_blocks(blocks, drawn=drawn)
+                own_only = index.shape[1] == 1 and bool(ok.all()) and bool((index[:, 0] == np.arange(blocks)).all())
+            self._tables[key] = (torch.tensor(index, device=device), torch.tensor(ok, device=device), own_only)
         return self._tables[key]
 
     def sequence_layout(self, d_model: int) -> SequenceLayout:
@@ -135,38 +152,6 @@ class KeyBlockPattern(BlockPattern):
         tokens right, by putting that many masked positions in front (and none at the end): `_tiles(n)`, or
         fewer when the shift pushed tokens into a new last block."""
         return min(self._tiles(n), max(1, math.ceil((n - self.global_tokens - self.block_shift) / self._tile_size())))
-
-    def heads_differ(self, drawn: int) -> bool:
-        """Whether the heads attend to different key blocks in a sequence of `drawn` unshifted blocks."""
-        return False
-
-    def key_blocks(self, blocks: int, heads: int | None = None, drawn: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(index, ok): the key blocks of every query block, (blocks, K) for every head, or one table per
-        head, (heads, blocks, K), when `heads` is given; a slot that is not ok (off the edge, or a repeat)
-        is masked. drawn: the blocks of the sequence before the layout moved every block boundary right
-        (`block_shift`; default `blocks`, no shift)."""
-        raise NotImplementedError
-
-    def _gather_table(self, blocks: int, drawn: int, heads: int, device: torch.device, union: bool) -> tuple[torch.Tensor, torch.Tensor, bool]:
-        """(index, ok, own_only) for `attend`, on `device`; made once per (blocks, drawn, heads, device), so
-        the forward pass neither copies the table nor waits on the device. index: (blocks, K) when every
-        head gathers the same key blocks, else (heads, blocks, K); ok: index's shape. own_only: every block
-        sees only itself. union (heads that differ): every head gathers, for each query block, the union of
-        the heads' key blocks, index (blocks, K'), and ok (heads, blocks, K') keeps each head's own, so that
-        a slot holds the same key in every head (the weights' `RowGroup`s)."""
-        differ = self.heads_differ(drawn)
-        key = ("gather", blocks, drawn, heads if differ else None, union and differ, device)
-        if key not in self._tables:
-            if differ:
-                index, ok = self.key_blocks(blocks, heads=heads, drawn=drawn)
-                if union:
-                    index, ok = _union_table(index, ok)
-                own_only = False
-            else:
-                index, ok = self.key_blocks(blocks, drawn=drawn)
-                own_only = index.shape[1] == 1 and bool(ok.all()) and bool((index[:, 0] == np.arange(blocks)).all())
-            self._tables[key] = (torch.tensor(index, device=device), torch.tensor(ok, device=device), own_only)
-        return self._tables[key]
 
     def _mask(self, n: int) -> np.ndarray:
         return self._block_masks(n, None)
@@ -417,16 +402,9 @@ def _random_rows(drawn: int, side: int, global_blocks: int, random_blocks: int, 
 def _random_blocks_forced(drawn: int, side: int, global_blocks: int, random_blocks: int) -> bool:
     """Whether every query block's random blocks are all of its candidates, so that every draw (every
     head) gives the same table."""
+    if random_blocks == 0:
+        return True
     i = np.arange(drawn)
     taken = np.abs(i[:, None] - i[None, :]) <= side
     taken[:, bigbird_global_blocks(drawn, global_blocks)] = True
     return bool(((~taken).sum(1) <= min(random_blocks, drawn)).all())
-
-
-def _bigbird_table(blocks: int, side: int, global_blocks: tuple[int, ...], random_blocks: int, seed: int, layer: int):
-    """The table every head shared before per-head draws: (index (blocks, K), ok (blocks, K)), with
-    global_blocks the global block indices (first, or first and last). Kept for `hst.py`'s local=bigbird
-    until it moves to `bigbird_table`."""
-    # (0, blocks - 1) is global_blocks=2, (0,) is 1 (or 2 with one block: the same table), () is 0.
-    index, ok = bigbird_table(blocks, side, len(set(global_blocks)), random_blocks, seed, layer, heads=1, per_head=False)
-    return index[0], ok[0]

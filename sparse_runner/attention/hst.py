@@ -26,9 +26,11 @@ layer's sequence is [globals][r_1 t_1 .. t_b][r_2 ...]: tiles of block_size + 1 
 
 `local`, the topology of the tokens' local step: `block` (own block only), `window` (± `neighbours`
 blocks), `bigbird` (BigBird's window of ± `neighbours` blocks, its `global_blocks` (first, last) whose
-tokens see every token and are seen by every token, and `random_blocks` random blocks per block,
-one draw shared by every head, redrawn when a shift adds a block; `pattern=bigbird` itself draws per head
-and keeps its draw under a shift). A token never reads another block's representative.
+tokens see every token and are seen by every token, and `random_blocks` random blocks per block, drawn
+for every head apart as `pattern=bigbird` does (`random_per_head`). One difference from `pattern=bigbird`:
+when a shift (SAR, the shifted test) adds a block, HST draws its random blocks again for the new block
+count, since its layout pads every block to whole tiles and the layer cannot tell how many blocks the
+unshifted sequence had. A token never reads another block's representative.
 
 Cost per layer: n * (local keys + 1) + (n / block) * (block + 1) + (n / block + globals)^2, never n^2.
 """
@@ -41,7 +43,17 @@ from typing import Literal, Protocol
 import numpy as np
 import torch
 
-from sparse_runner.attention.block_patterns import BlockPattern, _bigbird_table, _block_size, _non_negative, _tile_keys, _window_table
+from sparse_runner.attention.block_patterns import (
+    BlockPattern,
+    _block_size,
+    _for_heads,
+    _non_negative,
+    _random_blocks_forced,
+    _tile_keys,
+    _window_table,
+    bigbird_global_blocks,
+    bigbird_table,
+)
 from sparse_runner.attention.block_sparse import KeySource, RowGroup, attend_tiles, from_tiles, gather_tiles, mask_tiles, to_tiles
 from sparse_runner.attention.patterns import register_pattern
 
@@ -55,6 +67,7 @@ class HSTOptions:
     global_blocks: int = field(default=2, metadata={"valid": lambda g: g in (0, 1, 2), "help": "0, 1 (first block) or 2 (first and last); local=bigbird"})
     random_blocks: int = _non_negative(3, "an int >= 0 (random key blocks per block; local=bigbird)")
     seed: int = _non_negative(0, "an int >= 0 (seeds the random blocks, with the layer index)")
+    random_per_head: bool = field(default=True, metadata={"help": "true (every head draws its own random blocks, as BigBird) or false (one draw that every head shares); local=bigbird"})
     representatives: Literal["learned", "pooled", "both"] = "both"
 
 
@@ -93,44 +106,55 @@ class HSTPattern(BlockPattern):
     # ------------------------------------------------------------------ topology
     def dense_blocks(self, blocks: int) -> list[int]:
         """Blocks whose tokens attend to every token (BigBird's global blocks)."""
+        return bigbird_global_blocks(blocks, self.options.global_blocks) if self.options.local == "bigbird" else []
+
+    def heads_differ(self, drawn: int) -> bool:
+        o = self.options
+        return o.local == "bigbird" and o.random_per_head and not _random_blocks_forced(drawn, o.neighbours, o.global_blocks, o.random_blocks)
+
+    def key_blocks(self, blocks: int, heads: int | None = None, drawn: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The token step's key blocks of every block (see `BlockPattern.key_blocks`; `drawn` is always
+        `blocks` here, see the module docstring)."""
         o = self.options
         if o.local != "bigbird":
-            return []
-        return sorted({0, blocks - 1}) if o.global_blocks == 2 else [0][: o.global_blocks]
+            return _for_heads(*_window_table(blocks, o.neighbours if o.local == "window" else 0), heads)
+        if heads is None and self.heads_differ(blocks):
+            raise ValueError(f"pattern {self.name!r} with local=bigbird draws its random blocks per head (random_per_head): give heads= for one mask per head")
+        index, ok = bigbird_table(blocks, o.neighbours, o.global_blocks, o.random_blocks, o.seed, self.layer, heads=heads or 1, per_head=o.random_per_head)
+        return (index[0], ok[0]) if heads is None else (index, ok)
 
-    def key_blocks(self, blocks: int) -> tuple[np.ndarray, np.ndarray]:
-        """The token step's key blocks of every block (see `BlockPattern.key_blocks`)."""
-        o = self.options
-        if o.local == "block":
-            return _window_table(blocks, 0)
-        if o.local == "window":
-            return _window_table(blocks, o.neighbours)
-        return _bigbird_table(blocks, o.neighbours, tuple(self.dense_blocks(blocks)), o.random_blocks, o.seed, self.layer)
-
-    def stage_masks(self, n: int) -> dict[str, np.ndarray]:
+    def stage_masks(self, n: int, heads: int | None = None) -> dict[str, np.ndarray]:
         """(n, n) bool masks of the steps, rows = queries: "representatives" (step a: a representative
         over its tile), "global" (step b: representatives and globals over representatives and globals),
-        "tokens" (step c: a token over its local tokens and its own representative). `stages: 1` attends
-        once over their union (`dense_mask`)."""
+        "tokens" (step c: a token over its local tokens and its own representative; with `heads`, one mask
+        per head, (heads, n, n), as local=bigbird's random blocks differ from head to head). `stages: 1`
+        attends once over their union (`dense_mask`)."""
         g, tile = self.global_tokens, self._tile_size()
         t = np.arange(n - g)
         block, is_rep = t // tile, (t % tile) == 0
         blocks = self._tiles(n)
-        index, ok = self.key_blocks(blocks)
-        block_mask = np.zeros((blocks, blocks), dtype=bool)
-        block_mask[np.repeat(np.arange(blocks), index.shape[1])[ok.ravel()], index.ravel()[ok.ravel()]] = True
-        block_mask[self.dense_blocks(blocks)] = True
-        block_mask[:, self.dense_blocks(blocks)] = True
+        index, ok = self.key_blocks(blocks, heads=heads)
+        lead = index.shape[:-2]
+        block_mask = np.zeros((*lead, blocks, blocks), dtype=bool)
+        *head, rows, _ = np.nonzero(ok)
+        block_mask[(*head, rows, index[ok])] = True
+        block_mask[..., self.dense_blocks(blocks), :] = True
+        block_mask[..., :, self.dense_blocks(blocks)] = True
         same = block[:, None] == block[None, :]
-        masks = {name: np.zeros((n, n), dtype=bool) for name in ("representatives", "global", "tokens")}
+        masks = {name: np.zeros((n, n), dtype=bool) for name in ("representatives", "global")}
         masks["representatives"][g:, g:] = is_rep[:, None] & same
         glob = np.concatenate([np.ones(g, dtype=bool), is_rep])
         masks["global"][:] = glob[:, None] & glob[None, :]
-        masks["tokens"][g:, g:] = ~is_rep[:, None] & ((block_mask[block[:, None], block[None, :]] & ~is_rep[None, :]) | (same & is_rep[None, :]))
+        masks["tokens"] = np.zeros((*lead, n, n), dtype=bool)
+        masks["tokens"][..., g:, g:] = ~is_rep[:, None] & ((block_mask[..., block[:, None], block[None, :]] & ~is_rep[None, :]) | (same & is_rep[None, :]))
         return masks
 
     def _mask(self, n: int) -> np.ndarray:
         masks = self.stage_masks(n)
+        return masks["representatives"] | masks["global"] | masks["tokens"]
+
+    def _head_masks(self, n: int, heads: int) -> np.ndarray:
+        masks = self.stage_masks(n, heads)
         return masks["representatives"] | masks["global"] | masks["tokens"]
 
     # ------------------------------------------------------------------ attention
@@ -224,15 +248,17 @@ class HSTPattern(BlockPattern):
         (out (B, H, R, tile, D), the token rows' weights as RowGroups when asked)."""
         g, tile = self.global_tokens, self._tile_size()
         qt, ok = tiled.q, tiled.ok
-        blocks, device = qt.shape[2], qt.device
-        index, index_ok, own_only = self._table(blocks, device)
+        heads, blocks, device = qt.shape[1], qt.shape[2], qt.device
+        # With the weights, heads that differ gather the union of their key blocks (`_gather_table`).
+        index, index_ok, own_only = self._gather_table(blocks, blocks, heads, device, union=run["need_weights"])
         if own_only:  # no gather: the tile itself
             local = KeySource(kt, vt, None if tiled.pad_free else ok[:, None, :, None, :])
         else:
-            own = index == torch.arange(blocks, device=device)[:, None]
-            slot_ok = own[:, :, None] | (torch.arange(tile, device=device) > 0)  # other blocks' representatives: never
-            valid = ok[:, index] & index_ok[None, :, :, None] & slot_ok[None]
-            local = KeySource(gather_tiles(kt, index), gather_tiles(vt, index), valid.flatten(2)[:, None, :, None, :])
+            per_head, head_ok = (index if index.dim() == 3 else index[None]), (index_ok if index_ok.dim() == 3 else index_ok[None])
+            own = per_head == torch.arange(blocks, device=device)[:, None]  # (H or 1, R, K)
+            slot_ok = own[..., None] | (torch.arange(tile, device=device) > 0)  # other blocks' representatives: never
+            valid = ok[:, per_head] & head_ok[None, ..., None] & slot_ok[None]  # (B or 1, H or 1, R, K, tile)
+            local = KeySource(gather_tiles(kt, index), gather_tiles(vt, index), valid.flatten(3)[:, :, :, None, :])
         # Every slot of a tile is a query, the representative's too (its row is replaced by the caller):
         # whole tiles in and out, no slices, so the backward needs no zero-filled gradient buffers.
         out, w, valid_w = attend_tiles(qt, [local], **run)
