@@ -154,6 +154,29 @@ def test_bfloat16_inputs():
     assert alpha.grad is not None and torch.isfinite(alpha.grad).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("alpha", [1.2, 1.5, 2.0, "per_head"])
+def test_half_precision_backward_uses_the_forwards_weights(dtype, alpha):
+    """With v = I and dO = I, the output is the forward's weights and dV^T the backward's recomputed
+    ones: bitwise equal (the backward recomputes the scores with the forward's low-precision matmul),
+    also where blocks of keys without weight are skipped."""
+    n = 256
+    torch.manual_seed(0)
+    eye = torch.eye(n).view(1, 1, n, n).to(dtype)
+    k = torch.randn(1, 1, n, 32)
+    q = (3 * k + torch.randn(1, 1, n, 32)).to(dtype).requires_grad_()  # each row's weight near its own key
+    k = k.to(dtype)
+    v = eye.clone().requires_grad_()
+    a = torch.tensor([1.7]) if alpha == "per_head" else alpha
+    with me.count_skipped_blocks() as skipped:
+        out = me.memory_efficient_attention(q, k, v, a, rows_per_block=32)
+    out.backward(eye)
+    assert torch.equal(out, v.grad.transpose(-2, -1))
+    assert (v.grad.float().transpose(-2, -1).sum(-1) - 1).abs().max() < 0.01
+    if alpha != 1.2:  # (1.2-entmax leaves some weight in every key block here)
+        assert skipped[1] > 0, "sparse rows: some key blocks are skipped"
+
+
 def test_nan_scores_give_nan_rows():
     # A diverging model must show up as NaN, not be hidden as a masked key.
     q, k, v, _ = make_inputs(1, 1, 3, 70, 4, torch.float32, 1.5)

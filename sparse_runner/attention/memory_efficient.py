@@ -415,7 +415,12 @@ class _MemoryEfficientAttention(Function):
         need_da = alpha_t is not None and ctx.needs_input_grad[3]
         n_pad = geo.n_key_blocks * KEY_BLOCK
         work = torch.float64 if qs.dtype == torch.float64 else torch.float32
-        kp, vp = (_pad_keys(x, n_pad).to(work) for x in (k, v))
+        # The scores are recomputed from the forward's operands in their own dtype (a bf16 / fp16 matmul
+        # there, as in the forward): scores recomputed in float32 would not match the forward's threshold,
+        # and the weights would neither be the forward's nor sum to one. The products of the backward
+        # run in `work`.
+        k_in = _pad_keys(k, n_pad)
+        kp, vp = k_in.to(work), _pad_keys(v, n_pad).to(work)
         qw, grad_out = qs.to(work), grad_out.to(work)
         dq = torch.empty_like(qw)
         dk = torch.zeros(k.shape[0], n_pad, k.shape[-1], dtype=work, device=qs.device)
@@ -425,7 +430,7 @@ class _MemoryEfficientAttention(Function):
             kept = ctx.compact[i]
             keys = kept if kept is not None else torch.arange(geo.key_end(r1), device=qs.device)
             q_b, kk, vv = qw[p0:p1, r0:r1], _take_keys(kp[p0:p1], keys), _take_keys(vp[p0:p1], keys)
-            s = _scores(q_b, kk)
+            s = _scores(qs[p0:p1, r0:r1], kk if k_in is kp else _take_keys(k_in[p0:p1], keys))
             valid = geo.valid(p0, p1, r0, r1, keys)
             if valid is not None:
                 s.masked_fill_(~valid, float("-inf"))
