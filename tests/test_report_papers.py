@@ -19,9 +19,10 @@ BHOJANAPALLI_TABLES = ["bhojanapalli2020_table1", "bhojanapalli2020_table2a", "b
 
 def test_registry_lists_the_four_papers_in_report_order() -> None:
     assert isinstance(PAPERS, Registry) and PAPERS.entry_points == "sparse_runner.papers"
-    assert sorted(PAPERS.names()) == ["bhojanapalli2020", "correia2019", "ernie_sparse", "lra"]
-    # The order the report shows them in is their `order`, not which module Python imported first.
-    assert [paper.name for paper in papers()] == ["lra", "correia2019", "bhojanapalli2020", "ernie_sparse"]
+    assert sorted(PAPERS.names()) == ["bhojanapalli2020", "claims", "correia2019", "ernie_sparse", "lra"]
+    # The order the report shows them in is their `order`, not which module Python imported first; the
+    # claims table (every paper's CLAIMS) comes first.
+    assert [paper.name for paper in papers()] == ["claims", "lra", "correia2019", "bhojanapalli2020", "ernie_sparse"]
     for paper in papers():
         assert paper.CITATION and callable(paper.tables) and callable(paper.sections)
     assert "bhojanapalli2020_bert" not in PAPERS     # a part of a paper's module, not a paper
@@ -38,7 +39,7 @@ def test_papers_without_runs_of_theirs_show_only_their_fillable_tables(tmp_path:
 
 def test_each_paper_shows_its_own_tables_without_runs() -> None:
     # With no run at all, a paper still shows the tables whose empty cells say what to run.
-    assert [table.slug for table in paper_tables([])] == ["lra_table1", "correia2019_table1", *BHOJANAPALLI_TABLES]
+    assert [table.slug for table in paper_tables([])] == ["claims", "lra_table1", "correia2019_table1", *BHOJANAPALLI_TABLES]
 
 
 def toy_paper(calls: list) -> SimpleNamespace:

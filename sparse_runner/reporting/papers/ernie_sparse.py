@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparse_runner.reporting import seeds
+from sparse_runner.reporting.claims import Arm, Claim
 from sparse_runner.reporting.papers import ernie_sparse_downstream, lra, register_paper
 from sparse_runner.reporting.papers.lra import (
     COLUMNS,
@@ -447,5 +448,60 @@ def robustness_table(records: list[RunRecord]) -> Table:
         ],
     )
 
+
+# ----------------------------------------------------------------------------------------- claims
+# The paper's LRA claims that the CPU presets can test (sparse_runner/reporting/claims.py computes the verdicts).
+CLAIM_FAMILIES = {"listops": "ListOps", "lra_text": "Text", "lra_retrieval": "Retrieval"}
+
+
+def arm(variant: Variant, family: str, setting: str = "cpu") -> Arm:
+    """The runs of a cell of the LRA table (`variant` in `setting` on `family`): the group it shows."""
+
+    def runs(records: list[RunRecord]) -> list[RunRecord]:
+        exact = [rec for rec in completed(records, family, METRIC)
+                 if (filed := file_variant(rec)) is not None and filed[0] == variant
+                 and filed[1].setting == setting and not filed[1].other]
+        group = seeds.best_group(cell_groups(exact))
+        return group.runs if group else []
+
+    base = lra.fill_command(family, setting, variant.model)
+    extra = [*(variant.overrides() or ()), f"trainer.test_topology_shift={ROBUSTNESS_SHIFT}", f"seed={SEEDS}"]
+    command = base.replace("sparse-run ", "sparse-run -m ", 1) if base else "sparse-run -m"
+    return Arm(ALIASES.get(variant, variant.label), runs, " ".join([command, *extra]))
+
+
+def _points(metric: str):
+    return lambda rec: None if (value := rec.metric(metric)) is None else 100 * value
+
+
+def _shift_change(rec: RunRecord) -> float | None:
+    shifted, plain = rec.metric(SHIFTED_METRIC), rec.metric(METRIC)
+    return None if shifted is None or plain is None else 100 * (shifted - plain)
+
+
+def _claims() -> list[Claim]:
+    bigbird = Variant("bigbird", False)
+    out = []
+    for family, name in CLAIM_FAMILIES.items():
+        out.append(Claim(
+            CITATION, "ERNIE-Sparse (HST + SAR) is more accurate than BigBird on LRA",
+            f"Avg {ERNIE_SPARSE['lra_avg']:.2f} vs {LRA_TABLE1['rows']['BigBird']['Avg']:.2f}; per task n/p",
+            f"{name}, CPU preset", arm(FULL, family), arm(bigbird, family), _points(METRIC)))
+    published = ERNIE_SPARSE["ablation"]["w/o HST"]
+    out.append(Claim(
+        CITATION, "Removing HST (BigBird + SAR) costs accuracy",
+        f"ListOps {published['ListOps']:+.2f}, Avg {published['Avg']:+.2f}",
+        "ListOps, CPU preset", arm(FULL, "listops"), arm(WITHOUT_HST, "listops"), _points(METRIC),
+        published_effect=published["ListOps"]))
+    perturbed = ERNIE_SPARSE["pathfinder_perturbed"]
+    out.append(Claim(
+        CITATION, "SAR makes the model robust to a shifted topology (accuracy change under the shift)",
+        f"Pathfinder, perturbed: {perturbed['with SAR']:.2f} with SAR vs {perturbed['w/o SAR']:.2f} without",
+        f"ListOps, CPU preset, shift {ROBUSTNESS_SHIFT}", arm(FULL, "listops"), arm(WITHOUT_SAR, "listops"),
+        _shift_change))
+    return out
+
+
+CLAIMS = _claims()
 
 register_paper("ernie_sparse", order=40)(sys.modules[__name__])

@@ -1,0 +1,169 @@
+"""Claims: a paper's statement, the two groups of runs that test it, and a verdict computed from them.
+
+A paper module declares its claims beside its tables (`CLAIMS`, a list of `Claim`); `claims_table` gathers
+them from every registered paper into one table. Each claim compares two arms (the paper's model and its
+baseline), each a set of completed runs that differ only in their seed, on one number per run (`read`).
+
+The rule, stated once (`RULE`): the difference of the arms' means, treatment minus baseline, in the claim's
+units, with a Welch t 95 % confidence interval (unequal variances). With three seeds an arm has two degrees
+of freedom; a bootstrap percentile interval over three values is far too narrow (it never leaves the range of
+the 3^3 resamples), which is why the interval is Student's.
+- `greater` (the paper says the treatment is better): held when the whole interval is above zero; not held
+  when it is below zero, or when it lies below the paper's own effect (a published number for this very
+  comparison) without reaching zero from above; otherwise inconclusive.
+- `within` (the paper says the two are about equal, within `margin`): held when the interval lies inside
+  ±margin; not held when it lies outside; otherwise inconclusive.
+An arm with fewer than two runs gives no interval (inconclusive); an arm without runs, "not run". The table
+lists the commands that bring each arm to three seeds.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Literal, Sequence
+
+from sparse_runner.reporting.render import Table
+from sparse_runner.reporting.runs import RunRecord
+
+RULE = ("Verdict: the difference of the two arms' means (treatment minus baseline) with a Welch t 95 % interval "
+        "over their seeds. `greater`: held when the interval lies above 0; not held when it lies below 0, or below "
+        "a published effect for the same comparison; else inconclusive. `within ±m`: held inside ±m, not held "
+        "outside, else inconclusive. An arm needs at least 2 completed runs for an interval.")
+HELD, NOT_HELD, INCONCLUSIVE, NOT_RUN = "held", "not held", "inconclusive", "not run"
+CONFIDENCE = 0.95
+MIN_RUNS = 2
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One side of a claim: a label, how to find its runs among the report's, and the command that makes them."""
+
+    label: str
+    runs: Callable[[list[RunRecord]], list[RunRecord]]   # the arm's completed runs, one per seed
+    command: str                                          # sparse-run ... seed=0,1,2
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A paper's statement tested by two arms on one number per run."""
+
+    paper: str                                 # citation
+    statement: str                             # the paper's words, or a faithful summary
+    published: str                             # the paper's number(s), as text
+    setting: str                               # where we test it (task, preset), as text
+    treatment: Arm
+    baseline: Arm
+    read: Callable[[RunRecord], float | None]  # the number of one run, in `unit`
+    unit: str = "points"
+    kind: Literal["greater", "within"] = "greater"
+    margin: float = 0.0                        # `within`: the allowed |difference|
+    published_effect: float | None = None      # `greater`: the paper's difference for this same comparison
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the runs say about a claim: the arms' values, the difference and its interval, the verdict."""
+
+    treatment: list[float]
+    baseline: list[float]
+    difference: float | None
+    low: float | None
+    high: float | None
+    verdict: str
+    compute_s: float
+
+
+def welch_interval(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(mean(a) - mean(b), low, high): Welch's t interval for the difference of two means (unequal variances,
+    Welch-Satterthwaite degrees of freedom); both samples need at least 2 values. Two samples without any
+    spread give the difference itself as the interval."""
+    from scipy import stats  # scipy: Student's t quantile at fractional degrees of freedom
+
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"Welch's interval needs at least 2 values per arm, got {len(a)} and {len(b)}")
+    diff = statistics.fmean(a) - statistics.fmean(b)
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        return diff, diff, diff
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
+    return diff, diff - half, diff + half
+
+
+def verdict(claim: Claim, low: float, high: float) -> str:
+    """The module docstring's rule for an interval [low, high] of the difference."""
+    if claim.kind == "within":
+        if -claim.margin <= low and high <= claim.margin:
+            return HELD
+        if low > claim.margin or high < -claim.margin:
+            return NOT_HELD
+        return INCONCLUSIVE
+    if low > 0:
+        return HELD
+    if high < 0 or (claim.published_effect is not None and claim.published_effect > 0 and high < claim.published_effect):
+        return NOT_HELD
+    return INCONCLUSIVE
+
+
+def evaluate(claim: Claim, records: list[RunRecord]) -> Evidence:
+    arms = [claim.treatment.runs(records), claim.baseline.runs(records)]
+    values = [[v for v in map(claim.read, runs) if v is not None] for runs in arms]
+    compute = sum(float(rec.data.get("wall_time_s") or 0.0) for runs in arms for rec in runs)
+    if not all(values):
+        return Evidence(*values, None, None, None, NOT_RUN, compute)
+    if min(len(v) for v in values) < MIN_RUNS:
+        diff = statistics.fmean(values[0]) - statistics.fmean(values[1])
+        return Evidence(*values, diff, None, None, INCONCLUSIVE, compute)
+    diff, low, high = welch_interval(*values)
+    return Evidence(*values, diff, low, high, verdict(claim, low, high), compute)
+
+
+def _mean_std(values: list[float]) -> str:
+    if not values:
+        return ""
+    if len(values) == 1:
+        return f"{values[0]:.2f} (n=1)"
+    return f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f} (n={len(values)})"
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 360 else f"{seconds / 60:.0f} min"
+
+
+def _test(claim: Claim) -> str:
+    if claim.kind == "within":
+        return f"|difference| <= {claim.margin:g}"
+    return "> 0" + (f" (published {claim.published_effect:+.2f})" if claim.published_effect is not None else "")
+
+
+def claims_table(claims: Sequence[Claim], records: list[RunRecord]) -> Table:
+    rows, missing = [], []
+    for claim in claims:
+        found = evaluate(claim, records)
+        if found.difference is None:
+            ours = ""
+        elif found.low is None:
+            ours = f"{found.difference:+.2f} (too few seeds for an interval)"
+        else:
+            ours = f"{found.difference:+.2f} [{found.low:+.2f}, {found.high:+.2f}]"
+        arms = [f"{arm.label}: {_mean_std(values) or 'no runs'}"
+                for arm, values in ((claim.treatment, found.treatment), (claim.baseline, found.baseline))]
+        rows.append([claim.statement, claim.paper, claim.published, claim.setting, *arms, ours, _test(claim),
+                     found.verdict, _hours(found.compute_s) if found.compute_s else ""])
+        for arm, values in ((claim.treatment, found.treatment), (claim.baseline, found.baseline)):
+            if len(values) < 3:
+                missing.append(f"`{arm.command}`")
+    notes = [RULE, "Differences, intervals and the arms' mean ± std (n) are in each claim's unit (accuracy: "
+                   "points). Compute: the wall time of the runs the claim used."]
+    if missing:
+        notes.append("Arms with fewer than 3 seeds, and the commands that fill them: " + "; ".join(dict.fromkeys(missing)))
+    return Table(
+        slug="claims",
+        title="Claims: does it reproduce? (verdicts computed from the runs)",
+        headers=["claim", "paper", "published", "tested on", "treatment", "baseline", "difference [95 % CI]",
+                 "test", "verdict", "compute"],
+        rows=rows, numeric={6}, notes=notes,
+    )

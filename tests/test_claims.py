@@ -1,0 +1,113 @@
+"""The claims table: Welch's interval against scipy's t-test, the verdict rule on every side of its
+thresholds, and ERNIE-Sparse's claims filled from fake LRA runs (arms = the LRA table's cells)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+from sparse_runner.reporting import collect_runs
+from sparse_runner.reporting.claims import (
+    HELD,
+    INCONCLUSIVE,
+    NOT_HELD,
+    NOT_RUN,
+    Arm,
+    Claim,
+    claims_table,
+    evaluate,
+    verdict,
+    welch_interval,
+)
+from sparse_runner.reporting.papers import all_claims, ernie_sparse
+from test_report_ernie_sparse import runner_models, write_run  # noqa: F401 (runner_models: autouse fixture)
+
+
+def test_welch_interval_is_scipys():
+    a, b = [45.9, 46.3, 45.2], [45.1, 45.5, 44.2, 45.0]
+    diff, low, high = welch_interval(a, b)
+    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert diff == pytest.approx(sum(a) / 3 - sum(b) / 4)
+    assert (low, high) == pytest.approx((ci.low, ci.high))
+
+
+def test_welch_interval_needs_two_values_per_arm():
+    with pytest.raises(ValueError, match="at least 2 values per arm, got 1 and 3"):
+        welch_interval([1.0], [1.0, 2.0, 3.0])
+    assert welch_interval([2.0, 2.0], [1.0, 1.0]) == (1.0, 1.0, 1.0)   # no spread: the difference itself
+
+
+def claim(kind="greater", margin=0.0, published_effect=None) -> Claim:
+    arm = Arm("x", lambda records: [], "sparse-run -m seed=0,1,2")
+    return Claim("paper", "statement", "1.0", "task", arm, arm, lambda rec: None, kind=kind, margin=margin,
+                 published_effect=published_effect)
+
+
+@pytest.mark.parametrize("low, high, expected", [
+    (0.1, 2.0, HELD), (-0.1, 2.0, INCONCLUSIVE), (-2.0, -0.1, NOT_HELD), (0.0, 1.0, INCONCLUSIVE),
+])
+def test_greater(low, high, expected):
+    assert verdict(claim(), low, high) == expected
+
+
+@pytest.mark.parametrize("low, high, expected", [
+    (0.2, 0.5, HELD),            # a smaller effect than published, but positive: the direction holds
+    (-0.3, 0.4, NOT_HELD),       # excludes the published 1.78 and does not show a positive effect
+    (-0.3, 2.0, INCONCLUSIVE),   # wide enough to hold the published effect
+])
+def test_greater_against_a_published_effect(low, high, expected):
+    assert verdict(claim(published_effect=1.78), low, high) == expected
+
+
+@pytest.mark.parametrize("low, high, expected", [
+    (-0.5, 0.9, HELD), (-1.5, 0.5, INCONCLUSIVE), (1.1, 2.0, NOT_HELD), (-3.0, -1.2, NOT_HELD), (-2.0, 2.0, INCONCLUSIVE),
+])
+def test_within(low, high, expected):
+    assert verdict(claim("within", margin=1.0), low, high) == expected
+
+
+# ----------------------------------------------------------------------------- ERNIE-Sparse's claims
+def ernie_claims(root: Path):
+    records = collect_runs([root])
+    return {c.setting + " | " + c.statement: (c, evaluate(c, records)) for c in ernie_sparse.CLAIMS}, records
+
+
+def test_ernie_sparse_claims_take_the_lra_cells_runs(tmp_path: Path):
+    for seed, (full, bigbird) in enumerate([(0.46, 0.44), (0.47, 0.45), (0.465, 0.445)]):
+        write_run(tmp_path, f"e{seed}", model="ernie_sparse", seed=seed, acc=full, shift=1, shifted=full - 0.01)
+        write_run(tmp_path, f"b{seed}", model="bigbird", seed=seed, acc=bigbird, shift=1)
+        write_run(tmp_path, f"h{seed}", model="hst", seed=seed, acc=full, shift=1, shifted=full - 0.03)
+    write_run(tmp_path, "other", model="bigbird", seed=5, acc=0.9, lr=0.5)            # no preset: never an arm
+    write_run(tmp_path, "text", "lra_text", model="bigbird", seed=0, acc=0.6)         # another task
+    found, records = ernie_claims(tmp_path)
+    listops_vs_bigbird, evidence = found["ListOps, CPU preset | ERNIE-Sparse (HST + SAR) is more accurate than BigBird on LRA"]
+    assert sorted(evidence.treatment) == pytest.approx([46.0, 46.5, 47.0])
+    assert sorted(evidence.baseline) == pytest.approx([44.0, 44.5, 45.0])
+    assert evidence.difference == pytest.approx(2.0) and evidence.verdict == HELD
+    robust = found["ListOps, CPU preset, shift 1 | SAR makes the model robust to a shifted topology (accuracy change under the shift)"][1]
+    assert robust.treatment == pytest.approx([-1.0] * 3) and robust.baseline == pytest.approx([-3.0] * 3)
+    assert robust.verdict == HELD   # no spread: the interval is the difference, +2 points
+    assert found["ListOps, CPU preset | Removing HST (BigBird + SAR) costs accuracy"][1].verdict == NOT_RUN
+    text = found["Text, CPU preset | ERNIE-Sparse (HST + SAR) is more accurate than BigBird on LRA"][1]
+    assert text.verdict == NOT_RUN and text.baseline == pytest.approx([60.0])
+
+    table = all_claims.tables(records)[0]
+    assert table.slug == "claims" and table.headers[-2:] == ["verdict", "compute"]
+    first = dict(zip(table.headers, table.rows[0]))
+    assert first["difference [95 % CI]"].startswith("+2.00 [") and first["verdict"] == HELD
+    assert first["treatment"] == "ERNIE-Sparse: 46.50 ± 0.50 (n=3)"
+    notes = "\n".join(table.notes)
+    assert "`sparse-run -m experiment=lra_listops_cpu model=bigbird_sar trainer.test_topology_shift=1 seed=0,1,2`" in notes
+    assert "`sparse-run -m experiment=lra_text_cpu model=ernie_sparse trainer.test_topology_shift=1 seed=0,1,2`" in notes
+
+
+def test_one_seed_gives_a_difference_without_a_verdict(tmp_path: Path):
+    write_run(tmp_path, "e", model="ernie_sparse", acc=0.46)
+    write_run(tmp_path, "b", model="bigbird", acc=0.44)
+    found, records = ernie_claims(tmp_path)
+    evidence = found["ListOps, CPU preset | ERNIE-Sparse (HST + SAR) is more accurate than BigBird on LRA"][1]
+    assert evidence.verdict == INCONCLUSIVE and evidence.low is None and evidence.difference == pytest.approx(2.0)
+    table = claims_table(ernie_sparse.CLAIMS, records)
+    assert table.rows[0][6] == "+2.00 (too few seeds for an interval)"
