@@ -231,12 +231,12 @@ def test_robustness_table(tmp_path: Path) -> None:
     write_run(tmp_path, "p1", "pathfinder", seed=1, acc=0.72, shifted=0.69, shift=1)
     write_run(tmp_path, "plain", "pathfinder", seed=2, acc=0.71)   # no shifted test: not in this table
     table = tables(tmp_path)["ernie_sparse_robustness"]
-    assert table.headers == ["model", "source", "shift", "test acc", "shifted test acc", "change (points)"]
+    assert table.headers == ["model", "source", "task", "shift", "test acc", "shifted test acc", "change (points)"]
     assert table.rows[:2] == [
-        ["ERNIE-Sparse (with SAR)", "published: Liu et al. 2022", "n/p", "n/p", "78.77", "n/p"],
-        ["w/o SAR (HST)", "published: Liu et al. 2022", "n/p", "n/p", "75.25", "n/p"]]
+        ["ERNIE-Sparse (with SAR)", "published: Liu et al. 2022", "Pathfinder", "n/p", "n/p", "78.77", "n/p"],
+        ["w/o SAR (HST)", "published: Liu et al. 2022", "Pathfinder", "n/p", "n/p", "75.25", "n/p"]]
     assert row(table, ERNIE, OURS_CPU) == {
-        "model": ERNIE, "source": OURS_CPU, "shift": "1", "test acc": "71.00 ± 1.41 (n=2)",
+        "model": ERNIE, "source": OURS_CPU, "task": "Pathfinder", "shift": "1", "test acc": "71.00 ± 1.41 (n=2)",
         "shifted test acc": "68.50 ± 0.71 (n=2)", "change (points)": "-2.50 ± 0.71 (n=2)"}
     assert row(table, HST, OURS_CPU)["shifted test acc"] == \
         "run: sparse-run experiment=lra_pathfinder_cpu model=hst trainer.test_topology_shift=1"
@@ -251,8 +251,20 @@ def test_robustness_rows_per_shift(tmp_path: Path) -> None:
     write_run(tmp_path, "s1", "pathfinder", model="hst", acc=0.70, shifted=0.60, shift=1)
     write_run(tmp_path, "s2", "pathfinder", model="hst", acc=0.70, shifted=0.55, shift=2)
     table = tables(tmp_path)["ernie_sparse_robustness"]
-    ours = [(r[2], r[4], r[5]) for r in table.rows if r[0] == HST and r[1] == OURS_CPU]
+    ours = [(r[3], r[5], r[6]) for r in table.rows if r[0] == HST and r[1] == OURS_CPU]
     assert ours == [("1", "60.00", "-10.00"), ("2", "55.00", "-15.00")]
+
+
+def test_robustness_rows_of_other_tasks_once_they_measured_the_shift(tmp_path: Path) -> None:
+    write_run(tmp_path, "l0", "listops", model="hst", seed=0, acc=0.45, shifted=0.44, shift=1)
+    write_run(tmp_path, "l1", "listops", model="hst", seed=1, acc=0.47, shifted=0.44, shift=1)
+    write_run(tmp_path, "t", "lra_text", model="hst", acc=0.6)   # no shifted test: no Text row
+    table = tables(tmp_path)["ernie_sparse_robustness"]
+    tasks = [r[2] for r in table.rows[2:]]   # ours, under the two published rows: in LRA's task order
+    assert "Text" not in tasks and tasks.index("ListOps") < tasks.index("Pathfinder")
+    listops = [dict(zip(table.headers, r)) for r in table.rows if r[2] == "ListOps"]
+    assert listops == [{"model": HST, "source": OURS_CPU, "task": "ListOps", "shift": "1", "test acc": "46.00 ± 1.41 (n=2)",
+                        "shifted test acc": "44.00 ± 0.00 (n=2)", "change (points)": "-2.00 ± 1.41 (n=2)"}]
 
 
 # ------------------------------------------------------------------------------------ sparse-report
@@ -264,7 +276,7 @@ def test_sparse_report_writes_the_ernie_sparse_tables(tmp_path: Path, capsys) ->
     md = capsys.readouterr().out
     for title in ("ERNIE-Sparse (Liu et al. 2022) on LRA: published vs ours (test accuracy %)",
                   "ERNIE-Sparse ablations: HST + SAR minus w/o HST and minus w/o SAR (test accuracy points)",
-                  "ERNIE-Sparse robustness: Pathfinder test accuracy % under a shifted attention topology"):
+                  "ERNIE-Sparse robustness: test accuracy % under a shifted attention topology"):
         assert f"## {title}" in md
     assert (f"| {ERNIE} | {OURS_CPU} | 37.00 ± 1.41 (n=2) | run: sparse-run experiment=lra_text_cpu "
             "model=ernie_sparse |") in md

@@ -15,8 +15,9 @@ task), so that a report without one stays short:
   without runs, their empty cells showing the command that fills them.
 - `ernie_sparse_ablation`: ERNIE-Sparse (HST + SAR) minus "w/o HST" (BigBird + SAR) and minus "w/o SAR"
   (HST) on ListOps and Avg, ours beside the published differences.
-- `ernie_sparse_robustness`: Pathfinder test accuracy with every block boundary shifted
-  (`trainer.test_topology_shift`, metric `test_shifted/accuracy`), with and without SAR.
+- `ernie_sparse_robustness`: test accuracy with every block boundary shifted (`trainer.test_topology_shift`,
+  metric `test_shifted/accuracy`), with and without SAR: Pathfinder (the paper's), and every other LRA task
+  whose runs measured it.
 
 The downstream long-document table (`ernie_sparse_downstream`, its own module) follows these three.
 
@@ -385,25 +386,29 @@ def _shift(rec: RunRecord) -> int | None:
     return None if value is None else int(value)
 
 
-def robustness_rows(records: list[RunRecord]) -> list[VariantRow]:
-    """ERNIE-Sparse and HST at shift 1 in both preset settings (for the models the runner has), then every
-    variant, setting and shift with completed Pathfinder runs that measured the shifted test."""
+def robustness_rows(records: list[RunRecord]) -> list[tuple[str, VariantRow]]:
+    """(task column, row): ERNIE-Sparse and HST at shift 1 on Pathfinder in both preset settings (for the models
+    the runner has), then every task, variant, setting and shift with completed runs that measured the shifted
+    test."""
     rows: dict[tuple, VariantRow] = {}
     runs: dict[tuple, list[RunRecord]] = {}
     for setting in SETTINGS:
         for variant in (FULL, WITHOUT_SAR):
             if lra.runner_has_model(variant.model):
-                rows[(variant, setting, (), ROBUSTNESS_SHIFT)] = VariantRow(variant, setting, shift=ROBUSTNESS_SHIFT)
-    for rec in completed(records, "pathfinder", METRIC):
-        if rec.metric(SHIFTED_METRIC) is not None and (filed := file_variant(rec)) is not None:
-            variant, filing = filed
-            key = (variant, filing.setting, filing.other, _shift(rec))
-            rows.setdefault(key, VariantRow(variant, filing.setting, filing.other, rec.label, shift=_shift(rec)))
-            runs.setdefault(key, []).append(rec)
+                rows[("pathfinder", variant, setting, (), ROBUSTNESS_SHIFT)] = VariantRow(variant, setting, shift=ROBUSTNESS_SHIFT)
+    for family in COLUMNS:
+        for rec in completed(records, family, METRIC):
+            if rec.metric(SHIFTED_METRIC) is not None and (filed := file_variant(rec)) is not None:
+                variant, filing = filed
+                key = (family, variant, filing.setting, filing.other, _shift(rec))
+                rows.setdefault(key, VariantRow(variant, filing.setting, filing.other, rec.label, shift=_shift(rec)))
+                runs.setdefault(key, []).append(rec)
     for key, row in rows.items():
         if groups := cell_groups(runs.get(key, [])):
-            row.candidates["Pathfinder"] = groups
-    return sorted(rows.values(), key=VariantRow.sort_key)
+            row.candidates[COLUMNS[key[0]]] = groups
+    order = list(COLUMNS)
+    keyed = sorted(rows.items(), key=lambda item: (order.index(item[0][0]), item[1].sort_key()))
+    return [(key[0], row) for key, row in keyed]
 
 
 def _change(group: SeedGroup) -> str:
@@ -415,26 +420,27 @@ def _change(group: SeedGroup) -> str:
 
 def robustness_table(records: list[RunRecord]) -> Table:
     published = ERNIE_SPARSE["pathfinder_perturbed"]
-    body = [[label, PUBLISHED, NOT_PUBLISHED, NOT_PUBLISHED, f"{published[name]:.2f}", NOT_PUBLISHED]
+    body = [[label, PUBLISHED, "Pathfinder", NOT_PUBLISHED, NOT_PUBLISHED, f"{published[name]:.2f}", NOT_PUBLISHED]
             for label, name in (("ERNIE-Sparse (with SAR)", "with SAR"), ("w/o SAR (HST)", "w/o SAR"))]
     rules, previous = set(), None
-    for row in robustness_rows(records):
-        if row.where != previous:
+    for family, row in robustness_rows(records):
+        column = COLUMNS[family]
+        if (family, row.where) != previous:
             rules.add(len(body))
-            previous = row.where
-        cell = row.cells.get("Pathfinder")
+            previous = (family, row.where)
+        cell = row.cells.get(column)
         shift = "?" if row.shift is None else str(row.shift)
         if cell is None:
-            command = row.command("pathfinder", f"trainer.test_topology_shift={row.shift}")
-            body.append([row.label, row.setting_label, shift, "", f"run: {command}" if command else "", ""])
+            command = row.command(family, f"trainer.test_topology_shift={row.shift}")
+            body.append([row.label, row.setting_label, column, shift, "", f"run: {command}" if command else "", ""])
         else:
-            body.append([row.label, row.setting_label, shift, group_cell(cell), group_cell(cell, SHIFTED_METRIC),
-                         _change(cell)])
+            body.append([row.label, row.setting_label, column, shift, group_cell(cell),
+                         group_cell(cell, SHIFTED_METRIC), _change(cell)])
     return Table(
         slug="ernie_sparse_robustness",
-        title="ERNIE-Sparse robustness: Pathfinder test accuracy % under a shifted attention topology",
-        headers=["model", "source", "shift", "test acc", "shifted test acc", "change (points)"],
-        rows=body, numeric={2, 3, 4, 5}, rules_before=rules,
+        title="ERNIE-Sparse robustness: test accuracy % under a shifted attention topology",
+        headers=["model", "source", "task", "shift", "test acc", "shifted test acc", "change (points)"],
+        rows=body, numeric={3, 4, 5, 6}, rules_before=rules,
         notes=[
             f"Published (the review of the paper, docs/papers.md): under a perturbed attention topology Pathfinder "
             f"accuracy is {published['with SAR']:.2f} with SAR and {published['w/o SAR']:.2f} without "
@@ -442,7 +448,8 @@ def robustness_table(records: list[RunRecord]) -> Table:
             f"and the accuracies before it, are not known ({NOT_PUBLISHED}; docs/papers.md).",
             "Ours: the test set measured again with every block boundary moved right by `shift` tokens "
             f"(`trainer.test_topology_shift`, metric `{SHIFTED_METRIC}`) on the same runs; change = shifted minus "
-            "plain test accuracy. Cells: over runs that differ only in their seed, as in the LRA table. "
+            "plain test accuracy. Cells: over runs that differ only in their seed, as in the LRA table. The paper "
+            "measured Pathfinder; rows of other tasks appear once their runs measured the shifted test. "
             + _assumptions(),
             seeds.NOTE,
         ],
