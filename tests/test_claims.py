@@ -111,3 +111,25 @@ def test_one_seed_gives_a_difference_without_a_verdict(tmp_path: Path):
     assert evidence.verdict == INCONCLUSIVE and evidence.low is None and evidence.difference == pytest.approx(2.0)
     table = claims_table(ernie_sparse.CLAIMS, records)
     assert table.rows[0][6] == "+2.00 (too few seeds for an interval)"
+
+
+def test_kept_results_give_the_same_claims(tmp_path: Path):
+    """scripts/keep_results.py: the committed evidence regenerates the verdicts without the run folders."""
+    import subprocess
+    import sys
+
+    runs = tmp_path / "outputs"
+    for seed, acc in enumerate([0.46, 0.47, 0.465]):
+        write_run(runs, f"e{seed}", model="ernie_sparse", seed=seed, acc=acc)
+        write_run(runs, f"b{seed}", model="bigbird", seed=seed, acc=acc - 0.02)
+    write_run(runs, "failed", model="bigbird", seed=7, status="failed")
+    kept = tmp_path / "kept"
+    script = Path(__file__).parent.parent / "scripts" / "keep_results.py"
+    done = subprocess.run([sys.executable, str(script), str(kept), *map(str, sorted(runs.iterdir()))],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "kept 6 run(s)" in done.stdout and "failed: status 'failed', not completed" in done.stderr
+    assert sorted(p.parent.name for p in kept.glob("*/metrics.json")) == ["b0", "b1", "b2", "e0", "e1", "e2"]
+    before = claims_table(ernie_sparse.CLAIMS, collect_runs([runs]))
+    after = claims_table(ernie_sparse.CLAIMS, collect_runs([kept]))
+    assert after.rows == before.rows and after.rows[0][8] == HELD
