@@ -95,8 +95,8 @@ def test_ernie_sparse_claims_take_the_lra_cells_runs(tmp_path: Path):
 
     table = all_claims.tables(records)[0]
     assert table.slug == "claims" and table.headers[-2:] == ["verdict", "compute"]
-    first = dict(zip(table.headers, table.rows[0]))
-    assert first["difference [95 % CI]"].startswith("+2.00 [") and first["verdict"] == HELD
+    first = next(dict(zip(table.headers, r)) for r in table.rows if r[0].startswith("ERNIE-Sparse (HST + SAR) is more"))
+    assert first["result"].startswith("+2.00 [") and first["verdict"] == HELD
     assert first["treatment"] == "ERNIE-Sparse: 46.50 ± 0.50 (n=3)"
     notes = "\n".join(table.notes)
     assert "`sparse-run -m experiment=lra_listops_cpu model=bigbird_sar trainer.test_topology_shift=1 seed=0,1,2`" in notes
@@ -133,3 +133,37 @@ def test_kept_results_give_the_same_claims(tmp_path: Path):
     before = claims_table(ernie_sparse.CLAIMS, collect_runs([runs]))
     after = claims_table(ernie_sparse.CLAIMS, collect_runs([kept]))
     assert after.rows == before.rows and after.rows[0][8] == HELD
+
+
+# ----------------------------------------------------------------------------- Theorem 1's cliff
+def lowrank_runs(root: Path, at_cliff: list[tuple[float, float]]):
+    """One lowrank run per seed (n = 4): KL(d_p = n - 2) and the worst KL at d_p >= n - 1 as given."""
+    import json
+
+    from test_report_bhojanapalli2020 import N, write_lowrank_run
+
+    for seed, (below, above) in enumerate(at_cliff):
+        run_dir = write_lowrank_run(root / f"s{seed}")
+        data = json.loads((run_dir / "metrics.json").read_text())
+        data["seed"], data["config"]["seed"] = seed, seed
+        data["metrics"][f"test/kl/dp_{N - 2}"] = below
+        data["metrics"][f"test/kl/dp_{N + 1}"] = above
+        (run_dir / "metrics.json").write_text(json.dumps(data))
+    return collect_runs([root])
+
+
+@pytest.mark.parametrize("at_cliff, expected", [
+    ([(1e-3, 1e-9), (2e-3, 1e-7), (1e-3, 1e-12)], HELD),       # every seed drops >= 100x
+    ([(1e-3, 1e-9), (2e-3, 1e-4)], INCONCLUSIVE),                # one seed drops 20x only
+    ([(1e-3, 5e-4), (1e-3, 2e-4)], NOT_HELD),                    # no cliff in any seed
+    ([(1e-3, 1e-9)], INCONCLUSIVE),                              # one seed
+])
+def test_the_low_rank_cliff(tmp_path: Path, at_cliff, expected):
+    from sparse_runner.reporting.papers import bhojanapalli2020
+
+    row = bhojanapalli2020.LowRankCliff().row(lowrank_runs(tmp_path, at_cliff))
+    assert row.verdict == expected
+    ratio = min(below / above for below, above in at_cliff)
+    assert row.difference == f"cliff ratio >= {ratio:.3g} (every seed)"
+    assert bool(row.commands) == (len(at_cliff) < 3)
+    assert bhojanapalli2020.LowRankCliff().row([]).verdict == NOT_RUN

@@ -1,10 +1,11 @@
 """Claims: a paper's statement, the two groups of runs that test it, and a verdict computed from them.
 
-A paper module declares its claims beside its tables (`CLAIMS`, a list of `Claim`); `claims_table` gathers
-them from every registered paper into one table. Each claim compares two arms (the paper's model and its
-baseline), each a set of completed runs that differ only in their seed, on one number per run (`read`).
+A paper module declares its claims beside its tables (`CLAIMS`, a list of `Testable`); `claims_table` gathers
+them from every registered paper into one table. A `Claim` compares two arms (the paper's model and its
+baseline), each a set of completed runs that differ only in their seed, on one number per run (`read`); a
+paper may state a rule of its own for a claim of another shape (`Testable`).
 
-The rule, stated once (`RULE`): the difference of the arms' means, treatment minus baseline, in the claim's
+The rule for two arms, stated once (`RULE`): the difference of the arms' means, treatment minus baseline, in the claim's
 units, with a Welch t 95 % confidence interval (unequal variances). With three seeds an arm has two degrees
 of freedom; a bootstrap percentile interval over three values is far too narrow (it never leaves the range of
 the 3^3 resamples), which is why the interval is Student's.
@@ -21,8 +22,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Protocol, Sequence
 
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord
@@ -34,6 +35,31 @@ RULE = ("Verdict: the difference of the two arms' means (treatment minus baselin
 HELD, NOT_HELD, INCONCLUSIVE, NOT_RUN = "held", "not held", "inconclusive", "not run"
 CONFIDENCE = 0.95
 MIN_RUNS = 2
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    """A claim's row of the table: what each side measured, the comparison, the test, the verdict."""
+
+    treatment: str
+    baseline: str
+    difference: str
+    test: str
+    verdict: str
+    compute_s: float
+    commands: list[str] = field(default_factory=list)   # what brings the evidence to three seeds
+
+
+class Testable(Protocol):
+    """Anything the claims table shows: a statement and a row computed from the runs. `Claim` (two arms) is
+    the usual one; a paper may define its own rule (the low-rank cliff of Bhojanapalli et al.)."""
+
+    paper: str
+    statement: str
+    published: str
+    setting: str
+
+    def row(self, records: list[RunRecord]) -> ClaimRow: ...
 
 
 @dataclass(frozen=True)
@@ -60,6 +86,23 @@ class Claim:
     kind: Literal["greater", "within"] = "greater"
     margin: float = 0.0                        # `within`: the allowed |difference|
     published_effect: float | None = None      # `greater`: the paper's difference for this same comparison
+
+    def row(self, records: list[RunRecord]) -> ClaimRow:
+        found = evaluate(self, records)
+        if found.difference is None:
+            difference = ""
+        elif found.low is None:
+            difference = f"{found.difference:+.2f} (too few seeds for an interval)"
+        else:
+            difference = f"{found.difference:+.2f} [{found.low:+.2f}, {found.high:+.2f}]"
+        sides = [(self.treatment, found.treatment), (self.baseline, found.baseline)]
+        arms = [f"{arm.label}: {mean_std(values) or 'no runs'}" for arm, values in sides]
+        if self.kind == "within":
+            test = f"|difference| <= {self.margin:g}"
+        else:
+            test = "> 0" + (f" (published {self.published_effect:+.2f})" if self.published_effect is not None else "")
+        commands = [arm.command for arm, values in sides if len(values) < 3]
+        return ClaimRow(*arms, difference, test, found.verdict, found.compute_s, commands)
 
 
 @dataclass(frozen=True)
@@ -111,7 +154,7 @@ def verdict(claim: Claim, low: float, high: float) -> str:
 def evaluate(claim: Claim, records: list[RunRecord]) -> Evidence:
     arms = [claim.treatment.runs(records), claim.baseline.runs(records)]
     values = [[v for v in map(claim.read, runs) if v is not None] for runs in arms]
-    compute = sum(float(rec.data.get("wall_time_s") or 0.0) for runs in arms for rec in runs)
+    compute = compute_time([rec for runs in arms for rec in runs])
     if not all(values):
         return Evidence(*values, None, None, None, NOT_RUN, compute)
     if min(len(v) for v in values) < MIN_RUNS:
@@ -121,7 +164,7 @@ def evaluate(claim: Claim, records: list[RunRecord]) -> Evidence:
     return Evidence(*values, diff, low, high, verdict(claim, low, high), compute)
 
 
-def _mean_std(values: list[float]) -> str:
+def mean_std(values: list[float]) -> str:
     if not values:
         return ""
     if len(values) == 1:
@@ -133,37 +176,25 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 360 else f"{seconds / 60:.0f} min"
 
 
-def _test(claim: Claim) -> str:
-    if claim.kind == "within":
-        return f"|difference| <= {claim.margin:g}"
-    return "> 0" + (f" (published {claim.published_effect:+.2f})" if claim.published_effect is not None else "")
+def compute_time(records: Sequence[RunRecord]) -> float:
+    return sum(float(rec.data.get("wall_time_s") or 0.0) for rec in records)
 
 
-def claims_table(claims: Sequence[Claim], records: list[RunRecord]) -> Table:
+def claims_table(claims: Sequence[Testable], records: list[RunRecord]) -> Table:
     rows, missing = [], []
     for claim in claims:
-        found = evaluate(claim, records)
-        if found.difference is None:
-            ours = ""
-        elif found.low is None:
-            ours = f"{found.difference:+.2f} (too few seeds for an interval)"
-        else:
-            ours = f"{found.difference:+.2f} [{found.low:+.2f}, {found.high:+.2f}]"
-        arms = [f"{arm.label}: {_mean_std(values) or 'no runs'}"
-                for arm, values in ((claim.treatment, found.treatment), (claim.baseline, found.baseline))]
-        rows.append([claim.statement, claim.paper, claim.published, claim.setting, *arms, ours, _test(claim),
-                     found.verdict, _hours(found.compute_s) if found.compute_s else ""])
-        for arm, values in ((claim.treatment, found.treatment), (claim.baseline, found.baseline)):
-            if len(values) < 3:
-                missing.append(f"`{arm.command}`")
+        row = claim.row(records)
+        rows.append([claim.statement, claim.paper, claim.published, claim.setting, row.treatment, row.baseline,
+                     row.difference, row.test, row.verdict, _hours(row.compute_s) if row.compute_s else ""])
+        missing += [f"`{command}`" for command in row.commands]
     notes = [RULE, "Differences, intervals and the arms' mean ± std (n) are in each claim's unit (accuracy: "
                    "points). Compute: the wall time of the runs the claim used."]
     if missing:
-        notes.append("Arms with fewer than 3 seeds, and the commands that fill them: " + "; ".join(dict.fromkeys(missing)))
+        notes.append("Claims with fewer than 3 seeds, and the commands that fill them: " + "; ".join(dict.fromkeys(missing)))
     return Table(
         slug="claims",
         title="Claims: does it reproduce? (verdicts computed from the runs)",
-        headers=["claim", "paper", "published", "tested on", "treatment", "baseline", "difference [95 % CI]",
+        headers=["claim", "paper", "published", "tested on", "treatment", "baseline", "result",
                  "test", "verdict", "compute"],
         rows=rows, numeric={6}, notes=notes,
     )

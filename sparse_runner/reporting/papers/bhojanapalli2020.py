@@ -30,6 +30,7 @@ from sparse_runner.reporting.papers import bhojanapalli2020_bert, register_paper
 from sparse_runner.reporting.papers.bhojanapalli2020_lm import lm_sections, lm_tables
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting import seeds
+from sparse_runner.reporting.claims import HELD, INCONCLUSIVE, MIN_RUNS, NOT_HELD, NOT_RUN, ClaimRow, compute_time
 from sparse_runner.reporting.runs import RunRecord
 from sparse_runner.reporting.seeds import SeedGroup, seed_groups, summary
 from sparse_runner.reporting.values import as_float
@@ -215,5 +216,55 @@ def draw_lowrank(runs: list[LowRankRun], path: Path) -> Path:
         fig.savefig(handle, format="png", dpi=120)
     return path
 
+
+# ----------------------------------------------------------------------------------------- claims
+# A cliff counts as Theorem 1's when every seed's fit at d_p = n - 2 is at least CLIFF_HELD times its worst fit
+# at d_p >= n - 1; none is when every seed's ratio is below CLIFF_NOT_HELD.
+CLIFF_HELD, CLIFF_NOT_HELD = 100.0, 10.0
+
+
+@dataclass(frozen=True)
+class LowRankCliff:
+    """Theorem 1 as a claim of its own shape (reporting/claims.py `Testable`): in each seed's sweep, the cliff
+    ratio r = KL(d_p = n - 2) / max KL(d_p >= n - 1). Softmax ignores a constant added to a query's scores,
+    so a generic P needs d_p = n - 1, not n (tasks/lowrank.py): the cliff is expected between n - 2 and n - 1."""
+
+    paper: str = CITATION
+    statement: str = ("Theorem 1: a head of size d_p below n cannot represent every attention matrix; "
+                      "from d_p = n - 1 on (n with the paper's count) it can")
+    published: str = "Theorem 1 (a proof; no number)"
+    setting: str = "low-rank study (one random P, n = 32, d = 64, d_p = 1 .. 2n)"
+
+    def row(self, records: list[RunRecord]) -> ClaimRow:
+        ratios, below, above, used = [], [], [], []
+        runs = [run for run in lowrank_runs(records) if run.n and run.n - 2 in run.sweep and run.n - 1 in run.sweep]
+        if runs:
+            run = max(runs, key=lambda r: len(r.group.runs))
+            used = run.group.runs
+            for i in range(len(run.sweep[run.n - 2])):
+                worst = max(values[i] for d_p, values in run.sweep.items() if d_p >= run.n - 1 and i < len(values))
+                below.append(run.sweep[run.n - 2][i])
+                above.append(worst)
+                ratios.append(below[-1] / max(worst, KL_FLOOR))
+        if not ratios:
+            verdict = NOT_RUN
+        elif len(ratios) < MIN_RUNS:
+            verdict = INCONCLUSIVE
+        elif min(ratios) >= CLIFF_HELD:
+            verdict = HELD
+        elif max(ratios) < CLIFF_NOT_HELD:
+            verdict = NOT_HELD
+        else:
+            verdict = INCONCLUSIVE
+        kl = lambda values: summary(values, lambda v: f"{v:.1e}")  # noqa: E731
+        return ClaimRow(
+            f"d_p >= n - 1, worst KL: {kl(above)}" if above else "d_p >= n - 1: no runs",
+            f"d_p = n - 2, KL: {kl(below)}" if below else "d_p = n - 2: no runs",
+            f"cliff ratio >= {min(ratios):.3g} (every seed)" if ratios else "",
+            f"ratio >= {CLIFF_HELD:g} in every seed (< {CLIFF_NOT_HELD:g} in all: not held)",
+            verdict, compute_time(used), [] if len(ratios) >= 3 else [f"{LOWRANK_COMMAND.replace('sparse-run', 'sparse-run -m')} seed=0,1,2"])
+
+
+CLAIMS = [LowRankCliff()]
 
 register_paper("bhojanapalli2020", order=30)(sys.modules[__name__])
