@@ -2,7 +2,7 @@
 """Keep the evidence of a study: copy the metrics.json of completed runs into a folder that is committed, so
 that `sparse-report <folder>` regenerates its tables and claims without rerunning anything.
 
-    python scripts/keep_results.py docs/results/ernie_sparse_listops_cpu outputs/runs/listops_*
+    python scripts/keep_results.py docs/evidence/ernie_sparse_listops_cpu outputs/runs/listops_*
 
 Each run's metrics.json (its resolved config, metrics and analysis, ~10 kB; not its checkpoints, logs or
 figures) goes to <dest>/<run folder name>/metrics.json, written atomically; a run kept before is replaced.
@@ -41,7 +41,7 @@ def keep(dest: Path, run_dirs: list[Path]) -> tuple[list[Path], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("dest", type=Path, help="the folder to keep them in (e.g. docs/results/<study>)")
+    parser.add_argument("dest", type=Path, help="the folder to keep them in (e.g. docs/evidence/<study>)")
     parser.add_argument("runs", nargs="+", type=Path, help="run directories (each holding metrics.json)")
     args = parser.parse_args(argv)
     written, skipped = keep(args.dest, args.runs)
