@@ -76,20 +76,21 @@ def ernie_claims(root: Path):
 
 def test_ernie_sparse_claims_take_the_lra_cells_runs(tmp_path: Path):
     for seed, (full, bigbird) in enumerate([(0.46, 0.44), (0.47, 0.45), (0.465, 0.445)]):
-        write_run(tmp_path, f"e{seed}", model="ernie_sparse", seed=seed, acc=full, shift=1, shifted=full - 0.01)
-        write_run(tmp_path, f"b{seed}", model="bigbird", seed=seed, acc=bigbird, shift=1)
-        write_run(tmp_path, f"h{seed}", model="hst", seed=seed, acc=full, shift=1, shifted=full - 0.03)
-    write_run(tmp_path, "other", model="bigbird", seed=5, acc=0.9, lr=0.5)            # no preset: never an arm
-    write_run(tmp_path, "text", "lra_text", model="bigbird", seed=0, acc=0.6)         # another task
+        write_run(tmp_path, f"e{seed}", model="ernie_sparse", seed=seed, acc=full, block=8, shift=3, shifted=full - 0.01)
+        write_run(tmp_path, f"b{seed}", model="bigbird", seed=seed, acc=bigbird, block=8, shift=3)
+        write_run(tmp_path, f"h{seed}", model="hst", seed=seed, acc=full, block=8, shift=3, shifted=full - 0.03)
+    write_run(tmp_path, "preset", model="bigbird", seed=3, acc=0.8)                   # blocks of 64: not ListOps' arm
+    write_run(tmp_path, "other", model="bigbird", seed=5, acc=0.9, block=8, lr=0.5)   # another lr: never an arm
+    write_run(tmp_path, "text", "lra_text", model="bigbird", seed=0, acc=0.6)         # Text: its preset
     found, records = ernie_claims(tmp_path)
-    listops_vs_bigbird, evidence = found["ListOps, CPU preset | ERNIE-Sparse (HST + SAR) is more accurate than BigBird on LRA"]
+    listops_vs_bigbird, evidence = found["ListOps, CPU preset with blocks of 8 | ERNIE-Sparse (HST + SAR) is more accurate than BigBird on LRA"]
     assert sorted(evidence.treatment) == pytest.approx([46.0, 46.5, 47.0])
     assert sorted(evidence.baseline) == pytest.approx([44.0, 44.5, 45.0])
     assert evidence.difference == pytest.approx(2.0) and evidence.verdict == HELD
-    robust = found["ListOps, CPU preset, shift 1 | SAR makes the model robust to a shifted topology (accuracy change under the shift)"][1]
+    robust = found["ListOps, CPU preset with blocks of 8, shifted by 3 | SAR makes the model robust to a shifted topology (accuracy change under the shift)"][1]
     assert robust.treatment == pytest.approx([-1.0] * 3) and robust.baseline == pytest.approx([-3.0] * 3)
     assert robust.verdict == HELD   # no spread: the interval is the difference, +2 points
-    assert found["ListOps, CPU preset | Removing HST (BigBird + SAR) costs accuracy"][1].verdict == NOT_RUN
+    assert found["ListOps, CPU preset with blocks of 8 | Removing HST (BigBird + SAR) costs accuracy"][1].verdict == NOT_RUN
     text = found["Text, CPU preset | ERNIE-Sparse (HST + SAR) is more accurate than BigBird on LRA"][1]
     assert text.verdict == NOT_RUN and text.baseline == pytest.approx([60.0])
 
@@ -99,15 +100,16 @@ def test_ernie_sparse_claims_take_the_lra_cells_runs(tmp_path: Path):
     assert first["result"].startswith("+2.00 [") and first["verdict"] == HELD
     assert first["treatment"] == "ERNIE-Sparse: 46.50 ± 0.50 (n=3)"
     notes = "\n".join(table.notes)
-    assert "`sparse-run -m experiment=lra_listops_cpu model=bigbird_sar trainer.test_topology_shift=1 seed=0,1,2`" in notes
+    assert ("`sparse-run -m experiment=lra_listops_cpu model=bigbird_sar model.pattern_options.block_size=8 "
+            "trainer.test_topology_shift=3 seed=0,1,2`") in notes
     assert "`sparse-run -m experiment=lra_text_cpu model=ernie_sparse trainer.test_topology_shift=1 seed=0,1,2`" in notes
 
 
 def test_one_seed_gives_a_difference_without_a_verdict(tmp_path: Path):
-    write_run(tmp_path, "e", model="ernie_sparse", acc=0.46)
-    write_run(tmp_path, "b", model="bigbird", acc=0.44)
+    write_run(tmp_path, "e", model="ernie_sparse", acc=0.46, block=8)
+    write_run(tmp_path, "b", model="bigbird", acc=0.44, block=8)
     found, records = ernie_claims(tmp_path)
-    evidence = found["ListOps, CPU preset | ERNIE-Sparse (HST + SAR) is more accurate than BigBird on LRA"][1]
+    evidence = found["ListOps, CPU preset with blocks of 8 | ERNIE-Sparse (HST + SAR) is more accurate than BigBird on LRA"][1]
     assert evidence.verdict == INCONCLUSIVE and evidence.low is None and evidence.difference == pytest.approx(2.0)
     table = claims_table(ernie_sparse.CLAIMS, records)
     assert table.rows[0][6] == "+2.00 (too few seeds for an interval)"
@@ -120,8 +122,8 @@ def test_kept_results_give_the_same_claims(tmp_path: Path):
 
     runs = tmp_path / "outputs"
     for seed, acc in enumerate([0.46, 0.47, 0.465]):
-        write_run(runs, f"e{seed}", model="ernie_sparse", seed=seed, acc=acc)
-        write_run(runs, f"b{seed}", model="bigbird", seed=seed, acc=acc - 0.02)
+        write_run(runs, f"e{seed}", model="ernie_sparse", seed=seed, acc=acc, block=8)
+        write_run(runs, f"b{seed}", model="bigbird", seed=seed, acc=acc - 0.02, block=8)
     write_run(runs, "failed", model="bigbird", seed=7, status="failed")
     kept = tmp_path / "kept"
     script = Path(__file__).parent.parent / "scripts" / "keep_results.py"

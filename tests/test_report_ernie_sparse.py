@@ -34,13 +34,16 @@ def runner_models(monkeypatch):
 def write_run(root: Path, name: str, family: str = "listops", *, experiment: str | None = None,
               model: str = "ernie_sparse", seed: int = 0, acc: float = 0.4, val: float | None = None,
               sar: float | None = None, regulariser: str = "none", shifted: float | None = None, shift: int = 0,
-              lr: float | None = None, status: str = "completed", data: dict | None = None) -> Path:
+              lr: float | None = None, block: int | None = None, status: str = "completed",
+              data: dict | None = None) -> Path:
     """An LRA run of `model` (CPU preset of `family` unless `experiment` says otherwise) with the overrides
-    `sar` (model.sar.weight), `regulariser`, `shift` (trainer.test_topology_shift) and `lr` where given."""
+    `sar` (model.sar.weight), `regulariser`, `shift` (trainer.test_topology_shift), `lr` and `block`
+    (model.pattern_options.block_size) where given."""
     more = [*([f"model.sar.weight={sar}"] if sar is not None else []),
             *([f"trainer.regulariser={regulariser}"] if regulariser != "none" else []),
             *([f"trainer.test_topology_shift={shift}"] if shift else []),
-            *([f"trainer.lr={lr}"] if lr is not None else [])]
+            *([f"trainer.lr={lr}"] if lr is not None else []),
+            *([f"model.pattern_options.block_size={block}"] if block is not None else [])]
     run_dir = write_lra_run(root / name, family, experiment=experiment or CPU[family], model=model, test_acc=acc,
                             val_acc=acc if val is None else val, status=status, data=data, seed=seed, more=tuple(more))
     metrics = json.loads((run_dir / "metrics.json").read_text())
