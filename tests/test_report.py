@@ -217,7 +217,7 @@ def test_out_dir_and_single_run_dir(tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--formats", "md,pdf"], "sparse-report: unknown format 'pdf'; valid: md, csv, tex"),
+        (["--formats", "md,pdf"], "sparse-report: unknown format 'pdf'; valid: md, csv, tex, html"),
         (["does-not-exist"], "sparse-report: no such directory: does-not-exist"),
     ],
 )

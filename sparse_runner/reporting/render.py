@@ -1,4 +1,5 @@
-"""Rendering: a Table (format-independent lists of strings) as markdown, CSV and LaTeX; write_report."""
+"""Rendering: a Table (format-independent lists of strings) as markdown, CSV and LaTeX; write_report.
+report.html is page.py's."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Iterable
 
 from sparse_runner.io import atomic_write_text
 
-FORMATS = ("md", "csv", "tex")
+FORMATS = ("md", "csv", "tex", "html")
 
 
 @dataclass

@@ -1,9 +1,14 @@
 """sparse-report's command line: collect the runs, ask every registered paper for its tables and figures,
-add one runs table per task, write markdown, CSV and LaTeX.
+add one runs table per task, write markdown, CSV, LaTeX and report.html.
 
-Reads every `metrics.json` below the given folders (and `.hydra/` of runs that never wrote one). Writes,
-atomically, into `<first path>/report` or `--out`: `report.md` (also on stdout), one CSV and one LaTeX
-file per table, and the papers' figures under `figures/` (PNG, whatever --formats says).
+Reads every `metrics.json` below the given folders (and `.hydra/` of runs that never wrote one), and each
+run's `log.jsonl` for report.html's learning curves. Writes, atomically, into `<first path>/report` or
+`--out`: `report.md`, one CSV and one LaTeX file per table, `report.html` (one self-contained page: tables,
+curves and figures inline), and the papers' figures under `figures/` (PNG, whatever --formats says).
+
+What it prints (`--print`): in a terminal, an overview (console.overview: the runs, the tables that hold
+runs, a line per table without runs); to a pipe or a file, report.md's markdown. The last line, on stderr,
+names the folder written and report.html.
 
 Exit codes of `main`: 0 report written; 1 no runs found (nothing written); 2 bad input (unknown format,
 a path that does not exist, an output folder that cannot be written).
@@ -16,8 +21,12 @@ import sys
 from pathlib import Path
 
 from sparse_runner.checks import one_line
-from sparse_runner.reporting.console import PROG, say
-from sparse_runner.reporting.papers import paper_sections, paper_tables
+from sparse_runner.io import atomic_write_text
+from sparse_runner.reporting.console import PROG, overview, say
+from sparse_runner.reporting.curves import task_curves
+from sparse_runner.reporting.filled import classify_all
+from sparse_runner.reporting.page import PaperPart, render_page
+from sparse_runner.reporting.papers import papers
 from sparse_runner.reporting.render import FORMATS, render_markdown, write_report
 from sparse_runner.reporting.runs import RunRecord, collect_runs, status_rank
 from sparse_runner.reporting.runs_table import runs_tables
@@ -53,6 +62,17 @@ def _bad_path(paths: list[str], defaulted: bool) -> tuple[int, str] | None:
     return None
 
 
+def _paper_parts(records: list[RunRecord], out_dir: Path) -> tuple[list[PaperPart], list[Path]]:
+    """Each paper's tables, classified against the same tables made from no runs (filled.py), and its
+    figures, drawn into `out_dir`; and the files drawn."""
+    parts, written = [], []
+    for paper in papers():
+        sections, drawn = paper.sections(records, out_dir)
+        parts.append(PaperPart(classify_all(paper.tables(records), paper.tables([])), sections))
+        written += drawn
+    return parts, written
+
+
 def main(argv: list[str] | None = None) -> int:
     """`sparse-report [PATH ...] [--out DIR] [--formats md,csv,tex]`; see the module docstring for exit codes."""
     parser = argparse.ArgumentParser(
@@ -63,9 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("paths", nargs="*", metavar="PATH",
                         help="folders to search for runs, recursively (default: outputs)")
     parser.add_argument("--out", metavar="DIR", help="where to write the report (default: <first PATH>/report)")
-    parser.add_argument("--formats", default="md,csv,tex",
-                        help="comma-separated subset of md,csv,tex (default: all three); the analysis "
+    parser.add_argument("--formats", default=",".join(FORMATS),
+                        help=f"comma-separated subset of {','.join(FORMATS)} (default: all); the analysis "
                              "figures are written as PNG whatever this says")
+    parser.add_argument("--print", dest="show", choices=("overview", "md", "none"),
+                        help="what goes to stdout: the overview (default in a terminal), report.md's markdown "
+                             "(default to a pipe or file, when md is written), or nothing")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed usage and its one-line error (or --help)
@@ -88,16 +111,27 @@ def main(argv: list[str] | None = None) -> int:
         say(f"no runs found under {', '.join(paths)}; create one with: sparse-run")
         return 1
 
-    tables = paper_tables(records) + runs_tables(records)
     out_dir = Path(args.out) if args.out else Path(paths[0]) / "report"
+    summary = _summary(records, paths)
     try:
-        sections, written = paper_sections(records, out_dir)
-        markdown = render_markdown(tables, _summary(records, paths), sections)
+        parts, written = _paper_parts(records, out_dir)
+        paper = [filled for part in parts for filled in part.tables]
+        runs = runs_tables(records)
+        tables = [filled.table for filled in paper] + runs
+        markdown = render_markdown(tables, summary, [section for part in parts for section in part.sections])
         written += write_report(tables, markdown, out_dir, formats)
+        page = out_dir / "report.html"
+        if "html" in formats:
+            atomic_write_text(page, render_page(summary, records, runs, parts, task_curves(records), out_dir))
+            written.append(page)
     except OSError as exc:
         say(f"cannot write the report to {out_dir}: {one_line(exc)}")
         return 2
-    if "md" in formats:
+    show = args.show or ("overview" if sys.stdout.isatty() else "md" if "md" in formats else "none")
+    if show == "md":
         sys.stdout.write(markdown)
-    say(f"wrote {len(written)} file(s) to {out_dir}")
+    elif show == "overview":
+        sys.stdout.write(overview(summary, runs, paper))
+    sys.stdout.flush()   # before the last line, on stderr, when both go to one pipe
+    say(f"wrote {len(written)} file(s) to {out_dir}" + (f"; open {page}" if "html" in formats else ""))
     return 0

@@ -1,0 +1,160 @@
+"""Learning curves from each run's `log.jsonl`: one figure per task and experiment, the monitored validation
+metric (left) and the training loss (right) against the step.
+
+One line per group of completed runs that differ only in their seed (seeds.py): the mean over its seeds, with
+a band from the lowest to the highest seed at each step. A run that did not complete (failed, diverged,
+unfinished) is drawn on its own, dashed, and never enters a mean. A figure draws the best groups on
+validation (seeds.SeedGroup.rank) and says how many it leaves out; the runs table lists every run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparse_runner.run_metrics import validation_metric
+from sparse_runner.reporting.runs import RunRecord, sort_key
+from sparse_runner.reporting.runs_table import varying_keys
+from sparse_runner.reporting.seeds import SEED_KEY, SeedGroup, seed_groups
+from sparse_runner.reporting.values import fmt_value
+
+TRAIN_LOSS = "train/loss"
+MAX_GROUPS = 8        # lines of completed groups per figure: more is a legend nobody reads
+MAX_UNFINISHED = 4    # dashed lines of runs that did not complete
+LABEL_CHARS = 70
+
+Curve = dict[int, float]   # step -> value
+
+
+@dataclass(frozen=True)
+class CurveFigure:
+    task: str
+    experiment: str
+    png: bytes
+    caption: str
+
+
+def monitored_metric(rec: RunRecord) -> str:
+    """The validation metric the run selected its checkpoint on, else its primary metric's counterpart."""
+    selection = rec.data.get("selection")
+    if isinstance(selection, dict) and isinstance(selection.get("metric"), str):
+        return selection["metric"]
+    return validation_metric(rec.primary_metric) if rec.primary_metric else "val/loss"
+
+
+def read_log(path: Path, keys: tuple[str, ...]) -> dict[str, Curve]:
+    """`keys` against the step from a log.jsonl; a step logged twice (a resumed run) keeps its last value,
+    a line that is not JSON (a run killed mid-write) is skipped, a non-finite value is a gap."""
+    curves: dict[str, Curve] = {key: {} for key in keys}
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return curves
+    for line in text.splitlines():
+        if not any(key in line for key in keys):   # most lines hold no key asked for: skip the parse
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        step = row.get("step") if isinstance(row, dict) else None
+        if not isinstance(step, int):
+            continue
+        for key in keys:
+            value = row.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                curves[key][step] = float(value) if math.isfinite(value) else math.nan
+    return curves
+
+
+def _band(curves: list[Curve]) -> tuple[list[int], list[float], list[float], list[float]]:
+    """steps, mean, min, max over the runs that logged each step."""
+    steps = sorted({step for curve in curves for step in curve})
+    mean, low, high = [], [], []
+    for step in steps:
+        values = [curve[step] for curve in curves if step in curve and not math.isnan(curve[step])]
+        mean.append(sum(values) / len(values) if values else math.nan)
+        low.append(min(values) if values else math.nan)
+        high.append(max(values) if values else math.nan)
+    return steps, mean, low, high
+
+
+def _labels(groups: list[SeedGroup]) -> list[str]:
+    """The runs' axes (`softmax · dense · h4`), with the config values that tell groups apart where the axes
+    do not."""
+    axes = [group.first.label for group in groups]
+    if len(set(axes)) == len(axes):
+        return axes
+    varied = [key for key in varying_keys([group.first for group in groups]) if key != SEED_KEY]
+    labels = []
+    for group, label in zip(groups, axes):
+        extra = " ".join(f"{key}={fmt_value(group.first.config[key])}" for key in varied if key in group.first.config)
+        text = f"{label} {extra}".strip()
+        labels.append(text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "…")
+    return labels
+
+
+def _draw(lines: list[tuple[str, list[RunRecord], bool]], metric: str, title: str) -> bytes:
+    """PNG bytes: (label, runs, completed) per line; completed lines are a mean and a min–max band."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg   # only a report with logs draws
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10.0, 3.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    val_ax, loss_ax = fig.subplots(1, 2)
+    for index, (label, runs, done) in enumerate(lines):
+        logs = [read_log(rec.path / "log.jsonl", (metric, TRAIN_LOSS)) for rec in runs]
+        colour = f"C{index % 10}"
+        for ax, key in ((val_ax, metric), (loss_ax, TRAIN_LOSS)):
+            steps, mean, low, high = _band([log[key] for log in logs])
+            if not steps:
+                continue
+            ax.plot(steps, mean, "-" if done else "--", color=colour, lw=1.4 if done else 1.0,
+                    marker="o" if len(steps) < 30 and key == metric else None, ms=3,
+                    label=label if key == metric else None)
+            if len(runs) > 1:
+                ax.fill_between(steps, low, high, color=colour, alpha=0.2, lw=0)
+    val_ax.set(xlabel="step", ylabel=metric, title=f"{metric} (validation)")
+    loss_ax.set(xlabel="step", ylabel=TRAIN_LOSS, title="training loss")
+    for ax in (val_ax, loss_ax):
+        ax.grid(alpha=0.3)
+    if val_ax.get_legend_handles_labels()[0]:
+        fig.legend(loc="outside lower center", ncols=2, fontsize="small", frameon=False)
+    fig.suptitle(title, fontsize="medium")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
+    return buffer.getvalue()
+
+
+def _caption(shown: list[SeedGroup], groups: list[SeedGroup], unfinished: list[RunRecord], drawn: int) -> str:
+    parts = [f"{len(shown)} group{'s' if len(shown) != 1 else ''} of completed runs (mean over seeds, band: "
+             "lowest to highest seed)"]
+    if len(groups) > len(shown):
+        parts.append(f"the best {len(shown)} of {len(groups)} on validation drawn")
+    if unfinished:
+        parts.append(f"{drawn} run{'s' if drawn != 1 else ''} that did not complete dashed, never averaged"
+                     + (f" ({len(unfinished) - drawn} more not drawn)" if len(unfinished) > drawn else ""))
+    return "; ".join(parts) + ". Every run is in the runs table."
+
+
+def task_curves(records: list[RunRecord]) -> list[CurveFigure]:
+    """One figure per (task, experiment) whose runs have a log.jsonl."""
+    by_key: dict[tuple[str, str], list[RunRecord]] = {}
+    for rec in records:
+        if (rec.path / "log.jsonl").is_file():
+            by_key.setdefault((rec.task or "(unknown)", rec.experiment or "(none)"), []).append(rec)
+    figures = []
+    for (task, experiment), runs in sorted(by_key.items()):
+        groups = seed_groups(runs)
+        shown = sorted(sorted(groups, key=SeedGroup.rank, reverse=True)[:MAX_GROUPS], key=lambda g: g.first.display)
+        unfinished = sorted((rec for rec in runs if rec.status != "completed"), key=sort_key)
+        drawn = unfinished[:MAX_UNFINISHED]
+        lines = [(label, group.runs, True) for label, group in zip(_labels(shown), shown)]
+        lines += [(f"{rec.label} ({rec.status}: {rec.display})", [rec], False) for rec in drawn]
+        metric = monitored_metric(shown[0].first if shown else runs[0])
+        png = _draw(lines, metric, f"task={task}, experiment={experiment}")
+        figures.append(CurveFigure(task, experiment, png, _caption(shown, groups, unfinished, len(drawn))))
+    return figures
