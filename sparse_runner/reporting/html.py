@@ -33,10 +33,11 @@ code { font: 12.5px ui-monospace, "DejaVu Sans Mono", monospace; background: #f1
 table { border-collapse: collapse; margin: .4rem 0; font-size: 13px; }
 th, td { border-bottom: 1px solid #e3e6ec; padding: .25rem .55rem; text-align: left; vertical-align: top; }
 th { background: #eef1f6; position: sticky; top: 0; }
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.short { white-space: nowrap; }
 tr.published td { color: #555c6b; background: #fafbfc; }
 tr.rule td { border-top: 2px solid #aab2c0; }
-td code.fill { color: #7a8190; background: none; font-size: 11.5px; }
+td code.fill { color: #7a8190; background: none; font-size: 11px; white-space: normal; }
 .status-completed { color: #17663a; }
 .status-failed, .status-diverged, .status-unreadable { color: #b3261e; font-weight: 600; }
 .status-unfinished, .status-preempted, .status-not-started, .status-unknown { color: #9a6700; }
@@ -84,22 +85,24 @@ def figure(png: bytes, caption: str) -> str:
 
 
 def _cell(text: str, numeric: bool) -> str:
-    css = ' class="num"' if numeric else ""
+    # short cells (numbers, names, axes) keep to one line; long ones (notes, commands) wrap
+    css = " ".join(name for name, on in (("num", numeric), ("short", len(text) <= 32)) if on)
+    css = f' class="{css}"' if css else ""
     if is_fill(text):   # the command that fills an empty cell, quiet beside the numbers
         return f'<td{css}><code class="fill" title="fills this cell">{esc(text[len(FILL):])}</code></td>'
     return f"<td{css}>{esc(text)}</td>"
 
 
 def table(tab: Table, rows: list[int] | None = None) -> str:
-    """The rows of `tab` at `rows` (default: all), published rows shaded, its rules as heavier lines."""
+    """The rows of `tab` at `rows` (default: all), published rows shaded, its rules as heavier lines. A rule
+    before a row that is not shown goes before the next row shown."""
     head = "".join(f'<th{" class=num" if i in tab.numeric else ""}>{esc(h)}</th>' for i, h in enumerate(tab.headers))
     body = []
     previous = -1
     for index in range(len(tab.rows)) if rows is None else rows:
         row = tab.rows[index]
-        classes = [name for name, on in (("published", is_published_row(row)),
-                                         ("rule", any(previous < r <= index for r in tab.rules_before) and body))
-                   if on]
+        ruled = previous >= 0 and any(previous < rule <= index for rule in tab.rules_before)
+        classes = [name for name, on in (("published", is_published_row(row)), ("rule", ruled)) if on]
         css = f' class="{" ".join(classes)}"' if classes else ""
         body.append(f"<tr{css}>" + "".join(_cell(cell, i in tab.numeric) for i, cell in enumerate(row)) + "</tr>")
         previous = index

@@ -23,6 +23,7 @@ from sparse_runner.reporting.seeds import seed_groups
 from sparse_runner.reporting.values import as_float, fmt_number, pct, slug
 
 RUN_FILES = ("metrics.json", "log.jsonl", "config.yaml", ".hydra/config.yaml", "sparse_run.log")
+OUTPUTS = "outputs"                 # the task's own files in a run directory
 EXAMPLES = "pathfinder_examples.png"
 ALPHA_TRAJECTORIES = "alpha_trajectories.png"
 OPEN_RUN_LIST = 30       # a task's list of runs is open up to this many runs, folded above
@@ -44,16 +45,29 @@ def _metric(name: str | None, value: float | None) -> str:
     return pct(value) if name and name.endswith("accuracy") else fmt_number(value, ".4g")
 
 
+def _outputs(rec: RunRecord) -> list[Path]:
+    """What the run's task wrote beside its results (the Pathfinder examples, an LM's sample)."""
+    folder = rec.path / OUTPUTS
+    return sorted(path for path in folder.iterdir() if path.is_file()) if folder.is_dir() else []
+
+
 def _run_figures(rec: RunRecord) -> list[Path]:
     folder = rec.path / "figures"
-    found = sorted(folder.glob("*.png")) if folder.is_dir() else []
-    return found + ([rec.path / EXAMPLES] if (rec.path / EXAMPLES).is_file() else [])
+    return sorted(folder.glob("*.png")) if folder.is_dir() else []
+
+
+def _examples(rec: RunRecord) -> Path | None:
+    return next((path for path in _outputs(rec) if path.name == EXAMPLES), None)
 
 
 def _files_cell(rec: RunRecord, out_dir: Path) -> str:
-    files = [rec.path / name for name in RUN_FILES if (rec.path / name).is_file()] + _run_figures(rec)
+    files = [rec.path / name for name in RUN_FILES if (rec.path / name).is_file()] + _run_figures(rec) + _outputs(rec)
     return " ".join(f'<a href="{html.href(path, out_dir)}">{html.esc(path.relative_to(rec.path).as_posix())}</a>'
                     for path in files)
+
+
+# run list columns: run .. step on one line, the numbers right-aligned, note and files wrapping
+_RUN_LIST_CSS = {**dict.fromkeys(range(5), "short"), **dict.fromkeys(range(5, 10), "num short")}
 
 
 def run_list(runs: list[RunRecord], out_dir: Path) -> str:
@@ -75,8 +89,7 @@ def run_list(runs: list[RunRecord], out_dir: Path) -> str:
             html.esc(fmt_number(rec.data.get("tokens_per_second"), ".0f")),
             html.esc(run_note(rec)), _files_cell(rec, out_dir),
         ]
-        numeric = {5, 6, 7, 8, 9}
-        rows.append("<tr>" + "".join(f'<td{" class=num" if i in numeric else ""}>{cell}</td>'
+        rows.append("<tr>" + "".join(f'<td class="{_RUN_LIST_CSS.get(i, "")}">{cell}</td>'
                                      for i, cell in enumerate(cells)) + "</tr>")
     head = "".join(f"<th>{html.esc(h)}</th>" for h in headers)
     metric = next((rec.primary_metric for rec in runs if rec.primary_metric), "")
@@ -100,14 +113,14 @@ def run_figures(runs: list[RunRecord]) -> list[str]:
     groups = sorted(seed_groups(runs), key=lambda group: group.rank(), reverse=True)
     chosen = [group.best for group in groups][:MAX_FIGURE_RUNS]
     parts = []
-    examples = next((rec for rec in sorted(runs, key=sort_key) if (rec.path / EXAMPLES).is_file()), None)
+    examples = next(((rec, path) for rec in sorted(runs, key=sort_key) if (path := _examples(rec))), None)
     if examples is not None:
-        parts.append(_figure_file(examples.path / EXAMPLES, f"Test examples with their labels (`{examples.display}`)"))
+        parts.append(_figure_file(examples[1], f"Test examples with their labels (`{examples[0].display}`)"))
     for rec in chosen:
         trajectory = rec.path / "figures" / ALPHA_TRAJECTORIES
         if trajectory.is_file():
             parts.append(_figure_file(trajectory, f"Learned α per head during training, {rec.label} (`{rec.display}`)"))
-    analysed = [(rec, [path for path in _run_figures(rec) if path.name not in (EXAMPLES, ALPHA_TRAJECTORIES)])
+    analysed = [(rec, [path for path in _run_figures(rec) if path.name != ALPHA_TRAJECTORIES])
                 for rec in chosen]
     analysed = [(rec, paths) for rec, paths in analysed if paths]
     if analysed:
