@@ -25,6 +25,7 @@ TRAIN_LOSS = "train/loss"
 MAX_GROUPS = 8        # lines of completed groups per figure: more is a legend nobody reads
 MAX_UNFINISHED = 4    # dashed lines of runs that did not complete
 LABEL_CHARS = 70
+SMOOTH_ABOVE, SMOOTH_WINDOW = 100, 9   # a training loss logged at more steps is drawn as a running mean
 
 Curve = dict[int, float]   # step -> value
 
@@ -83,18 +84,30 @@ def _band(curves: list[Curve]) -> tuple[list[int], list[float], list[float], lis
 
 
 def _labels(groups: list[SeedGroup]) -> list[str]:
-    """The runs' axes (`softmax · dense · h4`), with the config values that tell groups apart where the axes
-    do not."""
-    axes = [group.first.label for group in groups]
-    if len(set(axes)) == len(axes):
-        return axes
-    varied = [key for key in varying_keys([group.first for group in groups]) if key != SEED_KEY]
+    """The runs' axes (`softmax · dense · h4`), and where groups share them, the config values that tell
+    those groups apart."""
+    by_axes: dict[str, list[SeedGroup]] = {}
+    for group in groups:
+        by_axes.setdefault(group.first.label, []).append(group)
     labels = []
-    for group, label in zip(groups, axes):
-        extra = " ".join(f"{key}={fmt_value(group.first.config[key])}" for key in varied if key in group.first.config)
-        text = f"{label} {extra}".strip()
+    for group in groups:
+        label, alike = group.first.label, by_axes[group.first.label]
+        varied = [key for key in varying_keys([g.first for g in alike]) if key != SEED_KEY] if len(alike) > 1 else []
+        text = " ".join([label, *(f"{key}={fmt_value(group.first.config[key])}" for key in varied
+                                  if key in group.first.config)])
         labels.append(text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "…")
     return labels
+
+
+def _smooth(values: list[float], window: int) -> list[float]:
+    """A centred running mean over `window` logged steps (gaps stay gaps): a loss logged every few steps is
+    too noisy to compare lines by."""
+    half = window // 2
+    out = []
+    for index in range(len(values)):
+        near = [v for v in values[max(0, index - half):index + half + 1] if not math.isnan(v)]
+        out.append(math.nan if math.isnan(values[index]) or not near else sum(near) / len(near))
+    return out
 
 
 def _draw(lines: list[tuple[str, list[RunRecord], bool]], metric: str, title: str) -> bytes:
@@ -112,13 +125,17 @@ def _draw(lines: list[tuple[str, list[RunRecord], bool]], metric: str, title: st
             steps, mean, low, high = _band([log[key] for log in logs])
             if not steps:
                 continue
+            if key == TRAIN_LOSS and len(steps) > SMOOTH_ABOVE:
+                mean, low, high = (_smooth(values, SMOOTH_WINDOW) for values in (mean, low, high))
             ax.plot(steps, mean, "-" if done else "--", color=colour, lw=1.4 if done else 1.0,
                     marker="o" if len(steps) < 30 and key == metric else None, ms=3,
                     label=label if key == metric else None)
             if len(runs) > 1:
                 ax.fill_between(steps, low, high, color=colour, alpha=0.2, lw=0)
     val_ax.set(xlabel="step", ylabel=metric, title=f"{metric} (validation)")
-    loss_ax.set(xlabel="step", ylabel=TRAIN_LOSS, title="training loss")
+    smoothed = any(len(line.get_xdata()) > SMOOTH_ABOVE for line in loss_ax.lines)
+    loss_ax.set(xlabel="step", ylabel=TRAIN_LOSS,
+                title=f"training loss{f' (running mean of {SMOOTH_WINDOW} logged steps)' if smoothed else ''}")
     for ax in (val_ax, loss_ax):
         ax.grid(alpha=0.3)
     if val_ax.get_legend_handles_labels()[0]:

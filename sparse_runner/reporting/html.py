@@ -35,6 +35,8 @@ th, td { border-bottom: 1px solid #e3e6ec; padding: .25rem .55rem; text-align: l
 th { background: #eef1f6; position: sticky; top: 0; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.short { white-space: nowrap; }
+td.files { min-width: 22em; }
+td.files a { white-space: nowrap; margin-right: .5em; }
 tr.published td { color: #555c6b; background: #fafbfc; }
 tr.rule td { border-top: 2px solid #aab2c0; }
 td code.fill { color: #7a8190; background: none; font-size: 11px; white-space: normal; }

@@ -67,7 +67,7 @@ def _files_cell(rec: RunRecord, out_dir: Path) -> str:
 
 
 # run list columns: run .. step on one line, the numbers right-aligned, note and files wrapping
-_RUN_LIST_CSS = {**dict.fromkeys(range(5), "short"), **dict.fromkeys(range(5, 10), "num short")}
+_RUN_LIST_CSS = {**dict.fromkeys(range(5), "short"), **dict.fromkeys(range(5, 10), "num short"), 11: "files"}
 
 
 def run_list(runs: list[RunRecord], out_dir: Path) -> str:
