@@ -74,11 +74,13 @@ def _paper_parts(records: list[RunRecord], out_dir: Path) -> tuple[list[PaperPar
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`sparse-report [PATH ...] [--out DIR] [--formats md,csv,tex]`; see the module docstring for exit codes."""
+    """`sparse-report [PATH ...] [--out DIR] [--formats md,csv,tex,html] [--print overview|md|none]`; see the
+    module docstring for exit codes."""
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Collect run directories (metrics.json) and write the paper tables next to the "
-                    "published numbers as markdown, CSV and LaTeX, and the paper's analysis figures (PNG).",
+        description="Collect run directories (metrics.json, log.jsonl) and write the paper tables next to the "
+                    "published numbers as report.html (with learning curves and figures), markdown, CSV and "
+                    "LaTeX, and the papers' analysis figures (PNG).",
     )
     parser.add_argument("paths", nargs="*", metavar="PATH",
                         help="folders to search for runs, recursively (default: outputs)")
