@@ -31,6 +31,9 @@
 //     dense vector pass for the whole block (a sparse row alone would be one vector and a long
 //     dependent chain per pass).
 //   * output: zero the row and scatter the survivors (or store directly when nothing was dropped).
+//     float32 rows where the solver's float32 u and sums matter (flat rows, d ~ n^-a1, and rows with
+//     an entry near the edge of the support at alpha > 1.5; FwdBlock::needs_polish) instead get their
+//     threshold polished with float64 sums and are written through the threshold weights.
 //
 // Backward, with s_i = p_i^(2 - alpha) on the support (0 elsewhere):
 //   dx = s * (g - <s, g> / sum s)                                      (Jacobian diag(s) - s s^T / sum s)
@@ -122,6 +125,23 @@ inline int64_t round64(int64_t count, int64_t elem_bytes) {
   return (count + per - 1) / per * per;
 }
 
+// F = sum_i w_i and Q = sum_i w_i / d_i over x[0, n), with d_i = 1 + a1 (x_i - t) and w_i = d_i^(1/a1)
+// on d_i > 0, all in float64 (the threshold polish's last step, FwdBlock::polish).  Scalar libm; the
+// AVX-512 layer has a vector version.
+template <typename T>
+inline void f64_sums_scalar(const T* x, int64_t n, double a1, double t, double& F, double& Q) {
+  const double k = 1.0 / a1;
+  F = Q = 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double d = std::fma(a1, double(x[j]) - t, 1.0);
+    if (d > 0.0) {
+      const double w = std::exp(k * std::log(d));
+      F += w;
+      Q += w / d;
+    }
+  }
+}
+
 // ------------------------------------------------------------------------------------------------
 // SIMD layer.  Every struct provides the same static functions; kernels are templates over it.
 // Arithmetic operators (+ - * /) work directly on __m512 / __m256 (GCC/Clang vector types).
@@ -142,11 +162,20 @@ struct Scalar {
   static void store(T* p, V v) { *p = v; }
   static void store_n(T* p, V v, int n) { if (n > 0) *p = v; }
   // std::fma where the hardware has it: the same rounding wherever it is inlined (a * b + c may or
-  // may not be contracted, and the threshold API needs bitwise-reproducible weights).
+  // may not be contracted, and the threshold API needs bitwise-reproducible weights).  Without it,
+  // float goes through double, where the product is exact: the threshold weights need the exact
+  // rounding error of a product, fma(a, b, -round(a b)) (a * b + c gives 0: errors up to 2e-2 on the
+  // gradient of flat 20k-key rows); double keeps a * b + c (a software fma would slow every float64
+  // kernel down, and float64 does not need it).
 #if defined(__FMA__)
   static V fma(V a, V b, V c) { return std::fma(a, b, c); }
 #else
-  static V fma(V a, V b, V c) { return a * b + c; }
+  static V fma(V a, V b, V c) {
+    if constexpr (std::is_same<T, float>::value)
+      return T(double(a) * double(b) + double(c));
+    else
+      return a * b + c;
+  }
 #endif
   static V max(V a, V b) { return a > b ? a : b; }
   static V min(V a, V b) { return a < b ? a : b; }
@@ -183,6 +212,9 @@ struct Scalar {
   static V log(V a) { return std::log(a); }
   static V log1p(V a) { return std::log1p(a); }
   static V rcp(V a) { return T(1) / a; }
+  static void f64_sums(const T* x, int64_t n, double a1, double t, double& F, double& Q) {
+    f64_sums_scalar(x, n, a1, t, F, Q);
+  }
 };
 
 // Polynomial kernels shared by the vector ISAs (Cephes single-precision coefficients, ~1 ulp on the
@@ -304,6 +336,51 @@ struct Avx512 {
   static V rcp(V a) {
     V r = _mm512_rcp14_ps(a);
     return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(a, r, set1(1.0f)), r);
+  }
+
+  // float64 exp and log to a few ulp (Taylor series on the reduced ranges: the polish needs sums
+  // accurate to ~1e-13, not correctly rounded values).
+  static __m512d dexp(__m512d x) {
+    x = _mm512_min_pd(_mm512_max_pd(x, _mm512_set1_pd(-746.0)), _mm512_set1_pd(709.0));
+    const __m512d n =
+        _mm512_roundscale_pd(x * _mm512_set1_pd(1.4426950408889634), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), x);  // ln 2 in two parts
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);  // |r| <= ln 2 / 2
+    __m512d p = _mm512_set1_pd(1.0 / 479001600.0);  // 1/12!: truncation error < 2e-16
+    for (double f : {39916800.0, 3628800.0, 362880.0, 40320.0, 5040.0, 720.0, 120.0, 24.0, 6.0, 2.0, 1.0, 1.0})
+      p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / f));
+    return _mm512_scalef_pd(p, n);
+  }
+  static __m512d dlog(__m512d x) {  // x > 0
+    __m512d e = _mm512_getexp_pd(x);
+    __m512d m = _mm512_getmant_pd(x, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_src);
+    const __mmask8 big = _mm512_cmp_pd_mask(m, _mm512_set1_pd(1.4142135623730951), _CMP_GT_OQ);
+    m = _mm512_mask_mul_pd(m, big, m, _mm512_set1_pd(0.5));
+    e = _mm512_mask_add_pd(e, big, e, _mm512_set1_pd(1.0));
+    // log m = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.172: series to s^21 (error < 1e-17)
+    const __m512d s = (m - _mm512_set1_pd(1.0)) / (m + _mm512_set1_pd(1.0)), z = s * s;
+    __m512d p = _mm512_set1_pd(1.0 / 21.0);
+    for (double c : {19.0, 17.0, 15.0, 13.0, 11.0, 9.0, 7.0, 5.0, 3.0, 1.0})
+      p = _mm512_fmadd_pd(p, z, _mm512_set1_pd(1.0 / c));
+    const __m512d l = _mm512_fmadd_pd(e, _mm512_set1_pd(1.90821492927058770002e-10), (s + s) * p);
+    return _mm512_fmadd_pd(e, _mm512_set1_pd(6.93147180369123816490e-01), l);
+  }
+  static void f64_sums(const float* x, int64_t n, double a1, double t, double& F, double& Q) {
+    const __m512d va1 = _mm512_set1_pd(a1), vk = _mm512_set1_pd(1.0 / a1), vt = _mm512_set1_pd(t),
+                  one = _mm512_set1_pd(1.0), zero = _mm512_setzero_pd();
+    __m512d f = zero, q = zero;
+    for (int64_t j = 0; j < n; j += 8) {
+      const __mmask8 in = (__mmask8)((1u << std::min<int64_t>(8, n - j)) - 1u);
+      const __m512d xv = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(in, x + j));
+      const __m512d d = _mm512_fmadd_pd(va1, xv - vt, one);
+      const __mmask8 k = _mm512_mask_cmp_pd_mask(in, d, zero, _CMP_GT_OQ);
+      const __m512d ds = _mm512_mask_blend_pd(k, one, d);
+      const __m512d w = _mm512_maskz_mov_pd(k, dexp(vk * dlog(ds)));
+      f = f + w;
+      q = q + w / ds;
+    }
+    F = _mm512_reduce_add_pd(f);
+    Q = _mm512_reduce_add_pd(q);
   }
 };
 #endif
@@ -441,6 +518,9 @@ struct Avx2 {
     V r = _mm256_rcp_ps(a);
     return _mm256_fmadd_ps(r, _mm256_fnmadd_ps(a, r, set1(1.0f)), r);
   }
+  static void f64_sums(const float* x, int64_t n, double a1, double t, double& F, double& Q) {
+    f64_sums_scalar(x, n, a1, t, F, Q);
+  }
 };
 #endif
 
@@ -466,12 +546,17 @@ struct Tol;
 // far below it).
 // fin_*: |sum p - 1| below which the last Newton step is applied as a first-order correction
 // instead of a new pass (FwdBlock::step), for alpha - 1 <= 0.7 and above.
+// polish: whether FwdBlock polishes thresholds (FwdBlock::polish; float32 only, the float64 solver
+// works in float64 throughout); solver_bias, polish_tol and weights_bias are _F32_BIAS, _POLISH_TOL
+// and _F32_WEIGHTS_BIAS in entmax.py.
 template <>
 struct Tol<float> {
   static constexpr double newton = 2e-6;
   static constexpr double fin_low_alpha = 1e-3, fin_high_alpha = 2e-4;
   static constexpr double fin2_err = 5e-8;  // bound on the second-order finish's error (FwdBlock::step)
   static constexpr float psi_switch = 1.0f;  // psi(x): series below, direct formula above
+  static constexpr bool polish = true;
+  static constexpr double solver_bias = 0x1p-23, polish_tol = 4e-6, weights_bias = 1e-7;
 };
 template <>
 struct Tol<double> {
@@ -479,9 +564,24 @@ struct Tol<double> {
   static constexpr double fin_low_alpha = 1e-7, fin_high_alpha = 1e-7;  // error ~0.1 r^2 ~ 1e-15
   static constexpr double fin2_err = 0.0;  // no second-order finish
   static constexpr double psi_switch = 0.1;
+  static constexpr bool polish = false;
+  static constexpr double solver_bias = 0.0, polish_tol = 0.0, weights_bias = 0.0;
 };
 
 constexpr int kMaxIter = 64;
+constexpr int kPolishSteps = 4;
+
+// Bound on the relative error of p and of s = p^(2 - alpha) (the backward's weights) when every d of a
+// row is off by the same delta (entmax.py, _bias_effect, derives it): delta max(k / d_max,
+// e (d_min / d_max)^e / d_min), k = 1/a1, e = k - 1.  The second term is below e / d_max < k / d_max
+// for e >= 1, and below e / d_min always, so pow is only called when that does not settle it.
+inline double bias_effect(double delta, double a1, double dmax, double dmin) {
+  dmax = std::max(dmax, 1e-30);
+  dmin = std::max(dmin, 1e-30);
+  const double e = 1.0 / a1 - 1.0, base = 1.0 / (a1 * dmax);
+  if (e >= 1.0 || e <= 0.0 || e / dmin <= base) return delta * base;
+  return delta * std::max(base, e * std::pow(dmin / dmax, e) / dmin);
+}
 
 template <class S>
 struct Kernels {
@@ -757,44 +857,86 @@ struct Kernels {
   // flat supports, needs an absolute error well below float32's 6e-8 near 1 (a shared bias of
   // d shifts every weight the same way: 1e-5 on the biggest weight of a 10k-key row).  So x - t is
   // carried as r + c: r = x - t_hi rounded, c = its exact rounding error (TwoSum) - t_lo, with
-  // t_hi = T(t), t_lo = T(t - t_hi); d = h + (rho + a1 c) with h = fma(a1, r, 1) and rho =
-  // fma(a1, r, 1 - h) the rounding error of h (exact for h in [0.5, 2]; relative to h below), and
-  // log d = log h + (rho + a1 c) / h.  The forward writes its output through the same code
+  // t_hi = T(t), t_lo = T(t - t_hi), and d as h + delta, |delta| << h (general_d), with
+  // log d = log h + delta / h.  a1 and k = 1/a1 are float64 values carried as two T each: T(a1) alone
+  // is another alpha, whose d differ from alpha's by ~1e-10 near the edge of a long flat support
+  // (0.3 % of its smallest weights).  The forward writes its output through the same code
   // (weights_pass + scale_out) that entmax_from_threshold runs (from_threshold_pass), with every
   // multiply-add an explicit fma, so recomputed weights are bitwise the forward's, on any column
   // subset.
   // ----------------------------------------------------------------------------------------------
 
   struct Thr {
-    V th, mth, tl, a1, k;
+    V th, mth, tl, a1, a1lo, k, klo;
   };
   static Thr make_thr(double t, double a1) {
     const T hi = T(t);
     const T lo = std::isfinite(t) ? T(t - double(hi)) : T(0);
-    return {S::set1(hi), S::set1(-hi), S::set1(lo), S::set1(T(a1)), S::set1(T(1.0 / a1))};
+    const T ah = T(a1), kh = T(1.0 / a1);
+    return {S::set1(hi), S::set1(-hi), S::set1(lo), S::set1(ah), S::set1(T(a1 - double(ah))),
+            S::set1(kh), S::set1(T(1.0 / a1 - double(kh)))};
+  }
+
+  // x - t as r + c (see above).  -inf entries get c = 0.
+  static void x_minus_t(V xv, const Thr& q, V& r, V& c) {
+    r = xv - q.th;
+    // TwoSum(x, -t_hi): r + e == x - t_hi exactly (for finite r).
+    const V bb = r - xv;
+    const V e = (xv - (r - bb)) + (q.mth - bb);
+    c = S::maskz(S::gt(r, S::set1(-std::numeric_limits<T>::infinity())), e - q.tl);
+  }
+
+  // d = 1 + a1 (r + c) as hs + delta (|delta| << hs), k = (d > 0), hs = 1 off the support.  Two forms,
+  // chosen per lane.  Near 1 (h = fma(a1, r, 1) > 1/2): h is rounded once and fma(a1, r, 1 - h) is
+  // its rounding error (1 - h is exact for h in [1/2, 2], Sterbenz).  Below 1/2, 1 - h itself rounds,
+  // by up to 3e-8, as much as d near the edge of a long flat support (d ~ n^-a1 there): instead the
+  // product is split exactly, a1 r = P + e (e = fma(a1, r, -P)), 1 + P is exact (P in [-2, -1/2]),
+  // and d = (1 + P) + (e + a1 c) is rounded once, its error kept by Fast2Sum.
+  static void general_d(V r, V c, const Thr& q, V& hs, V& delta, M& k) {
+    const V one = S::set1(T(1)), zero = S::set1(T(0));
+    const V h = S::fma(q.a1, r, one);
+    const V rho = S::fma(q.a1lo, r, S::fma(q.a1, c, S::fma(q.a1, r, one - h)));
+    const V P = S::fma(q.a1, r, zero);  // an fma: a plain product may be contracted into 1 + P below
+    const V s0 = one + P;
+    const V lo = S::fma(q.a1lo, r, S::fma(q.a1, c, S::fma(q.a1, r, -P)));
+    const V d = s0 + lo;
+    const M low = S::lt(P, S::set1(T(-0.5)));
+    const V dd = S::select(low, d, h);  // (-inf entries: -inf or NaN, outside the support)
+    delta = S::select(low, (s0 - d) + lo, rho);
+    k = S::gt(dd, zero);
+    hs = S::select(k, dd, one);
+  }
+
+  // d^k from general_d's parts (k = 1/a1 as k + klo).
+  static V general_w(V hs, V delta, M k, const Thr& q) {
+    const V L = S::fma(delta, S::set1(T(1)) / hs, S::log(hs));
+    return S::maskz(k, S::exp(S::fma(q.k, L, q.klo * L)));
   }
 
   // Unnormalised weights of one vector.  -inf entries give 0 in every mode.
   template <int Mode>
   static V weight(V xv, const Thr& q) {
     const V one = S::set1(T(1)), zero = S::set1(T(0));
-    const V r = xv - q.th;
-    // TwoSum(x, -t_hi): r + e == x - t_hi exactly (for finite r; -inf entries get c = 0).
-    const V bb = r - xv;
-    const V e = (xv - (r - bb)) + (q.mth - bb);
-    const V c = S::maskz(S::gt(r, S::set1(-std::numeric_limits<T>::infinity())), e - q.tl);
+    V r, c;
+    x_minus_t(xv, q, r, c);
     if (Mode == kSoftmax) return S::exp(r + c);
     if (Mode == kSparsemax) return S::max((one + r) + c, zero);  // 1 + r is exact on the support
-    const V a1 = Mode == kEntmax15 ? S::set1(T(0.5)) : q.a1;
-    const V h = S::fma(a1, r, one);
-    const V delta = S::fma(a1, c, S::fma(a1, r, one - h));
-    if (Mode == kEntmax15) {  // (-inf entries: h = -inf and delta = NaN; the mask gives 0)
+    if (Mode == kEntmax15) {
+      // a1 = 1/2: r / 2 is exact, and so is h = 1 + r / 2 where h <= 1/2 (then h and 1 - h are
+      // multiples of 2^-24, 1 - h in [1/2, 1]): the near-1 form of general_d is exact on the whole
+      // support.  (-inf entries: h = -inf and delta = NaN; the mask gives 0.)
+      const V half = S::set1(T(0.5));
+      const V h = S::fma(half, r, one);
+      const V delta = S::fma(half, c, S::fma(half, r, one - h));
       const V d = S::max(S::maskz(S::gt(h, zero), h + delta), zero);
       return d * d;
     }
-    const M k = S::gt(h, zero);
-    const V hs = S::select(k, h, one);
-    return S::maskz(k, S::exp(q.k * S::fma(delta, one / hs, S::log(hs))));
+    V hs, delta;
+    M k;
+    general_d(r, c, q, hs, delta, k);
+    // Sparse rows: most vectors hold no entry of the support; the branch skips their log and exp.
+    if (!S::any(k)) return zero;
+    return general_w(hs, delta, k, q);
   }
 
   // out = w, returns sum w (accumulated in float64: F decides the sum of the output).
@@ -1244,9 +1386,85 @@ struct Kernels {
       ++r.it;
     }
 
+    // float32: the solver's u and sums are float32, which leaves every d = 1 + a1 (y - u) of the row
+    // off by about the same amount (<= 1.3 * 2^-24 measured), and the autograd output is computed from
+    // y = x - max (rounded).  Where that matters by bias_effect (flat rows, d_max ~ n^-a1, and rows
+    // with an entry near the edge of the support at alpha > 1.5: 0.1 on the gradient at 20k keys,
+    // alpha 1.9), the threshold is polished (polish) and the row written from it through the
+    // threshold weights, exact to ~1e-15 in d, as the threshold API writes every row.
+    bool needs_polish(const Row& r) const {
+      if (!Tol<T>::polish) return false;
+      const double dmax = 1.0 - r.a1 * (r.u + r.shift);
+      return bias_effect(Tol<T>::solver_bias, r.a1, dmax, r.rmax > 0.0 ? 1.0 / r.rmax : dmax) > Tol<T>::polish_tol;
+    }
+
+    // Newton steps on G(t) = F(t)^a1 - 1, F the sum of the threshold weights (weight<kGeneral>) of the
+    // row's surviving entries, in float64 sums, from t = max + u + shift; stops when the error the last
+    // step leaves (its quadratic term, from M2 = sum w / d^2) no longer matters by bias_effect.
+    // Entries the solver dropped have p ~ 0 here (they only matter to the output, which
+    // write_threshold evaluates on the whole row).  Returns t.
+    double polish(Row& r) {
+      const int64_t b = r.b, e = r.b + r.c;
+      T* xs = rb;  // the segment's scores, gathered (rb is free once the row is finished)
+      for (int64_t j = b; j < e; ++j) xs[j] = r.x[ib[j]];
+      const V one = S::set1(T(1)), zero = S::set1(T(0)), vinf = S::set1(std::numeric_limits<T>::infinity());
+      double t = double(r.m) + (r.u + r.shift), Q = 0.0, dmin = 0.0, dmax = 0.0;
+      for (int it = 0; it < kPolishSteps; ++it) {
+        const Thr q = make_thr(t, r.a1);
+        typename S::VD f0 = S::dzero(), f1 = f0, q0 = f0, q1 = f0, m0 = f0, m1 = f0;
+        V dmn = vinf, dmx = zero;
+        for (int64_t j = b; j < e; j += W) {
+          const int len = int(std::min<int64_t>(W, e - j));
+          const V xv = len == W ? S::load(xs + j) : S::load_n(xs + j, len, -std::numeric_limits<T>::infinity());
+          V rr, cc, hs, delta;
+          M k;
+          x_minus_t(xv, q, rr, cc);
+          general_d(rr, cc, q, hs, delta, k);
+          const V w = general_w(hs, delta, k, q);
+          const V rd = S::maskz(k, one / hs);
+          const V qv = w * rd;
+          S::dadd(f0, f1, w);
+          S::dadd(q0, q1, qv);
+          S::dadd(m0, m1, qv * rd);
+          dmn = S::min(dmn, S::select(k, hs, vinf));
+          dmx = S::max(dmx, S::maskz(k, hs));
+        }
+        const double F = S::dsum(f0, f1), M2 = S::dsum(m0, m1);
+        Q = S::dsum(q0, q1);
+        dmin = S::hmin(dmn);
+        dmax = S::hmax(dmx);
+        const double dt = -std::expm1(-r.a1 * std::log(F)) * F / (r.a1 * Q);
+        if (!std::isfinite(dt)) return t;
+        t += dt;
+        const double rest = (1.0 - r.a1) * std::max(M2 - Q * Q / F, 0.0) / (2.0 * Q) * dt * dt;
+        if (!(bias_effect(r.a1 * rest, r.a1, dmax, dmin) > Tol<T>::polish_tol)) break;
+      }
+      // The float32 weights' own errors (a bias of F of ~2e-8, measured, and rounding noise) limit t
+      // to about a1 weights_bias / Q in d.  Where an entry close to the edge makes even that matter
+      // (flat rows at alpha > 1.5: an entry within ~1e-6 of the edge, most long ones), one more step
+      // with float64 weights (f64_sums).
+      if (bias_effect(r.a1 * Tol<T>::weights_bias / Q, r.a1, dmax, dmin) > Tol<T>::polish_tol) {
+        double F, Q64;
+        S::f64_sums(xs + b, e - b, r.a1, t, F, Q64);
+        const double dt = -std::expm1(-r.a1 * std::log(F)) * F / (r.a1 * Q64);
+        if (std::isfinite(dt)) t += dt;
+      }
+      return t;
+    }
+
     void finish(Row& r) {
       T* out = r.out;
       const int64_t b = r.b, c = r.c;
+      if (needs_polish(r)) {
+        const double t = polish(r);
+        const double F = write_threshold(r.x, out, n, kGeneral, r.a1, t);
+        if (r.params) {
+          r.params[0] = t;
+          r.params[1] = F;
+        }
+        fill(yb, b, b + c, -std::numeric_limits<T>::infinity());
+        return;
+      }
       if (r.params) {  // the pending step is taken in full; write_threshold renormalises
         const double t = double(r.m) + (r.u + r.shift);
         r.params[0] = t;
