@@ -225,6 +225,37 @@ def test_auto_switches_at_memory_efficient_from(monkeypatch):
     assert calls == [1]
 
 
+def test_auto_threshold_is_explicit_below_the_crossover_where_the_scores_fit(monkeypatch):
+    """memory_efficient_from=auto: explicit up to EXPLICIT_UP_TO keys unless its scores would not fit in
+    EXPLICIT_MEMORY_SHARE of the device's memory; memory-efficient from the crossover on, whatever the memory."""
+    cpu = torch.device("cpu")
+    choose = lambda n_keys, n_scores: me.choose_impl(  # noqa: E731
+        "auto", "auto", n_keys, cpu, dropout_p=0.0, has_mask=False, n_scores=n_scores, element_size=4)
+    monkeypatch.setattr(me, "device_memory_bytes", lambda device: 8 * 2**30)
+    fits = int(me.EXPLICIT_MEMORY_SHARE * 8 * 2**30 / (4 * me.EXPLICIT_LIVE_COPIES))
+    assert choose(me.EXPLICIT_UP_TO, fits) == "explicit"
+    assert choose(me.EXPLICIT_UP_TO, fits + 1) == "memory_efficient"
+    assert choose(me.EXPLICIT_UP_TO + 1, 1) == "memory_efficient"
+    assert choose(1024, None) == "explicit"
+    # a number keeps its meaning, memory or not
+    assert me.choose_impl("auto", 100, 99, cpu, dropout_p=0.0, has_mask=False, n_scores=10**15) == "explicit"
+    # the layer passes its scores' size: a batch too large for memory leaves the explicit path below the crossover
+    calls = []
+    real = me.memory_efficient_attention
+    monkeypatch.setattr(me, "memory_efficient_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    layer = MultiHeadAttention(16, AttentionSpec(num_heads=2, normaliser="entmax15"))
+    assert layer.pattern.memory_efficient_from == "auto"
+    layer(torch.randn(1, 64, 16))
+    assert not calls
+    monkeypatch.setattr(me, "device_memory_bytes", lambda device: 2 * 64 * 64 * 4 * me.EXPLICIT_LIVE_COPIES * 7)
+    layer(torch.randn(1, 64, 16))
+    assert calls == [1]
+
+
+def test_total_device_memory_is_read():
+    assert me.device_memory_bytes(torch.device("cpu")) > 2**28
+
+
 def test_gpu_kernels_refused_on_cpu_in_one_line():
     layer = MultiHeadAttention(16, AttentionSpec(num_heads=2, normaliser="entmax15", impl="triton"))
     with pytest.raises(RuntimeError, match="needs a CUDA device") as err:
@@ -236,8 +267,12 @@ def test_config_keys_are_checked(tiny_config):
     with pytest.raises(ConfigError, match="model.attention_impl") as err:
         tiny_config("model.attention_impl=fast")
     assert "memory_efficient" in str(err.value) and "\n" not in str(err.value)
-    with pytest.raises(ConfigError, match="model.memory_efficient_from"):
-        tiny_config("model.memory_efficient_from=0")
+    for bad in ("0", "fast"):
+        with pytest.raises(ConfigError, match="model.memory_efficient_from") as err:
+            tiny_config(f"model.memory_efficient_from={bad}")
+        assert "auto" in str(err.value) and "\n" not in str(err.value)
+    assert tiny_config().model.memory_efficient_from == "auto"
+    assert tiny_config("model.memory_efficient_from=2048").model.memory_efficient_from == 2048
     assert tiny_config("model=entmax", "model.attention_impl=memory_efficient").model.attention_impl == "memory_efficient"
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from typing import Iterator
 
 import torch
@@ -57,13 +58,41 @@ Alpha = float | torch.Tensor
 ATTENTION_IMPLS = ("auto", "explicit", "memory_efficient", "triton", "adasplash")
 GPU_IMPLS = ("triton", "adasplash")  # no attention dropout, no mask besides padding and causality
 
+# model.memory_efficient_from = "auto" (the default): the explicit path up to EXPLICIT_UP_TO keys where its
+# scores fit, the memory-efficient path otherwise. Measured on 2 CPU cores (scripts/bench_long_attention.py: one
+# layer, 8 heads, forward + backward; docs/benchmarks.md): with 2 threads on an idle machine the explicit path
+# took 0.74-0.88x the memory-efficient path's time at 1,024-4,096 keys (alpha-entmax) and 1.54x at 8,192, where
+# memory traffic bounds it; with 1 thread on a loaded machine it was faster at 512-2,048 keys for every sparse
+# normaliser and level at 4,096 (alpha-entmax 1.17x, 1.5-entmax 0.89x, sparsemax 0.91x).
+# "Fit": EXPLICIT_LIVE_COPIES float tensors of the layer's (B, H, Nq, Nk) scores (scores, weights and the
+# backward's gradient) within EXPLICIT_MEMORY_SHARE of the device's total memory. Total, not free memory:
+# a run's path, and with it its floating-point rounding, must not depend on what else the machine runs.
+MEMORY_EFFICIENT_FROM_AUTO = "auto"
+EXPLICIT_UP_TO = 4096
+EXPLICIT_LIVE_COPIES = 3
+EXPLICIT_MEMORY_SHARE = 0.125
+
+
+def device_memory_bytes(device: torch.device) -> int:
+    """Total memory of `device`: the GPU's, or the machine's physical memory for the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def explicit_fits(n_scores: int, element_size: int, device: torch.device) -> bool:
+    """Whether the explicit path's scores (n_scores = B * H * Nq * Nk elements) fit by the rule above."""
+    return n_scores * element_size * EXPLICIT_LIVE_COPIES <= EXPLICIT_MEMORY_SHARE * device_memory_bytes(device)
+
 
 def choose_impl(
-    impl: str, memory_efficient_from: int, n_keys: int, device: torch.device, *, dropout_p: float, has_mask: bool,
-    threshold_form: bool = True,
+    impl: str, memory_efficient_from: int | str, n_keys: int, device: torch.device, *, dropout_p: float, has_mask: bool,
+    threshold_form: bool = True, n_scores: int | None = None, element_size: int = 4,
 ) -> str:
     """The implementation that runs: 'explicit', 'memory_efficient', 'triton' or 'adasplash'.
 
+    memory_efficient_from: keys from which `auto` leaves the explicit path, or "auto" (explicit up to
+    EXPLICIT_UP_TO keys where `explicit_fits(n_scores, element_size)`; n_scores None: fits).
     threshold_form: whether the normaliser is an alpha-entmax (`Normaliser.has_threshold_form`); `auto`
     keeps any other normaliser on the explicit path, the only one that computes it (a forced impl that
     cannot compute it is refused by `config.validate`, `spec.check_attention_impl`).
@@ -76,7 +105,11 @@ def choose_impl(
         return impl
     if impl != "auto":
         return impl
-    if n_keys < memory_efficient_from or not threshold_form:
+    if memory_efficient_from == MEMORY_EFFICIENT_FROM_AUTO:
+        explicit = n_keys <= EXPLICIT_UP_TO and (n_scores is None or explicit_fits(n_scores, element_size, device))
+    else:
+        explicit = n_keys < memory_efficient_from
+    if explicit or not threshold_form:
         return "explicit"
     # The Triton kernel has no attention dropout and no arbitrary masks: the torch path does those.
     if device.type == "cuda" and dropout_p == 0.0 and not has_mask and _gpu_backend("triton").available():

@@ -60,7 +60,7 @@ def build_pattern(
     global_tokens: int = 0,
     layer: int = 0,
     impl: str = "auto",
-    memory_efficient_from: int = 1024,
+    memory_efficient_from: int | str = "auto",
 ) -> Pattern:
     """The pattern registered as `name`, with `options` (a dict of its option fields; missing = default).
 
@@ -84,7 +84,7 @@ class Pattern:
     Options: type = NoOptions
     self_attention_only = False  # True: queries and keys are the same sequence (block patterns)
     causal = False  # True: the mask is "query i sees keys <= i" (aligned to the end), computed per block
-    impl, memory_efficient_from = "auto", 1024  # set by build_pattern; see memory_efficient.choose_impl
+    impl, memory_efficient_from = "auto", "auto"  # set by build_pattern; see memory_efficient.choose_impl
     # Why `attend` never reads model.attention_impl, for a pattern that computes attention its own way
     # ("": it goes through memory_efficient.choose_impl, as dense and causal attention do).
     ignores_attention_impl: ClassVar[str] = ""
@@ -138,7 +138,8 @@ class Pattern:
         if not (normaliser.fused_sdpa and not need_weights):
             impl = choose_impl(
                 self.impl, self.memory_efficient_from, k.shape[-2], q.device, dropout_p=dropout_p, has_mask=mask is not None,
-                threshold_form=normaliser.has_threshold_form(),
+                threshold_form=normaliser.has_threshold_form(), n_scores=q.shape[0] * q.shape[1] * q.shape[-2] * k.shape[-2],
+                element_size=q.element_size(),
             )
             if impl != "explicit":
                 return attend_long(

@@ -42,7 +42,7 @@ class AttentionSpec:
     pattern_options: dict[str, Any] = field(default_factory=dict)
     dropout: float = 0.0
     impl: str = "auto"  # how dense-pattern attention is computed (memory_efficient.ATTENTION_IMPLS)
-    memory_efficient_from: int = 1024  # impl=auto: keys from which the memory-efficient path is used
+    memory_efficient_from: int | str = "auto"  # impl=auto: keys from which the memory-efficient path is used, or "auto"
 
     @classmethod
     def from_config(cls, m: Any) -> "AttentionSpec":
@@ -67,7 +67,7 @@ class AttentionSpec:
 
 def check_attention_config(m: Any) -> None:
     """Raise ConfigError on the first invalid attention key of a typed `model` node."""
-    from sparse_runner.attention.memory_efficient import ATTENTION_IMPLS
+    from sparse_runner.attention.memory_efficient import ATTENTION_IMPLS, MEMORY_EFFICIENT_FROM_AUTO
     from sparse_runner.attention.normalisers import NORMALISERS
     from sparse_runner.attention.patterns import PATTERNS
 
@@ -82,8 +82,11 @@ def check_attention_config(m: Any) -> None:
         if init is None or not 1.0 < init < 2.0:
             fail("model.alpha_init", f"unknown value {m.alpha_init!r}", "random (a ~ N(0,1), as Correia et al.) or a float in (1, 2)")
     choice("model.attention_impl", m.attention_impl, ATTENTION_IMPLS)
-    if isinstance(m.memory_efficient_from, bool) or not isinstance(m.memory_efficient_from, int) or m.memory_efficient_from < 1:
-        fail("model.memory_efficient_from", f"bad value {m.memory_efficient_from!r}", "a positive int (keys per query from which attention_impl=auto uses the memory-efficient path)")
+    value = m.memory_efficient_from
+    if value != MEMORY_EFFICIENT_FROM_AUTO and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        fail("model.memory_efficient_from", f"bad value {value!r}",
+             "auto (the explicit path up to 4096 keys where its scores fit in memory) or a positive int (keys per "
+             "query from which attention_impl=auto uses the memory-efficient path)")
     choice("model.pattern", m.pattern, sorted(PATTERNS))
     check_options("model.pattern_options", m.pattern_options or {}, PATTERNS[m.pattern].Options, f"pattern {m.pattern!r}")
 

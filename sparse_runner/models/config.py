@@ -37,7 +37,7 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     attention_impl: str = "auto"
-    memory_efficient_from: int = 1024
+    memory_efficient_from: Any = "auto"  # an int (keys) or "auto" (attention/memory_efficient.py); Any: OmegaConf has no int | str
     normaliser: str = "softmax"
     alpha: Optional[float] = None
     alpha_init: Any = "random"

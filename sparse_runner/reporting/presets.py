@@ -46,7 +46,8 @@ LOCATION_SUFFIXES = (".data_dir",)
 # How a run computed, not what: the same model and training up to floating-point rounding (bf16 autocast, a
 # compiled graph, recomputed activations, another attention kernel). The GPU presets recommend bf16, and a
 # paper cell is the paper's setup however it was executed; run directories still tell these apart.
-EXECUTION_KEYS = ("trainer.precision", "trainer.compile", "trainer.activation_checkpointing", "model.attention_impl")
+EXECUTION_KEYS = ("trainer.precision", "trainer.compile", "trainer.activation_checkpointing", "model.attention_impl",
+                  "model.memory_efficient_from")
 # The nodes the schema gives defaults to (config.py RunConfig; `task` is the task family's own).
 _SCHEMA_NODES = ("model.", "trainer.", "paths.", "pretrain.trainer.")
 
