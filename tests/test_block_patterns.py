@@ -103,6 +103,28 @@ def test_batch_without_padding_and_a_sequence_of_globals_only(variant):
         torch.testing.assert_close(out, expected)
 
 
+@pytest.mark.parametrize("global_tokens", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_bigbird_softmax_without_padding_equals_masked_dense_attention(global_tokens, dtype):
+    """The path that training takes: softmax, no padding mask, per-head random blocks, a batch. Its tiles go
+    through SDPA as one (batch x head x tile) entry each with the table's mask; its global blocks' rows
+    through unmasked SDPA."""
+    pattern = build_pattern("bigbird", {"block_size": 4, "random_blocks": 2}, global_tokens=global_tokens, layer=2)
+    n = 8 * 4 + global_tokens
+    assert pattern.heads_differ(8)
+    normaliser = build_normaliser("softmax", 3)
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, n, 8, generator=g, dtype=dtype).requires_grad_() for _ in range(3))
+    upstream = torch.randn(2, 3, n, 8, generator=g, dtype=dtype)
+    expected, _, _ = reference(q, k, v, normaliser, pattern.dense_mask(n, n, heads=3), None)
+    out, groups, _ = pattern.attend(q, k, v, normaliser=normaliser)
+    assert groups is None
+    tol = dict(atol=2e-6, rtol=2e-5) if dtype == torch.float32 else {}
+    torch.testing.assert_close(out, expected, **tol)
+    for got, want in zip(torch.autograd.grad((out * upstream).sum(), (q, k, v)), torch.autograd.grad((expected * upstream).sum(), (q, k, v))):
+        torch.testing.assert_close(got, want, **tol)
+
+
 def test_block_patterns_are_for_self_attention_only():
     q, k = torch.randn(1, 1, 3, 4), torch.randn(1, 1, 5, 4)
     for name in ("local", "bigbird", "hst"):

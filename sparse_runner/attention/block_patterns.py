@@ -209,7 +209,8 @@ class KeyBlockPattern(BlockPattern):
             out = torch.cat([out.new_zeros(b, h, g, d), out], dim=2)
         groups = []
         if len(dense_rows):
-            everything = KeySource(k[:, :, None], v[:, :, None], keys_ok[:, None, None, None, :])
+            # Without padding no mask: SDPA then runs its unmasked kernel.
+            everything = KeySource(k[:, :, None], v[:, :, None], None if key_padding_mask is None else keys_ok[:, None, None, None, :])
             out_d, w_d, valid_d = attend_tiles(q[:, :, None, dense_rows], [everything], normaliser=normaliser, dropout_p=dropout_p, need_weights=need_weights)
             out = out.index_copy(2, dense_rows, out_d[:, :, 0])
             if need_weights:

@@ -126,19 +126,25 @@ def attend_tiles(
         else:  # one key tensor per tile: shared sources (the few global tokens) are copied into each
             k = torch.cat([s.k.expand(b, h, r, -1, d) for s in sources], dim=-2)
             v = torch.cat([s.v.expand(b, h, r, -1, d) for s in sources], dim=-2)
-        # 4-D (B, H * R, T, D): PyTorch's fused CPU kernel takes 4-D inputs; 5-D ones go to its math path.
-        # Contiguous: the fused backward otherwise copies every (batch, head) slice on its own.
-        q4, k4, v4 = (x.reshape(b, h * r, x.shape[-2], d).contiguous() for x in (q, k, v))
+        # 4-D (B * H * R, 1, T, D): PyTorch's fused CPU kernel takes 4-D inputs (5-D ones go to its math
+        # path) and returns its gradients laid out (batch, T, heads, D): with one head per batch entry they
+        # are contiguous, and the tiles' backward copies nothing (as (B, H * R, T, D) it copied every
+        # gathered key tile's gradient once more). Contiguous inputs: the fused backward otherwise copies
+        # every (batch, head) slice on its own.
+        q4, k4, v4 = (x.reshape(b * h * r, 1, x.shape[-2], d).contiguous() for x in (q, k, v))
         if all(s.valid is None for s in sources):
             return F.scaled_dot_product_attention(q4, k4, v4, dropout_p=dropout_p).view(b, h, r, t, d), None, _per_query(valid, t)
         has_key = valid.any(-1, keepdim=True)
         # A row without keys is given all its slots (finite garbage) and zeroed below: fused kernels
         # differ in what they return for a fully masked row (NaN on some).
-        mask = (valid | ~has_key).expand(-1, h, -1, -1, -1).reshape(valid.shape[0], h * r, valid.shape[3], -1)
+        mask = (valid | ~has_key).expand(b, h, -1, -1, -1).reshape(b * h * r, 1, valid.shape[3], -1)
         out = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask, dropout_p=dropout_p).view(b, h, r, t, d)
         return out * has_key, None, _per_query(valid, t)
 
-    scores = torch.cat([_scores(q, s) for s in sources], dim=-1) / math.sqrt(d)
+    # q scaled and made contiguous once: every source's matmul then reads it as one (B*H*R) batch
+    # without copying it, and the scores are not divided in a pass of their own.
+    q = q.contiguous() / math.sqrt(d)
+    scores = torch.cat([_scores(q, s) for s in sources], dim=-1)
     scores = scores.masked_fill(~valid, float("-inf"))
     # Normalisers take (B, H, rows, keys): one alpha per head broadcasts as (1, H, 1, 1).
     weights = normaliser(scores.reshape(b, h, r * t, -1)).view(b, h, r, t, -1)  # all--inf rows -> zeros
