@@ -26,7 +26,7 @@ from pathlib import Path
 from sparse_runner.checks import one_line
 from sparse_runner.io import atomic_open
 from sparse_runner.reporting.console import warn
-from sparse_runner.reporting.papers import bhojanapalli2020_bert, register_paper
+from sparse_runner.reporting.papers import bhojanapalli2020_bert, bhojanapalli2020_lm, register_paper
 from sparse_runner.reporting.papers.bhojanapalli2020_lm import lm_sections, lm_tables
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting import seeds
@@ -265,6 +265,7 @@ class LowRankCliff:
             verdict, compute_time(used), [] if len(ratios) >= 3 else [f"{LOWRANK_COMMAND.replace('sparse-run', 'sparse-run -m')} seed=0,1,2"])
 
 
-CLAIMS = [LowRankCliff()]
+# Theorem 1, then the studies' claims: the LM head sweep and the pre-training / head-size study.
+CLAIMS = [LowRankCliff(), *bhojanapalli2020_lm.CLAIMS, *bhojanapalli2020_bert.CLAIMS]
 
 register_paper("bhojanapalli2020", order=30)(sys.modules[__name__])

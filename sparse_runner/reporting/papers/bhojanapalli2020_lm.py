@@ -19,6 +19,7 @@ from pathlib import Path
 from sparse_runner.checks import one_line
 from sparse_runner.io import atomic_open
 from sparse_runner.reporting import seeds
+from sparse_runner.reporting.claims import Arm, Claim
 from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.presets import Preset, agrees, closest_models, match, shown
 from sparse_runner.reporting.render import Table
@@ -191,3 +192,54 @@ def draw_sweep(lines: dict[str, list[Point]], path: Path, title: str) -> Path:
     with atomic_open(path, "wb") as handle:
         fig.savefig(handle, format="png", dpi=120)
     return path
+
+
+# ----------------------------------------------------------------------------------------- claims
+# The study (conf/experiment/bhojanapalli2020_lm_study_cpu.yaml): d_model 64 and blocks of 128 tokens, so that
+# standard heads shrink to d/h = 8 and 2 dimensions, far below the sequence, while fixed heads keep d_p = 32.
+STUDY = "bhojanapalli2020_lm_study_cpu"
+STUDY_COMMAND = f"sparse-run -m experiment={STUDY}"
+STUDY_FEW, STUDY_MANY = 2, 32   # the fewest and the most heads of the study's sweep
+
+
+def preset_arm(label: str, overrides: tuple[str, ...], family: str, metric: str, command: str) -> Arm:
+    """A claim's arm (reporting/claims.py): the completed runs of `family` scored on `metric` whose resolved config
+    is the preset `overrides` in every result-changing key but the seed (presets.py, however the command line
+    spelled it), one per seed; among several such groups (other data), the best on validation."""
+    preset = Preset(overrides)
+
+    def runs(records: list[RunRecord]) -> list[RunRecord]:
+        mine = [rec for rec in completed(records, family, metric)
+                if (found := match(rec.keys, [preset], primary_metric=rec.primary_metric)) is not None and found.exact]
+        group = best_group(seed_groups(mine))
+        return group.runs if group else []
+
+    return Arm(label, runs, command)
+
+
+def _study_arm(model: str, heads: int) -> Arm:
+    size = "d/h" if model == "standard_heads" else "d_p 32"
+    return preset_arm(f"{heads} heads, {size}", (f"experiment={STUDY}", f"model={model}", f"model.num_heads={heads}"),
+                      LM_FAMILY, METRIC, STUDY_COMMAND)
+
+
+def _claims() -> list[Claim]:
+    where = (f"embedded corpus, d_model 64, 2 layers, blocks of 128; heads {STUDY_FEW} -> {STUDY_MANY} "
+             f"(d/h 32 -> 2), best checkpoint on validation, 3 seeds")
+    ppl = lambda rec: rec.metric(METRIC)  # noqa: E731
+    citation = "Bhojanapalli et al., ICML 2020, Fig. 1/3"
+    published = "LM1B, d 256, d_p 32, n 256: plots only, no numbers"
+    return [
+        # A rise in perplexity is the degradation: treatment (many heads) minus baseline (few), in perplexity.
+        Claim(citation, "Standard heads (size d/h) degrade as the heads grow at a fixed d: perplexity rises",
+              published, where, _study_arm("standard_heads", STUDY_MANY), _study_arm("standard_heads", STUDY_FEW),
+              ppl, unit="ppl"),
+        # ... while fixed heads keep improving: few heads minus many heads, in perplexity.
+        Claim(citation, "Fixed-size heads do not degrade as the heads grow: perplexity falls", published, where,
+              _study_arm("fixed_head", STUDY_FEW), _study_arm("fixed_head", STUDY_MANY), ppl, unit="ppl"),
+        Claim(citation, f"At {STUDY_MANY} heads, fixed-size heads beat standard heads: lower perplexity", published,
+              where, _study_arm("standard_heads", STUDY_MANY), _study_arm("fixed_head", STUDY_MANY), ppl, unit="ppl"),
+    ]
+
+
+CLAIMS = _claims()

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from sparse_runner.reporting.papers import register_paper
+from sparse_runner.reporting.papers.correia2019.claims import CLAIMS  # noqa: F401 (the claims table reads it)
 from sparse_runner.reporting.papers.correia2019.figures import analysis_figures
 from sparse_runner.reporting.papers.correia2019.picks import translation_picks
 from sparse_runner.reporting.papers.correia2019.published import CORREIA2019_TABLE1

@@ -1,0 +1,171 @@
+"""Correia et al. (2019) claims for the claims table (reporting/claims.py), tested by the study
+`sparse-run -m experiment=correia2019_study_cpu` (the es→en Bible, softmax / 1.5-entmax / α-entmax, 3 seeds):
+
+- α-entmax and 1.5-entmax translate within about 1 BLEU of softmax (Table 1);
+- their heads are more diverse than softmax's (Fig. "JS divergence per layer"), read from each run's analysis;
+- the decoder's self-attention is denser than its context attention (Fig. "attention densities" and the text's
+  "the decoder seems to prefer denser attention distributions"): a claim about two numbers of the same runs,
+  `PairedClaim`, with its rule in its test column.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+from sparse_runner.reporting.claims import (
+    INCONCLUSIVE,
+    MIN_RUNS,
+    NOT_RUN,
+    Arm,
+    Claim,
+    ClaimRow,
+    compute_time,
+    mean_std,
+    verdict,
+    welch_interval,
+)
+from sparse_runner.reporting.papers.bhojanapalli2020_lm import preset_arm
+from sparse_runner.reporting.papers.correia2019.published import (
+    CORREIA2019_TABLE1,
+    FAMILY,
+    METRIC,
+    TRANSLATION_MODEL_ROWS,
+)
+from sparse_runner.reporting.runs import RunRecord
+from sparse_runner.reporting.values import as_float
+
+CITATION = "Correia et al., EMNLP 2019"
+STUDY = "correia2019_study_cpu"
+STUDY_COMMAND = f"sparse-run -m experiment={STUDY}"
+SETTING = "es→en Bible, 3+3 layers d 256, 4 heads, 500 steps, 3 seeds"
+BLEU_MARGIN = 1.0   # "about equal": the paper's sparse models are within 0.91 BLEU of softmax on every pair
+
+# Head diversity (JS divergence between the heads of a layer, normalised by log H), per layer 1..6, of the
+# en→de models: the numbers behind the paper's JS figure (tikzplotlib export `js_divs.tex` of the authors' EMNLP
+# 2019 talk; the language pair is inferred from the thesis's figure of the same name).
+PUBLISHED_JS = {
+    "softmax": {"encoder_self": [0.386, 0.402, 0.441, 0.359, 0.337, 0.340],
+                "context": [0.238, 0.262, 0.287, 0.261, 0.199, 0.176],
+                "decoder_self": [0.304, 0.227, 0.232, 0.231, 0.244, 0.242]},
+    "1.5-entmax": {"encoder_self": [0.378, 0.504, 0.574, 0.525, 0.440, 0.421],
+                   "context": [0.285, 0.352, 0.342, 0.283, 0.211, 0.184],
+                   "decoder_self": [0.358, 0.321, 0.261, 0.315, 0.295, 0.299]},
+    "α-entmax": {"encoder_self": [0.428, 0.484, 0.534, 0.450, 0.394, 0.356],
+                 "context": [0.187, 0.294, 0.294, 0.258, 0.219, 0.176],
+                 "decoder_self": [0.347, 0.324, 0.258, 0.229, 0.300, 0.274]},
+}
+# Attention density per head and validation sentence, en→de: the paper's density histograms (15 bins over
+# [0, 1], `hist_densities.tex` of the same talk), summarised as their mean at the bins' midpoints.
+PUBLISHED_DENSITY_HIST = {
+    "1.5-entmax": {"context": [23704, 24304, 14244, 9085, 6146, 4470, 3299, 2680, 1971, 1617, 1290, 998, 864, 619, 661],
+                   "decoder_self": [972, 6063, 9085, 10885, 11323, 11354, 10214, 8735, 6628, 5237, 4339, 2916, 2612,
+                                    1902, 3687]},
+    "α-entmax": {"context": [9223, 9788, 5571, 4117, 4330, 4981, 4759, 4352, 3887, 3741, 4055, 4109, 4391, 4590, 24058],
+                 "decoder_self": [541, 3776, 4815, 4023, 3261, 2900, 2794, 3149, 3349, 3957, 4592, 4954, 6376, 7537,
+                                  39928]},
+}
+
+
+def _hist_mean(counts: list[int]) -> float:
+    width = 1.0 / len(counts)
+    return sum((i + 0.5) * width * n for i, n in enumerate(counts)) / sum(counts)
+
+
+def _js_mean(model: str) -> float:
+    """The published JS averaged over layers and attention types, as `attention_mean("js_mean")` averages ours."""
+    return statistics.fmean(statistics.fmean(layers) for layers in PUBLISHED_JS[model].values())
+
+
+def _arm(model: str) -> Arm:
+    return preset_arm(TRANSLATION_MODEL_ROWS[model], (f"experiment={STUDY}", f"model={model}"), FAMILY, METRIC,
+                      STUDY_COMMAND)
+
+
+def _bleu(rec: RunRecord) -> float | None:
+    return rec.metric(METRIC)
+
+
+def _js(rec: RunRecord) -> float | None:
+    """Head diversity ×100: JS averaged over the run's layers and attention types (metrics.json analysis)."""
+    value = rec.attention_mean("js_mean")
+    return None if value is None else 100 * value
+
+
+def _density(attention_type: str) -> Callable[[RunRecord], float | None]:
+    """Mean head density of one attention type, in % (metrics.json analysis.attention[type].mean_density)."""
+    def read(rec: RunRecord) -> float | None:
+        block = (rec.analysis("attention") or {}).get(attention_type)
+        value = as_float(block.get("mean_density")) if isinstance(block, dict) else None
+        return None if value is None else 100 * value
+    return read
+
+
+@dataclass(frozen=True)
+class PairedClaim:
+    """A claim that one number of a run exceeds another number of the same run (decoder self-attention denser
+    than context attention), over one arm's seeds. The per-run difference `first - second` has a one-sample t 95 %
+    interval: claims.welch_interval against an arm of zeros is exactly that (the zeros add no variance, and the
+    Welch-Satterthwaite degrees of freedom reduce to n - 1). Verdict as claims.RULE's `greater`."""
+
+    paper: str
+    statement: str
+    published: str
+    setting: str
+    arm: Arm
+    first: tuple[str, Callable[[RunRecord], float | None]]    # label, read
+    second: tuple[str, Callable[[RunRecord], float | None]]
+    kind: str = "greater"                                      # what claims.verdict reads
+    margin: float = 0.0
+    published_effect: float | None = None
+
+    def row(self, records: list[RunRecord]) -> ClaimRow:
+        runs = self.arm.runs(records)
+        pairs = [(a, b) for rec in runs if (a := self.first[1](rec)) is not None and (b := self.second[1](rec)) is not None]
+        firsts, seconds = [a for a, _ in pairs], [b for _, b in pairs]
+        differences = [a - b for a, b in pairs]
+        if not differences:
+            shown, found = "", NOT_RUN
+        elif len(differences) < MIN_RUNS:
+            shown, found = f"{differences[0]:+.2f} (too few seeds for an interval)", INCONCLUSIVE
+        else:
+            diff, low, high = welch_interval(differences, [0.0] * len(differences))
+            shown, found = f"{diff:+.2f} [{low:+.2f}, {high:+.2f}]", verdict(self, low, high)   # type: ignore[arg-type]
+        return ClaimRow(
+            f"{self.arm.label}, {self.first[0]}: {mean_std(firsts) or 'no runs'}",
+            f"{self.arm.label}, {self.second[0]}: {mean_std(seconds) or 'no runs'}",
+            shown, "> 0, paired per run (one-sample t over the seeds)", found, compute_time(runs),
+            [self.arm.command] if len(differences) < 3 else [],
+        )
+
+
+def _claims() -> list:
+    table = CORREIA2019_TABLE1["rows"]
+    out: list = []
+    for model in ("entmax", "entmax15"):
+        label = TRANSLATION_MODEL_ROWS[model]
+        gaps = ", ".join(f"{column.split()[0]} {table[label][column] - table['softmax'][column]:+.2f}"
+                         for column in CORREIA2019_TABLE1["columns"])
+        out.append(Claim(
+            CITATION, f"{label} translates as well as softmax (within about {BLEU_MARGIN:g} BLEU)",
+            f"Table 1, {label} minus softmax: {gaps}", SETTING, _arm(model), _arm("softmax"), _bleu,
+            unit="BLEU", kind="within", margin=BLEU_MARGIN))
+    for model in ("entmax", "entmax15"):
+        label = TRANSLATION_MODEL_ROWS[model]
+        out.append(Claim(
+            CITATION, f"{label} heads are more diverse than softmax's (JS divergence ×100, mean over layers and types)",
+            f"JS figure, en→de: {100 * _js_mean(label):.1f} vs {100 * _js_mean('softmax'):.1f}", SETTING,
+            _arm(model), _arm("softmax"), _js, unit="JS ×100"))
+    for model in ("entmax", "entmax15"):
+        label = TRANSLATION_MODEL_ROWS[model]
+        hist = PUBLISHED_DENSITY_HIST[label]
+        out.append(PairedClaim(
+            CITATION, f"{label}: the decoder's self-attention is denser than its context attention (head density, %)",
+            f"density histograms, en→de (means at bin midpoints): decoder self {100 * _hist_mean(hist['decoder_self']):.0f} % "
+            f"vs context {100 * _hist_mean(hist['context']):.0f} %", SETTING,
+            _arm(model), ("decoder self", _density("decoder_self")), ("context", _density("context"))))
+    return out
+
+
+CLAIMS = _claims()
