@@ -15,6 +15,7 @@ import pytest
 
 from sparse_runner import cli
 from sparse_runner.reporting import collect_runs
+from sparse_runner.reporting import claims
 from sparse_runner.reporting.claims import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN
 from sparse_runner.reporting.papers import all_claims, bhojanapalli2020, bhojanapalli2020_bert, bhojanapalli2020_lm
 from sparse_runner.reporting.papers.correia2019 import claims as correia
@@ -186,6 +187,6 @@ def test_a_shrunk_lm_study_job_trains_through_the_cli_and_fills_its_arm(tmp_path
     assert done.returncode == 0, done.stderr[-2000:]
     records = collect_runs([tmp_path / "runs"])
     assert [rec.status for rec in records] == ["completed"]
-    arm = bhojanapalli2020_lm.preset_arm("32 fixed", job[:3] + shrink, "lm", "test/ppl", "cmd")
+    arm = claims.preset_arm("32 fixed", job[:3] + shrink, "lm", "test/ppl", "cmd")
     assert arm.runs(records) == records
     assert bhojanapalli2020_lm.CLAIMS[2].row(records).verdict == NOT_RUN   # not the study's budget: no arm's run

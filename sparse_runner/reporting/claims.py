@@ -25,8 +25,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Protocol, Sequence
 
+from sparse_runner.reporting.presets import Preset, match
 from sparse_runner.reporting.render import Table
-from sparse_runner.reporting.runs import RunRecord
+from sparse_runner.reporting.runs import RunRecord, completed
+from sparse_runner.reporting.seeds import best_group, seed_groups
 
 RULE = ("Verdict: the difference of the two arms' means (treatment minus baseline) with a Welch t 95 % interval "
         "over their seeds. `greater`: held when the interval lies above 0; not held when it lies below 0, or below "
@@ -69,6 +71,22 @@ class Arm:
     label: str
     runs: Callable[[list[RunRecord]], list[RunRecord]]   # the arm's completed runs, one per seed
     command: str                                          # sparse-run ... seed=0,1,2
+
+
+def preset_arm(label: str, overrides: tuple[str, ...], family: str, metric: str, command: str) -> Arm:
+    """A claim's arm (reporting/claims.py): the completed runs of `family` scored on `metric` whose resolved config
+    is the preset `overrides` in every result-changing key but the seed (presets.py, however the command line
+    spelled it), one per seed; among several such groups (other data), the best on validation."""
+    preset = Preset(overrides)
+
+    def runs(records: list[RunRecord]) -> list[RunRecord]:
+        mine = [rec for rec in completed(records, family, metric)
+                if (found := match(rec.keys, [preset], primary_metric=rec.primary_metric)) is not None and found.exact]
+        group = best_group(seed_groups(mine))
+        return group.runs if group else []
+
+    return Arm(label, runs, command)
+
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from sparse_runner.reporting.papers.bhojanapalli2020_bert_published import (  # 
     Published,
     bert_parameters,
 )
-from sparse_runner.reporting.papers.bhojanapalli2020_lm import preset_arm
+from sparse_runner.reporting.claims import preset_arm
 from sparse_runner.reporting.papers.bhojanapalli2020_bert_runs import (  # noqa: F401
     Filing,
     OurRow,

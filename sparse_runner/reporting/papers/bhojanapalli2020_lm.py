@@ -19,7 +19,7 @@ from pathlib import Path
 from sparse_runner.checks import one_line
 from sparse_runner.io import atomic_open
 from sparse_runner.reporting import seeds
-from sparse_runner.reporting.claims import Arm, Claim
+from sparse_runner.reporting.claims import Arm, Claim, preset_arm
 from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.presets import Preset, agrees, closest_models, match, shown
 from sparse_runner.reporting.render import Table
@@ -200,21 +200,6 @@ def draw_sweep(lines: dict[str, list[Point]], path: Path, title: str) -> Path:
 STUDY = "bhojanapalli2020_lm_study_cpu"
 STUDY_COMMAND = f"sparse-run -m experiment={STUDY}"
 STUDY_FEW, STUDY_MANY = 2, 32   # the fewest and the most heads of the study's sweep
-
-
-def preset_arm(label: str, overrides: tuple[str, ...], family: str, metric: str, command: str) -> Arm:
-    """A claim's arm (reporting/claims.py): the completed runs of `family` scored on `metric` whose resolved config
-    is the preset `overrides` in every result-changing key but the seed (presets.py, however the command line
-    spelled it), one per seed; among several such groups (other data), the best on validation."""
-    preset = Preset(overrides)
-
-    def runs(records: list[RunRecord]) -> list[RunRecord]:
-        mine = [rec for rec in completed(records, family, metric)
-                if (found := match(rec.keys, [preset], primary_metric=rec.primary_metric)) is not None and found.exact]
-        group = best_group(seed_groups(mine))
-        return group.runs if group else []
-
-    return Arm(label, runs, command)
 
 
 def _study_arm(model: str, heads: int) -> Arm:

@@ -26,7 +26,7 @@ from sparse_runner.reporting.claims import (
     verdict,
     welch_interval,
 )
-from sparse_runner.reporting.papers.bhojanapalli2020_lm import preset_arm
+from sparse_runner.reporting.claims import preset_arm
 from sparse_runner.reporting.papers.correia2019.published import (
     CORREIA2019_TABLE1,
     FAMILY,
