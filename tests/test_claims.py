@@ -3,6 +3,7 @@ thresholds, and ERNIE-Sparse's claims filled from fake LRA runs (arms = the LRA 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,22 @@ def test_one_seed_gives_a_difference_without_a_verdict(tmp_path: Path):
     assert evidence.verdict == INCONCLUSIVE and evidence.low is None and evidence.difference == pytest.approx(2.0)
     table = claims_table(ernie_sparse.CLAIMS, records)
     assert table.rows[0][6] == "+2.00 (too few seeds for an interval)"
+
+
+def test_seeds_executed_another_way_stay_one_arm(tmp_path: Path):
+    """A seed whose run took another attention path threshold (model.memory_efficient_from, an execution key like
+    precision) is still a seed of its arm: three seeds, not the best of two groups."""
+    for seed, acc in enumerate((0.45, 0.46, 0.47)):
+        for name, model in (("e", "ernie_sparse"), ("b", "bigbird")):
+            run_dir = write_run(tmp_path, f"{name}{seed}", model=model, seed=seed, acc=acc, block=8)
+            if seed == 2:
+                metrics = json.loads((run_dir / "metrics.json").read_text())
+                metrics["config"]["model"]["memory_efficient_from"] = 1024
+                (run_dir / "metrics.json").write_text(json.dumps(metrics))
+    found, _ = ernie_claims(tmp_path)
+    evidence = found["ListOps, CPU preset with blocks of 8 | ERNIE-Sparse (HST + SAR) is more accurate than BigBird on LRA"][1]
+    assert len(evidence.treatment) == len(evidence.baseline) == 3
+    assert evidence.difference == pytest.approx(0.0) and evidence.low is not None
 
 
 def test_kept_results_give_the_same_claims(tmp_path: Path):

@@ -28,7 +28,7 @@ from typing import Callable, Literal, Protocol, Sequence
 from sparse_runner.reporting.presets import Preset, match
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord, completed
-from sparse_runner.reporting.seeds import best_group, seed_groups
+from sparse_runner.reporting.seeds import best_group, cell_seed_groups
 
 RULE = ("Verdict: the difference of the two arms' means (treatment minus baseline) with a Welch t 95 % interval "
         "over their seeds. `greater`: held when the interval lies above 0; not held when it lies below 0, or below "
@@ -82,7 +82,7 @@ def preset_arm(label: str, overrides: tuple[str, ...], family: str, metric: str,
     def runs(records: list[RunRecord]) -> list[RunRecord]:
         mine = [rec for rec in completed(records, family, metric)
                 if (found := match(rec.keys, [preset], primary_metric=rec.primary_metric)) is not None and found.exact]
-        group = best_group(seed_groups(mine))
+        group = best_group(cell_seed_groups(mine))
         return group.runs if group else []
 
     return Arm(label, runs, command)

@@ -12,6 +12,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
+from sparse_runner.reporting.presets import EXECUTION_KEYS
 from sparse_runner.reporting.runs import RunRecord, is_noise, pick_best, ranking
 from sparse_runner.reporting.values import as_float, as_str, fmt_value
 
@@ -139,6 +140,13 @@ def seed_groups(runs: Iterable[RunRecord], ignore: Iterable[str] = ()) -> list[S
             repeats += [rec for rec in same if rec is not best]
         groups.append(SeedGroup(sorted(counted, key=lambda r: r.display), repeats))
     return sorted(groups, key=lambda group: group.first.display)
+
+
+def cell_seed_groups(runs: Iterable[RunRecord], ignore: Iterable[str] = ()) -> list[SeedGroup]:
+    """seed_groups for a paper cell or a claim's arm: they take a preset's runs however each was executed
+    (presets.EXECUTION_KEYS: precision, compiled or not, attention kernel and where it switches), so those
+    keys do not split the seeds either (a seed run with another default attention path still counts)."""
+    return seed_groups(runs, ignore=(*EXECUTION_KEYS, *ignore))
 
 
 def best_group(groups: list[SeedGroup]) -> SeedGroup | None:

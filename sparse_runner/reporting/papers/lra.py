@@ -45,7 +45,7 @@ from sparse_runner.reporting.papers.lra_runs import runs_table
 from sparse_runner.reporting.presets import Match, Preset, agrees, closest_models, match, model_names, shown
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord, completed
-from sparse_runner.reporting.seeds import SeedGroup, best_group, seed_groups
+from sparse_runner.reporting.seeds import SeedGroup, best_group, cell_seed_groups
 from sparse_runner.reporting.values import pct
 
 OTHER = "other"   # the rows of runs that are no preset, after the settings' rows
@@ -183,7 +183,7 @@ def lra_runs(records: list[RunRecord]) -> list[RunRecord]:
 def cell_groups(runs: list[RunRecord]) -> list[SeedGroup]:
     """The configurations competing for one cell: its runs that differ only in their seed (and POOLED_KEYS)
     pooled."""
-    return seed_groups(runs, ignore=POOLED_KEYS)
+    return cell_seed_groups(runs, ignore=POOLED_KEYS)
 
 
 def best_groups(candidates: dict[str, list[SeedGroup]]) -> dict[str, SeedGroup]:
