@@ -77,3 +77,14 @@ def test_runs_that_are_no_job_sweep_apart(tmp_path):
     assert [row[1] for row in tables[0].rows] == ["90.00", "85.00"]
     assert [row[1] for row in tables[1].rows] == ["100.00", "95.00"]
     assert "differs from the nearest job in trainer.lr=0.01" in " ".join(tables[1].notes)
+
+
+def test_the_head_study_is_a_sweep_of_its_own(tmp_path):
+    """experiment=bhojanapalli2020_lm_study_cpu's jobs (d_model 64) are that study's sweep, not "other runs"."""
+    root = tmp_path / "runs"
+    for h, ppl in ((2, 120.0), (32, 150.0)):
+        write_lm_run(root / f"standard_h{h}", heads=h, head_size=None, ppl=ppl, experiment="bhojanapalli2020_lm_study_cpu")
+        write_lm_run(root / f"fixed_h{h}", heads=h, head_size=32, ppl=ppl - 10, experiment="bhojanapalli2020_lm_study_cpu")
+    tables = [t for t in bhojanapalli2020.tables(collect_runs([root])) if "_lm_" in t.slug]
+    assert [t.title.split("(")[-1] for t in tables] == ["task=sotu_en, experiment=bhojanapalli2020_lm_study_cpu)"]
+    assert tables[0].headers[1] == "d=64, d/h test ppl" and [row[0] for row in tables[0].rows] == ["2", "32"]

@@ -31,7 +31,7 @@ LM_FAMILY = "lm"
 METRIC = "test/ppl"
 SWEEP_COMMAND = "sparse-run -m experiment=bhojanapalli2020_lm_cpu model=standard_heads,fixed_head model.num_heads=2,4,8,16,32"
 # The experiments whose sweeps the figure draws, and the geometry presets they sweep (standard d/h, fixed d_p).
-EXPERIMENTS = ("bhojanapalli2020_lm_cpu", "bhojanapalli2020_lm1b")
+EXPERIMENTS = ("bhojanapalli2020_lm_cpu", "bhojanapalli2020_lm1b", "bhojanapalli2020_lm_study_cpu")
 GEOMETRY_MODELS = ("standard_heads", "fixed_head")
 # What a job of the sweep sets to the run's own values (so runs differing in them share a sweep), and what tells
 # the two experiments apart before any job is composed.
