@@ -1,4 +1,4 @@
-"""float32 alpha-entmax against its float64 result on long, nearly flat rows (issue 25, N2).
+"""float32 alpha-entmax against its float64 result on long, nearly flat rows.
 
 There d = 1 + a1 (x - t) is small over the whole support (~n^-a1) and a float32 threshold shifts every
 d by ~1e-8: the output moved by up to 1e-4 and, at alpha > 1.5, the gradient weights s = p^(2 - alpha)

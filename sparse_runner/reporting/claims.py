@@ -107,12 +107,7 @@ class Claim:
 
     def row(self, records: list[RunRecord]) -> ClaimRow:
         found = evaluate(self, records)
-        if found.difference is None:
-            difference = ""
-        elif found.low is None:
-            difference = f"{found.difference:+.2f} (too few seeds for an interval)"
-        else:
-            difference = f"{found.difference:+.2f} [{found.low:+.2f}, {found.high:+.2f}]"
+        difference = format_difference(found.difference, found.low, found.high)
         sides = [(self.treatment, found.treatment), (self.baseline, found.baseline)]
         arms = [f"{arm.label}: {mean_std(values) or 'no runs'}" for arm, values in sides]
         if self.kind == "within":
@@ -180,6 +175,15 @@ def evaluate(claim: Claim, records: list[RunRecord]) -> Evidence:
         return Evidence(*values, diff, None, None, INCONCLUSIVE, compute)
     diff, low, high = welch_interval(*values)
     return Evidence(*values, diff, low, high, verdict(claim, low, high), compute)
+
+
+def format_difference(difference: float | None, low: float | None, high: float | None) -> str:
+    """A claim's result cell: the difference with its interval, or the note that there is none."""
+    if difference is None:
+        return ""
+    if low is None:
+        return f"{difference:+.2f} (too few seeds for an interval)"
+    return f"{difference:+.2f} [{low:+.2f}, {high:+.2f}]"
 
 
 def mean_std(values: list[float]) -> str:

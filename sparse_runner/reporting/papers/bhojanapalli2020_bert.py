@@ -28,7 +28,7 @@ import re
 from typing import Any
 
 from sparse_runner.reporting import seeds
-from sparse_runner.reporting.claims import Arm, Claim
+from sparse_runner.reporting.claims import Arm, Claim, preset_arm
 from sparse_runner.reporting.papers.bhojanapalli2020_bert_published import (  # noqa: F401 (read as bert.X)
     CITATION,
     CPU,
@@ -52,7 +52,6 @@ from sparse_runner.reporting.papers.bhojanapalli2020_bert_published import (  # 
     Published,
     bert_parameters,
 )
-from sparse_runner.reporting.claims import preset_arm
 from sparse_runner.reporting.papers.bhojanapalli2020_bert_runs import (  # noqa: F401
     Filing,
     OurRow,

@@ -22,11 +22,12 @@ from sparse_runner.reporting.claims import (
     Claim,
     ClaimRow,
     compute_time,
+    format_difference,
     mean_std,
+    preset_arm,
     verdict,
     welch_interval,
 )
-from sparse_runner.reporting.claims import preset_arm
 from sparse_runner.reporting.papers.correia2019.published import (
     CORREIA2019_TABLE1,
     FAMILY,
@@ -125,13 +126,15 @@ class PairedClaim:
         pairs = [(a, b) for rec in runs if (a := self.first[1](rec)) is not None and (b := self.second[1](rec)) is not None]
         firsts, seconds = [a for a, _ in pairs], [b for _, b in pairs]
         differences = [a - b for a, b in pairs]
+        diff, low, high = (differences[0] if differences else None), None, None
         if not differences:
-            shown, found = "", NOT_RUN
+            found = NOT_RUN
         elif len(differences) < MIN_RUNS:
-            shown, found = f"{differences[0]:+.2f} (too few seeds for an interval)", INCONCLUSIVE
+            found = INCONCLUSIVE
         else:
             diff, low, high = welch_interval(differences, [0.0] * len(differences))
-            shown, found = f"{diff:+.2f} [{low:+.2f}, {high:+.2f}]", verdict(self, low, high)   # type: ignore[arg-type]
+            found = verdict(self, low, high)   # type: ignore[arg-type]
+        shown = format_difference(diff, low, high)
         return ClaimRow(
             f"{self.arm.label}, {self.first[0]}: {mean_std(firsts) or 'no runs'}",
             f"{self.arm.label}, {self.second[0]}: {mean_std(seconds) or 'no runs'}",
