@@ -257,6 +257,7 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
     if is_main():  # another rank's deletion could hit rank 0's temporary files mid-write
         remove_stale_temporaries(run_dir)
     wall_start = time.perf_counter()
+    cpu_start = time.process_time()
     t = cfg.trainer
     primary_metric = f"test/{task_families()[cfg.task.family].primary_metric}"
     try:
@@ -317,15 +318,16 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
         trainer.fit()
     except BaseException as exc:
         p = trainer.progress
-        _record_end(record, status=_end_status(exc), error=one_line(exc), step=p.step, wall_time_s=time.perf_counter() - wall_start, finished_at=now())
+        _record_end(record, status=_end_status(exc), error=one_line(exc), step=p.step, wall_time_s=time.perf_counter() - wall_start,
+                    cpu_time_s=time.process_time() - cpu_start, finished_at=now())
         raise
     p = trainer.progress
     with stop.deferred():  # trained and tested: a signal now is too late to stop anything, so finish recording
-        _record_completed(record, run_dir, task, trainer, wall_start, device)
+        _record_completed(record, run_dir, task, trainer, wall_start, cpu_start, device)
     return float(p.best_value) if p.best_value is not None else float("nan")
 
 
-def _record_completed(record: Any, run_dir: Path, task: Any, trainer: Trainer, wall_start: float, device: torch.device) -> None:
+def _record_completed(record: Any, run_dir: Path, task: Any, trainer: Trainer, wall_start: float, cpu_start: float, device: torch.device) -> None:
     t, p = trainer.tcfg, trainer.progress
     final = p.final_metrics
     figures = _figures(run_dir, p.analysis) if is_main() else []
@@ -343,6 +345,7 @@ def _record_completed(record: Any, run_dir: Path, task: Any, trainer: Trainer, w
         data_wait_fraction=p.data_time_s / p.train_time_s if p.train_time_s > 0 else None,
         tokens_per_second=p.tokens_seen / p.train_time_s if p.train_time_s > 0 else None,
         wall_time_s=time.perf_counter() - wall_start,
+        cpu_time_s=time.process_time() - cpu_start,
         peak_memory_mb=peak_memory_mb(device),
         finished_at=now(),
     )

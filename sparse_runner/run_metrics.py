@@ -54,6 +54,9 @@ SCHEMA: dict[str, str] = {
     "data_wait_fraction": "share of training time spent making batches (the model waits for them)",
     "tokens_per_second": "training throughput",
     "wall_time_s": "seconds from start to end of the run",
+    "cpu_time_s": "CPU seconds (user + system, all threads) the process spent from start to end of the run; on a shared "
+                  "machine, where wall time says little, cpu_time_s / trainer.num_threads estimates the wall time on idle cores "
+                  "(a lower bound: threads never scale perfectly)",
     "peak_memory_mb": "peak device (or process) memory",
     "metrics": "final metrics {`val/...`, `test/...`, `best/val/...`: number}",
     "selection": "checkpoint selection {metric, mode, best_value, best_step}",

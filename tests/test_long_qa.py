@@ -250,6 +250,23 @@ def test_long_cloze_contexts_are_whole_speeches_up_to_the_budget():
     assert max(ex.answer_starts[0] for ex in examples) > 300  # answers lie deep in the context, not only near its start
 
 
+
+def test_long_cloze_segments_ask_over_the_rest_of_each_speech():
+    speeches = [[f"Sentence {k} of speech {d} names the Grand Duchy of Fenwick {k + 1000} times." for k in range(30)] for d in range(3)]
+    first = long_cloze_examples(speeches, seed=0, max_words=100, questions_per_document=4, id_prefix="x")
+    every = long_cloze_examples(speeches, seed=0, max_words=100, questions_per_document=4, id_prefix="x", segments=None)
+    two = long_cloze_examples(speeches, seed=0, max_words=100, questions_per_document=4, id_prefix="x", segments=2)
+    # 13 words a sentence: 7 sentences a segment, 5 segments a speech (the last of 2 sentences)
+    assert len(every) == 3 * (4 * 4 + 2) and len(two) == 3 * 2 * 4
+    assert [ex.id for ex in every if ex.id.split("-")[2] == "0"] == [ex.id for ex in first]
+    assert {ex.id.split("-")[2] for ex in every} == {"0", "1", "2", "3", "4"} and len({ex.id for ex in every}) == len(every)
+    for ex in every:
+        d, s = (int(part) for part in ex.id.split("-")[1:3])
+        assert ex.title == f"x-{d}" and ex.context.startswith(f"Sentence {7 * s} of speech {d} ")
+        assert len(ex.context.split()) <= 100 and ex.question.replace(BLANK, ex.answers[0]) in ex.context
+    with pytest.raises(ValueError, match="segments must be >= 1"):
+        long_cloze_examples(speeches, seed=0, max_words=100, questions_per_document=4, id_prefix="x", segments=0)
+
 def test_sotu_long_cloze_task_is_a_labelled_substitute_with_floors(cache_dir):
     cfg = config(cache_dir, "task=sotu_long_cloze", "task.max_context_words=150", "task.questions_per_passage=2", "task.max_length=256",
                  "task.doc_stride=128", "task.max_query_length=48", "task.vocab_size=500")

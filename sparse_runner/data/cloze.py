@@ -19,6 +19,7 @@ This module needs numpy only (no torch).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -133,28 +134,55 @@ def long_cloze_examples(
     max_words: int,
     questions_per_document: int,
     id_prefix: str,
+    segments: int | None = 1,
 ) -> list[QAExample]:
-    """Cloze questions whose passage is a whole document: ``cloze_examples`` with one passage per document.
+    """Cloze questions whose passage is a whole document: ``cloze_examples`` with one passage per segment.
 
-    Each document keeps its first sentences while their whitespace-separated words add up to at most
-    ``max_words`` (at least its first sentence), so a context of ``max_words`` words fits a reader's
-    window; ``questions_per_document`` of its sentences become questions, blanked as in
-    ``cloze_examples``. Ids are ``f"{id_prefix}-{document}-0-{question}"``. Deterministic given ``seed``.
+    Each document is cut into consecutive segments of whole sentences whose whitespace-separated words
+    add up to at most ``max_words`` (at least one sentence each), so a context of ``max_words`` words
+    fits a reader's window. The first ``segments`` segments of each document are kept (``None``: all of
+    them; the default 1 is the document's beginning), and ``questions_per_document`` sentences of each
+    kept segment become questions, blanked as in ``cloze_examples``. Ids are
+    ``f"{id_prefix}-{document}-{segment}-{question}"``, titles ``f"{id_prefix}-{document}"``.
+    Deterministic given ``seed``; the questions of the first segments do not depend on ``segments``.
     """
     if max_words < 1 or questions_per_document < 1:
         raise ValueError(f"long_cloze_examples: max_words and questions_per_document must be >= 1, got {max_words}, {questions_per_document}")
+    if segments is not None and segments < 1:
+        raise ValueError(f"long_cloze_examples: segments must be >= 1 or None (all), got {segments}")
     if isinstance(documents, str) or any(isinstance(doc, str) for doc in documents):
         raise TypeError("long_cloze_examples: documents must be lists of sentences")
     cut: list[list[str]] = []
-    for document in documents:
-        kept, words = [], 0
-        for sentence in (s.strip() for s in document):
-            if not sentence:
-                continue
-            words += len(sentence.split())
-            if kept and words > max_words:
+    origin: list[tuple[int, int]] = []  # (document, segment) of each entry of `cut`
+    for d, document in enumerate(documents):
+        for s, segment in enumerate(_word_segments(document, max_words)):
+            if segments is not None and s == segments:
                 break
-            kept.append(sentence)
-        cut.append(kept)
+            cut.append(segment)
+            origin.append((d, s))
     longest = max((len(doc) for doc in cut), default=1)
-    return cloze_examples(cut, seed=seed, passage_sentences=max(longest, 1), questions_per_passage=questions_per_document, id_prefix=id_prefix)
+    examples = cloze_examples(cut, seed=seed, passage_sentences=max(longest, 1), questions_per_passage=questions_per_document, id_prefix=id_prefix)
+    renamed = []
+    for example in examples:
+        # cloze_examples numbered the segments as documents: f"{id_prefix}-{index into cut}-0-{question}".
+        index, question = example.id[len(id_prefix) + 1:].split("-")[0::2]
+        d, s = origin[int(index)]
+        renamed.append(replace(example, id=f"{id_prefix}-{d}-{s}-{question}", title=f"{id_prefix}-{d}"))
+    return renamed
+
+
+def _word_segments(document: Sequence[str], max_words: int) -> list[list[str]]:
+    """The document's non-empty sentences in consecutive runs of at most ``max_words`` words (a longer
+    sentence is a run of its own)."""
+    runs: list[list[str]] = []
+    words = 0
+    for sentence in (s.strip() for s in document):
+        if not sentence:
+            continue
+        n = len(sentence.split())
+        if not runs or words + n > max_words:
+            runs.append([])
+            words = 0
+        runs[-1].append(sentence)
+        words += n
+    return runs

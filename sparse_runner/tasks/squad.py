@@ -30,7 +30,8 @@ Sources (`task.source`):
   cloze  the offline SUBSTITUTE: cloze questions generated over real text (the embedded State of the
          Union addresses, one sentence with a span blanked as the question), over passages of
          `task.passage_sentences` sentences, or over whole speeches (`passage_sentences: null`, cut to
-         `task.max_context_words`): the long-document substitute. Real text, generated questions: not
+         `task.max_context_words`; `task.train_segments` > 1 also asks over the following segments of each
+         training speech): the long-document substitute. Real text, generated questions: not
          comparable with the real sets, and metrics.json and the report say so. Its trivial baselines
          (first sentence; first span of the answer's kind) are in task_info.
 
@@ -93,6 +94,7 @@ class SquadTaskConfig(FineTuningDataConfig):
     passage_sentences: Optional[int] = 5  # cloze: sentences per passage; None: whole speeches (cut to max_context_words)
     questions_per_passage: int = 2  # cloze: questions per passage
     max_context_words: Optional[int] = None  # triviaqa: evidence cut after this many words; cloze over whole speeches: their word budget
+    train_segments: Optional[int] = 1  # cloze over whole speeches: consecutive max_context_words segments per training speech (None: all); validation and test keep the first
 
 
 def cloze_baselines(examples: Sequence[QAExample]) -> dict[str, float]:
@@ -141,7 +143,7 @@ class SquadTask(BertTextTask):
         check_fine_tuning_data(t, sources=SOURCES, files=files, hub_example=hub_example, splits=("train", "test"))
         for key in ("doc_stride", "max_query_length", "max_answer_length", "val_size", "questions_per_passage"):
             positive(f"task.{key}", t[key])
-        for key in ("max_train_examples", "passage_sentences", "max_context_words"):
+        for key in ("max_train_examples", "passage_sentences", "max_context_words", "train_segments"):
             positive(f"task.{key}", t[key], allow_none=True)
         if t.source == "cloze" and t.passage_sentences is None and t.max_context_words is None:
             fail("task.max_context_words", "is null, and cloze questions over whole speeches (task.passage_sentences=null) need a word budget",
@@ -234,7 +236,8 @@ class SquadTask(BertTextTask):
         if t.passage_sentences is None:
             examples = {
                 split: long_cloze_examples(speeches[split], seed=t.split_seed, max_words=t.max_context_words,
-                                           questions_per_document=t.questions_per_passage, id_prefix=f"sotu-{split}")
+                                           questions_per_document=t.questions_per_passage, id_prefix=f"sotu-{split}",
+                                           segments=t.train_segments if split == "train" else 1)
                 for split in SPLITS
             }
             info = {"name": "sotu_long_cloze", "source": "substitute", "substitute_for": "TriviaQA and HotpotQA (long-document QA)",
