@@ -183,9 +183,17 @@ def _weighted(w: torch.Tensor, s: KeySource) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- tiling helpers
+def padding_or_none(key_padding_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The key padding mask, or None where it pads nothing (the encoder passes its layout's mask either way):
+    the tiles then need no mask, and SDPA runs its unmasked kernel (faster than a masked one on CPU). Reads the mask
+    on the host, one sync on an accelerator."""
+    return None if key_padding_mask is None or bool(key_padding_mask.all()) else key_padding_mask
+
+
 def to_tiles(x: torch.Tensor, start: int, tiles: int, size: int) -> torch.Tensor:
     """(B, H, N, D) -> (B, H, tiles, size, D): positions start.. cut into tiles, zero-padded at the end."""
-    body = x[:, :, start:]
+    # No slice unless needed: a slice's backward is a zero-filled buffer of x's size and a copy.
+    body = x[:, :, start:] if start else x
     missing = tiles * size - body.shape[2]
     if missing:
         body = F.pad(body, (0, 0, 0, missing))
@@ -229,4 +237,5 @@ def gather_valid(tiles_ok: torch.Tensor, index: torch.Tensor, ok: torch.Tensor) 
 def from_tiles(tiles: torch.Tensor, length: int) -> torch.Tensor:
     """(B, H, R, T, D) -> (B, H, length, D): the tiles back in sequence order, end padding cut."""
     b, h, r, t, d = tiles.shape
-    return tiles.reshape(b, h, r * t, d)[:, :, :length]
+    out = tiles.reshape(b, h, r * t, d)
+    return out[:, :, :length] if length < r * t else out  # a slice only if needed (see `to_tiles`)
