@@ -203,8 +203,8 @@ def _weighted(w: torch.Tensor, s: KeySource) -> torch.Tensor:
 # ----------------------------------------------------------------------------- tiling helpers
 def padding_or_none(key_padding_mask: torch.Tensor | None) -> torch.Tensor | None:
     """The key padding mask, or None where it pads nothing (the encoder passes its layout's mask either way):
-    the tiles then need no mask, and SDPA runs its unmasked kernel (faster than a masked one on CPU). Reads the mask
-    on the host, one sync on an accelerator."""
+    the tiles then need no mask, SDPA runs unmasked, and no output row is zeroed after it. Reads the mask on
+    the host: one sync on an accelerator."""
     return None if key_padding_mask is None or bool(key_padding_mask.all()) else key_padding_mask
 
 
