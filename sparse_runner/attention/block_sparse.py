@@ -156,16 +156,18 @@ def _sdpa_layout(*tiles: torch.Tensor):
     to its math path), and how its output comes back to (B, H, R, T, D).
 
     Tiles whose memory holds every position's heads side by side, as the layer's projections write q, k and
-    v, go in as (B * R, H, T, D) views: the kernel reads strided inputs, and lays its output and gradients
-    out (batch, T, heads, D), which is that same layout, so neither the tiles, nor their gradients, nor
-    the output (when the layer merges its heads) are copied. Other tiles (gathered ones) go in as
-    (B * H * R, 1, T, D), contiguous: with one head per batch entry the gradients are contiguous too (as
-    (B, H * R, T, D) every gathered key tile's gradient was copied once more), and the fused backward
-    copies every (batch, head) slice of a strided input on its own.
+    v, go in as (B * R, H, T, D) over memory (B * R, T, H, D): the kernel lays its output and gradients out
+    (batch, T, heads, D), which is that same layout, so that neither q's tiles nor their gradients nor the
+    output (when the layer merges its heads) are copied. Tiles that are not dense in that layout (k and v,
+    views of one projection that holds both) are copied into it: the fused kernel reads them ~1.5x slower
+    in place. Other tiles (gathered ones) go in as (B * H * R, 1, T, D), contiguous: with one head per
+    batch entry the gradients are contiguous too (as (B, H * R, T, D) every gathered key tile's gradient
+    was copied once more), and the fused backward copies every (batch, head) slice of a strided input on
+    its own. Masks, (B, H, R, T, S), fold the same way.
     """
     b, h, r = tiles[0].shape[:3]
     if all(x.stride(1) < x.stride(2) and (b == 1 or x.stride(0) == r * x.stride(2)) for x in tiles):
-        return (lambda x: x.transpose(1, 2).reshape(b * r, h, *x.shape[3:]),
+        return (lambda x: x.movedim(1, -2).reshape(b * r, x.shape[3], h, x.shape[4]).contiguous().transpose(1, 2),
                 lambda y: y.view(b, r, h, *y.shape[2:]).transpose(1, 2))
     return (lambda x: x.reshape(b * h * r, 1, *x.shape[3:]).contiguous(),
             lambda y: y.view(b, h, r, *y.shape[2:]))
