@@ -596,15 +596,6 @@ inline double bias_effect(double delta, double a1, double dmax, double dmin) {
   return delta * std::max(base, e * std::pow(dmin / dmax, e) / dmin);
 }
 
-// bias_effect(delta, a1, dmax, dmin) > tol.  With dmin <= dmax the pow term is below e / d_min, which
-// settles most rows without the pow (otherwise taken on every row at alpha > 1.5).
-inline bool bias_exceeds(double delta, double a1, double dmax, double dmin, double tol) {
-  const double e = 1.0 / a1 - 1.0;
-  if (dmin <= dmax && delta * std::max(1.0 / (a1 * std::max(dmax, 1e-30)), e / std::max(dmin, 1e-30)) <= tol)
-    return false;
-  return bias_effect(delta, a1, dmax, dmin) > tol;
-}
-
 template <class S>
 struct Kernels {
   using T = typename S::Elem;
@@ -1441,7 +1432,7 @@ struct Kernels {
     bool needs_polish(const Row& r) const {
       if (!Tol<T>::polish) return false;
       const double dmax = 1.0 - r.a1 * (r.u + r.shift);
-      return bias_exceeds(Tol<T>::solver_bias, r.a1, dmax, r.rmax > 0.0 ? 1.0 / r.rmax : dmax, Tol<T>::polish_tol);
+      return bias_effect(Tol<T>::solver_bias, r.a1, dmax, r.rmax > 0.0 ? 1.0 / r.rmax : dmax) > Tol<T>::polish_tol;
     }
 
     // Newton steps on G(t) = F(t)^a1 - 1, F the sum of the threshold weights (weight<kGeneral>) of the
@@ -1483,13 +1474,13 @@ struct Kernels {
         if (!std::isfinite(dt)) return t;
         t += dt;
         const double rest = (1.0 - r.a1) * std::max(M2 - Q * Q / F, 0.0) / (2.0 * Q) * dt * dt;
-        if (!bias_exceeds(r.a1 * rest, r.a1, dmax, dmin, Tol<T>::polish_tol)) break;
+        if (!(bias_effect(r.a1 * rest, r.a1, dmax, dmin) > Tol<T>::polish_tol)) break;
       }
       // The float32 weights' own errors (a bias of F of ~2e-8, measured, and rounding noise) limit t
       // to about a1 weights_bias / Q in d.  Where an entry close to the edge makes even that matter
       // (flat rows at alpha > 1.5: an entry within ~1e-6 of the edge, most long ones), one more step
       // with float64 weights (f64_sums).
-      if (bias_exceeds(r.a1 * Tol<T>::weights_bias / Q, r.a1, dmax, dmin, Tol<T>::polish_tol)) {
+      if (bias_effect(r.a1 * Tol<T>::weights_bias / Q, r.a1, dmax, dmin) > Tol<T>::polish_tol) {
         double F, Q64;
         S::f64_sums(xs + b, e - b, r.a1, t, F, Q64);
         const double dt = -std::expm1(-r.a1 * std::log(F)) * F / (r.a1 * Q64);
