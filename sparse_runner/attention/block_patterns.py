@@ -29,6 +29,7 @@ from sparse_runner.attention.block_sparse import (
     gather_tiles,
     gather_valid,
     mask_tiles,
+    padding_or_none,
     to_tiles,
 )
 from sparse_runner.attention.layout import SequenceLayout
@@ -183,6 +184,7 @@ class KeyBlockPattern(BlockPattern):
         if n <= g:  # nothing but global tokens: plain dense attention
             return super().attend(q, k, v, normaliser=normaliser, key_padding_mask=key_padding_mask, dropout_p=dropout_p, need_weights=need_weights)
         blocks, drawn = self._tiles(n), self._unshifted_tiles(n)
+        key_padding_mask = padding_or_none(key_padding_mask)
         keys_ok = key_padding_mask if key_padding_mask is not None else torch.ones(1, n, dtype=torch.bool, device=q.device)
         tiles_ok = mask_tiles(keys_ok, g, blocks, bs)  # (B or 1, blocks, bs)
         qt, kt, vt = (to_tiles(x, g, blocks, bs) for x in (q, k, v))

@@ -120,25 +120,23 @@ def attend_tiles(
     valid = torch.cat([_valid(s, lead, r) for s in sources], dim=-1)  # (B or 1, 1 or H, R, T or 1, S)
     record_scores(b * h * r * t * sum(sizes))
 
-    if normaliser.fused_sdpa and not need_weights and t > 1:
-        if len(sources) == 1 and sources[0].k.shape[2] == r:
+    one_per_tile = len(sources) == 1 and sources[0].k.shape[2] == r
+    # One query per tile goes to SDPA only over keys of its own: shared keys would be copied into every tile.
+    if normaliser.fused_sdpa and not need_weights and (t > 1 or one_per_tile):
+        if one_per_tile:
             k, v = sources[0].k, sources[0].v
         else:  # one key tensor per tile: shared sources (the few global tokens) are copied into each
             k = torch.cat([s.k.expand(b, h, r, -1, d) for s in sources], dim=-2)
             v = torch.cat([s.v.expand(b, h, r, -1, d) for s in sources], dim=-2)
-        # 4-D (B * H * R, 1, T, D): PyTorch's fused CPU kernel takes 4-D inputs (5-D ones go to its math
-        # path) and returns its gradients laid out (batch, T, heads, D): with one head per batch entry they
-        # are contiguous, and the tiles' backward copies nothing (as (B, H * R, T, D) it copied every
-        # gathered key tile's gradient once more). Contiguous inputs: the fused backward otherwise copies
-        # every (batch, head) slice on its own.
-        q4, k4, v4 = (x.reshape(b * h * r, 1, x.shape[-2], d).contiguous() for x in (q, k, v))
+        fold, unfold = _sdpa_layout(q, k, v)
+        q4, k4, v4 = fold(q), fold(k), fold(v)
         if all(s.valid is None for s in sources):
-            return F.scaled_dot_product_attention(q4, k4, v4, dropout_p=dropout_p).view(b, h, r, t, d), None, _per_query(valid, t)
+            return unfold(F.scaled_dot_product_attention(q4, k4, v4, dropout_p=dropout_p)), None, _per_query(valid, t)
         has_key = valid.any(-1, keepdim=True)
         # A row without keys is given all its slots (finite garbage) and zeroed below: fused kernels
         # differ in what they return for a fully masked row (NaN on some).
-        mask = (valid | ~has_key).expand(b, h, -1, -1, -1).reshape(b * h * r, 1, valid.shape[3], -1)
-        out = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask, dropout_p=dropout_p).view(b, h, r, t, d)
+        mask = fold((valid | ~has_key).expand(b, h, -1, -1, -1))
+        out = unfold(F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask, dropout_p=dropout_p))
         return out * has_key, None, _per_query(valid, t)
 
     # q scaled and made contiguous once: every source's matmul then reads it as one (B*H*R) batch
@@ -151,6 +149,28 @@ def attend_tiles(
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
     out = sum(_weighted(part, s) for part, s in zip(dropped.split(sizes, dim=-1), sources))
     return out, (weights if need_weights else None), _per_query(valid, t)
+
+
+def _sdpa_layout(*tiles: torch.Tensor):
+    """(fold, unfold): how SDPA takes (B, H, R, T, D) tiles, 4-D (PyTorch's fused CPU kernel sends 5-D inputs
+    to its math path), and how its output comes back to (B, H, R, T, D).
+
+    Tiles whose memory holds every position's heads side by side, as the layer's projections write q, k and
+    v, go in as (B * R, H, T, D) over memory (B * R, T, H, D): the kernel lays its output and gradients out
+    (batch, T, heads, D), which is that same layout, so that neither q's tiles nor their gradients nor the
+    output (when the layer merges its heads) are copied. Tiles that are not dense in that layout (k and v,
+    views of one projection that holds both) are copied into it: the fused kernel reads them ~1.5x slower
+    in place. Other tiles (gathered ones) go in as (B * H * R, 1, T, D), contiguous: with one head per
+    batch entry the gradients are contiguous too (as (B, H * R, T, D) every gathered key tile's gradient
+    was copied once more), and the fused backward copies every (batch, head) slice of a strided input on
+    its own. Masks, (B, H, R, T, S), fold the same way.
+    """
+    b, h, r = tiles[0].shape[:3]
+    if all(x.stride(1) < x.stride(2) and (b == 1 or x.stride(0) == r * x.stride(2)) for x in tiles):
+        return (lambda x: x.movedim(1, -2).reshape(b * r, x.shape[3], h, x.shape[4]).contiguous().transpose(1, 2),
+                lambda y: y.view(b, r, h, *y.shape[2:]).transpose(1, 2))
+    return (lambda x: x.reshape(b * h * r, 1, *x.shape[3:]).contiguous(),
+            lambda y: y.view(b, h, r, *y.shape[2:]))
 
 
 def _valid(s: KeySource, lead: tuple[int, int, int], r: int) -> torch.Tensor:
@@ -183,9 +203,17 @@ def _weighted(w: torch.Tensor, s: KeySource) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- tiling helpers
+def padding_or_none(key_padding_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The key padding mask, or None where it pads nothing (the encoder passes its layout's mask either way):
+    the tiles then need no mask, SDPA runs unmasked, and no output row is zeroed after it. Reads the mask on
+    the host: one sync on an accelerator."""
+    return None if key_padding_mask is None or bool(key_padding_mask.all()) else key_padding_mask
+
+
 def to_tiles(x: torch.Tensor, start: int, tiles: int, size: int) -> torch.Tensor:
     """(B, H, N, D) -> (B, H, tiles, size, D): positions start.. cut into tiles, zero-padded at the end."""
-    body = x[:, :, start:]
+    # No slice unless needed: a slice's backward is a zero-filled buffer of x's size and a copy.
+    body = x[:, :, start:] if start else x
     missing = tiles * size - body.shape[2]
     if missing:
         body = F.pad(body, (0, 0, 0, missing))
@@ -229,4 +257,5 @@ def gather_valid(tiles_ok: torch.Tensor, index: torch.Tensor, ok: torch.Tensor) 
 def from_tiles(tiles: torch.Tensor, length: int) -> torch.Tensor:
     """(B, H, R, T, D) -> (B, H, length, D): the tiles back in sequence order, end padding cut."""
     b, h, r, t, d = tiles.shape
-    return tiles.reshape(b, h, r * t, d)[:, :, :length]
+    out = tiles.reshape(b, h, r * t, d)
+    return out[:, :, :length] if length < r * t else out  # a slice only if needed (see `to_tiles`)

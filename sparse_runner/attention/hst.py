@@ -54,7 +54,7 @@ from sparse_runner.attention.block_patterns import (
     bigbird_global_blocks,
     bigbird_table,
 )
-from sparse_runner.attention.block_sparse import KeySource, RowGroup, attend_tiles, from_tiles, gather_tiles, mask_tiles, to_tiles
+from sparse_runner.attention.block_sparse import KeySource, RowGroup, attend_tiles, from_tiles, gather_tiles, mask_tiles, padding_or_none, to_tiles
 from sparse_runner.attention.patterns import register_pattern
 
 
@@ -168,10 +168,12 @@ class HSTPattern(BlockPattern):
         if self.options.stages == 2 and layer is None:
             raise ValueError("two-stage HST projects its representatives again between the steps: call it through MultiHeadAttention (or pass layer=)")
         blocks, tile = self._tiles(n), self._tile_size()
+        key_padding_mask = padding_or_none(key_padding_mask)
         keys_ok = key_padding_mask if key_padding_mask is not None else torch.ones(1, n, dtype=torch.bool, device=q.device)
         tiles_ok = mask_tiles(keys_ok, g, blocks, tile)  # (B or 1, blocks, tile); slot 0 = representative
-        qt, kt, vt = (to_tiles(x, g, blocks, tile) for x in (q, k, v))
-        tiled = _Tiles(qt, kt, vt, tiles_ok, keys_ok, pad_free=key_padding_mask is None and (n - g) % tile == 0)
+        (qg, qt), (kg, kt), (vg, vt) = (_split_positions(x, [g, n - g]) if g else (x[:, :, :0], x) for x in (q, k, v))
+        qt, kt, vt = (to_tiles(x, 0, blocks, tile) for x in (qt, kt, vt))
+        tiled = _Tiles(qt, kt, vt, qg, kg, vg, tiles_ok, keys_ok, pad_free=key_padding_mask is None and (n - g) % tile == 0)
         run = dict(normaliser=normaliser, dropout_p=dropout_p, need_weights=need_weights)
         if self.options.stages == 1:
             return self._one_stage(q, k, v, tiled, run)
@@ -181,16 +183,16 @@ class HSTPattern(BlockPattern):
         b, h, n, d = q.shape
         g, tile, blocks = self.global_tokens, self._tile_size(), tiled.q.shape[2]
         reps = tiled.representatives()
-        globals_ = [KeySource(k[:, :, None, :g], v[:, :, None, :g], tiled.keys_ok[:, None, None, None, :g])] if g else []
+        globals_ = [KeySource(tiled.kg[:, :, None], tiled.vg[:, :, None], tiled.keys_ok[:, None, None, None, :g])] if g else []
         out_tok, tok_groups = self._token_step(tiled, tiled.k, tiled.v, run)
         # Representatives over their tile (less themselves: they are among `reps`), all representatives and the globals.
         is_rep = torch.arange(tile, device=q.device) == 0
         own_tokens = KeySource(tiled.k, tiled.v, tiled.ok[:, None, :, None, :] & ~is_rep)
         out_rep, w_rep, valid_rep = attend_tiles(tiled.q[:, :, :, :1], [own_tokens, reps, *globals_], **run)
-        out = from_tiles(torch.where(is_rep[:, None], out_rep, out_tok), n - g)
+        out = from_tiles(out_tok.slice_scatter(out_rep, dim=3, end=1), n - g)
         groups = []
         if g:
-            out_g, w_g, valid_g = attend_tiles(q[:, :, None, :g], [reps, *globals_], **run)
+            out_g, w_g, valid_g = attend_tiles(tiled.qg[:, :, None], [reps, *globals_], **run)
             out = torch.cat([out_g[:, :, 0], out], dim=2)
             if run["need_weights"]:
                 keys = torch.cat([self._rep_positions(blocks, q.device), torch.arange(g, device=q.device)])[None]
@@ -211,28 +213,28 @@ class HSTPattern(BlockPattern):
         b, h, n, d = q.shape
         g, tile, blocks = self.global_tokens, self._tile_size(), tiled.q.shape[2]
         starts = self._rep_positions(blocks, q.device)
-        # Step a: every representative over its own tile.
-        own_tile = KeySource(tiled.k, tiled.v, tiled.ok[:, None, :, None, :])
-        out_a = attend_tiles(tiled.q[:, :, :, :1], [own_tile], **{**run, "need_weights": False})[0][:, :, :, 0]  # (B, H, R, D)
-        # Step b: representatives (re-projected from r') and globals over both; the representatives
-        # whose tiles are padding past the end (starts >= n) have no input row and stay masked.
-        x = layer.x
-        x_rep = _rows(x, starts.clamp_max(n - 1))  # (B, R, d_model)
+        # Step a: every representative over its own tile. Its queries are projected from its rows again
+        # (as in steps b and c): taken from q's tiles, their gradient would be a zero-filled one of q's size.
+        # The representatives whose tiles are padding past the end (starts >= n) have no input row and
+        # stay masked.
+        x_rep = _rows(layer.x, starts.clamp_max(n - 1))  # (B, R, d_model)
+        own_tile = KeySource(tiled.k, tiled.v, None if tiled.pad_free else tiled.ok[:, None, :, None, :])
+        out_a = attend_tiles(layer.qkv(x_rep)[0][:, :, :, None], [own_tile], **{**run, "need_weights": False})[0][:, :, :, 0]  # (B, H, R, D)
+        # Step b: representatives (re-projected from r') and globals over both.
         q1, k1, v1 = layer.qkv(x_rep + layer.out(out_a))
         rep_ok = tiled.ok[:, :, 0]  # (B or 1, R)
-        q_b, k_b, v_b = (torch.cat([t[:, :, :g], t1], dim=2) for t, t1 in ((q, q1), (k, k1), (v, v1)))
+        q_b, k_b, v_b = ((torch.cat([t, t1], dim=2) if g else t1) for t, t1 in ((tiled.qg, q1), (tiled.kg, k1), (tiled.vg, v1)))
         ok_b = torch.cat([tiled.keys_ok[:, :g], rep_ok], dim=1)
         out_b, w_b, valid_b = attend_tiles(q_b[:, :, None], [KeySource(k_b[:, :, None], v_b[:, :, None], ok_b[:, None, None, None, :])], **run)
         out_b = out_b[:, :, 0]
         out_rep = out_a + out_b[:, :, g:]
         # Step c: tokens over their local tokens and their block's updated representative r''.
         _, k2, v2 = layer.qkv(x_rep + layer.out(out_rep))
-        kt = torch.cat([k2[:, :, :, None], tiled.k[:, :, :, 1:]], dim=3)
-        vt = torch.cat([v2[:, :, :, None], tiled.v[:, :, :, 1:]], dim=3)
+        kt, vt = _with_representatives(tiled.k, k2), _with_representatives(tiled.v, v2)
         out_tok, tok_groups = self._token_step(tiled, kt, vt, run)
-        is_rep = torch.arange(tile, device=q.device) == 0
-        out = from_tiles(torch.where(is_rep[:, None], out_rep[:, :, :, None], out_tok), n - g)
-        out = torch.cat([out_b[:, :, :g], out], dim=2)
+        out = from_tiles(out_tok.slice_scatter(out_rep[:, :, :, None], dim=3, end=1), n - g)
+        if g:
+            out = torch.cat([out_b[:, :, :g], out], dim=2)
         if not run["need_weights"]:
             return out, None, None
         # Reported per query: its last step (tokens: c; representatives and globals: b).
@@ -297,9 +299,12 @@ class HSTPattern(BlockPattern):
 class _Tiles:
     """A layer's q, k, v cut into tiles of block_size + 1 (slot 0: the representative), with their masks."""
 
-    q: torch.Tensor  # (B, H, R, tile, D)
+    q: torch.Tensor  # (B, H, R, tile, D), views of the layer's q, k, v
     k: torch.Tensor
     v: torch.Tensor
+    qg: torch.Tensor  # (B, H, globals, D): the global tokens' q, k, v
+    kg: torch.Tensor
+    vg: torch.Tensor
     ok: torch.Tensor  # (B or 1, R, tile) bool: real positions
     keys_ok: torch.Tensor  # (B or 1, N) bool
     pad_free: bool  # nothing padded: no mask needed (SDPA runs unmasked)
@@ -307,6 +312,21 @@ class _Tiles:
     def representatives(self) -> KeySource:
         """Every tile's representative as keys shared by all tiles."""
         return KeySource(self.k[:, :, None, :, 0], self.v[:, :, None, :, 0], self.ok[:, None, None, None, :, 0])
+
+
+def _split_positions(x: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, ...]:
+    """x (B, H, ..., positions, D) split along its positions. Split rather than sliced: a split's backward is
+    one cat, a slice's a zero-filled buffer the size of x and a copy; and split with the heads moved next to
+    D, so that this cat lays the gradient out as the projections lay out q, k, v, every position's heads
+    side by side (`block_sparse.attend_tiles` reads such tiles in place)."""
+    return tuple(part.movedim(-2, 1) for part in x.movedim(1, -2).split(sizes, dim=-3))
+
+
+def _with_representatives(tiles: torch.Tensor, reps: torch.Tensor) -> torch.Tensor:
+    """tiles (B, H, R, tile, D) with slot 0 (the representatives) replaced by reps (B, H, R, D), laid out
+    as the projections lay out (see `_split_positions`)."""
+    tokens = _split_positions(tiles, [1, tiles.shape[3] - 1])[1]
+    return torch.cat([reps[:, :, :, None].movedim(1, -2), tokens.movedim(1, -2)], dim=2).movedim(-2, 1)
 
 
 def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@
 //     (bracketed: an overshoot is stepped back from the right, never below the last left point), and
 //     the last step is applied as a first- or second-order correction of the pass's p when its error
 //     bound allows (FwdBlock::step), so dense rows take about 2 transcendental passes at alpha < 1.5
-//     and 2-3 above (the Jensen start also runs Michelot's support iteration).  Rows
+//     and 2-3 above (the Jensen start also takes one step of Michelot's support iteration).  Rows
 //     are solved in blocks whose survivors share one packed buffer: each Newton round is a single
 //     dense vector pass for the whole block (a sparse row alone would be one vector and a long
 //     dependent chain per pass).
@@ -109,10 +109,23 @@ E* thread_buffer(int64_t count) {
 enum BufferTag { kFwdVals, kFwdIdx, kRowVals, kRowIdx, kBwdVals, kBwdIdx };
 
 // The Jensen-start memo (FwdBlock): g(c) = (1 - c^-a1) / a1 keyed by (c, a1), valid across calls and
-// across the float / double kernels.
+// across the float / double kernels.  kWays values of a1 (slots) at a time, each with its own entry
+// per c.
 struct MemoStore {
+  static constexpr int kWays = 8;
   Buf<double> a1, val;
   int64_t valid = 0;  // entries [0, valid) are initialised
+  double slot_a1[kWays] = {-1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0};
+  int last = 0, next = 0;  // the slot of the last lookup; the next slot to reuse (round robin)
+  int slot(double a) {
+    if (slot_a1[last] == a) return last;
+    for (int w = 0; w < kWays; ++w)
+      if (slot_a1[w] == a) return last = w;
+    slot_a1[next] = a;  // its entries still hold another a1: JensenMemo::g recomputes them
+    last = next;
+    next = (next + 1) % kWays;
+    return last;
+  }
 };
 inline MemoStore& memo_store() {
   thread_local MemoStore store;
@@ -1022,30 +1035,34 @@ struct Kernels {
   // General alpha in (1, 2): u-space (see the header), Newton on G(u) = F^a1 - 1:
   //   u += F (1 - F^-a1) / (a1 Q),   F = sum p,  Q = sum p / d = -dF/du.
   // Rows are solved in blocks: the survivors of every row of a block sit in one packed buffer with
-  // their row's a1, 1/a1 and current u stored per element, so each Newton round is one dense vector
-  // pass over all the block's unfinished rows, followed by short per-row sums.  (Row by row, a sparse
-  // row's pass is a single vector and one long dependent chain -- log, exp, horizontal sums, step --
-  // and the core idles; packed, the same work is throughput-bound.)
+  // their row's current u (and a1, 1/a1 unless the block shares one alpha) stored per element, so
+  // each Newton round is one dense vector pass over all the block's unfinished rows, followed by
+  // short per-row sums.  (Row by row, a sparse row's pass is a single vector and one long dependent
+  // chain -- log, exp, horizontal sums, step -- and the core idles; packed, the same work is
+  // throughput-bound.)
 
-  // Per-thread memo of g(c) = (1 - c^-a1) / a1 for the Jensen start, kept between calls
-  // (consecutive rows usually share alpha: one alpha per head).
+  // Per-thread memo of g(c) = (1 - c^-a1) / a1 for the Jensen start, kept between calls.  A thread's
+  // rows cycle through the heads (one alpha each, a few hundred rows at a time): with one entry per c,
+  // every change of head refilled it, a log and an expm1 per lookup (~2 % of the forward at 128 keys).
   struct JensenMemo {
+    static constexpr int64_t kWays = MemoStore::kWays;
+    MemoStore* st;
     double *a1, *val;
-    explicit JensenMemo(int64_t n) {
-      MemoStore& st = memo_store();
-      const int64_t before = st.a1.capacity;
-      a1 = st.a1.ensure(n + 1);
-      val = st.val.ensure(n + 1);
-      if (st.a1.capacity != before) st.valid = 0;  // regrown: contents lost
-      for (int64_t i = st.valid; i <= n; ++i) a1[i] = -1.0;
-      st.valid = std::max(st.valid, n + 1);
+    explicit JensenMemo(int64_t n) : st(&memo_store()) {
+      const int64_t count = (n + 1) * kWays, before = st->a1.capacity;
+      a1 = st->a1.ensure(count);
+      val = st->val.ensure(count);
+      if (st->a1.capacity != before) st->valid = 0;  // regrown: contents lost
+      for (int64_t i = st->valid; i < count; ++i) a1[i] = -1.0;
+      st->valid = std::max(st->valid, count);
     }
     double g(int64_t c, double a) {
-      if (a1[c] != a) {
-        a1[c] = a;
-        val[c] = -std::expm1(-a * std::log(double(c))) / a;
+      const int64_t i = c * kWays + st->slot(a);
+      if (a1[i] != a) {
+        a1[i] = a;
+        val[i] = -std::expm1(-a * std::log(double(c))) / a;
       }
-      return val[c];
+      return val[i];
     }
   };
 
@@ -1071,6 +1088,9 @@ struct Kernels {
     int nrows = 0;
     T *yb, *pb, *rb, *ab, *kb, *ub;  // y = x - max, p, r = 1 / d, a1, 1/a1, u (per element)
     int32_t* ib;                           // column of each element
+    // The a1 of every row of the block, or NaN once they differ: only then are ab and kb filled (rows
+    // of one head share alpha, and blocks rarely straddle heads).
+    double a1_all = 0.0;
     Row rows[kRows];
     JensenMemo memo;
 
@@ -1096,11 +1116,12 @@ struct Kernels {
     // the support), then starts Newton at a lower bound of the root better than u = 0.  Jensen:
     // phi(d) = [d]_+^k is convex (k >= 1), so for any set S of entries F(u) >= |S| phi(mean_S d(u)),
     // and u_L(S) = mean_S y + (1 - |S|^-a1) / a1 satisfies F(u_L) >= 1, i.e. u_L <= u*.  S = all
-    // candidates, twice "those above the mean", then (Michelot's iteration for sparsemax, which this
-    // bound is at alpha = 2) S = the support at the current bound, which also drops the entries
-    // outside it (y <= u_L - 1/a1: outside the support for every u >= u_L) before the first
-    // transcendental pass.  No transcendentals; the last step matters most at alpha > 1.5 on dense
-    // rows (5 -> 3 passes at 2048 keys).
+    // candidates, twice "those above the mean", then (one step of Michelot's iteration for
+    // sparsemax, which this bound is at alpha = 2) S = the support at the current bound, which also
+    // drops the entries outside it (y <= u_L - 1/a1: outside the support for every u >= u_L) before
+    // the first transcendental pass.  No transcendentals; the last step matters most at alpha > 1.5
+    // on dense rows (5 -> 3 passes at 2048 keys).  Repeating it until S is stable saved fewer
+    // passes than it cost (measured: the forward 0-9 % slower at 128-2048 keys).
     void add(const T* x, T* out, T m, double a1, double* params = nullptr) {
       if (nrows == kRows || tot + n > cap - 2 * W) solve();
       const T ninf = -std::numeric_limits<T>::infinity();
@@ -1149,9 +1170,8 @@ struct Kernels {
         ybar = s2 / double(c2);
         u0 = std::max(u0, ybar + memo.g(c2, a1));
       }
-      for (int refine = 0; refine < 4 && r.c > 1; ++refine) {  // S = the support at u0, compacted
-        const double lim = u0 - 1.0 / a1;
-        if (!(lim < 0.0)) break;  // (rounding only: the max entry y = 0 is always kept)
+      const double lim = u0 - 1.0 / a1;
+      if (r.c > 1 && lim < 0.0) {  // S = the support at u0, compacted (lim >= 0: rounding only)
         const V vl = S::set1(T(lim));
         V acc = zero;
         int64_t w = r.b, j = r.b;
@@ -1175,14 +1195,17 @@ struct Kernels {
           acc = acc + S::maskz(k, y);
         }
         const int64_t c2 = w - r.b;
-        const bool same = c2 == r.c;
+        if (c2 != r.c) u0 = std::max(u0, double(S::hsum(acc)) / double(c2) + memo.g(c2, a1));
         r.c = c2;
         tot = w;
-        if (same) break;
-        u0 = std::max(u0, double(S::hsum(acc)) / double(c2) + memo.g(c2, a1));
       }
-      fill(ab, r.b, tot, T(a1));
-      fill(kb, r.b, tot, T(1.0 / a1));
+      if (nrows == 1) {
+        a1_all = a1;
+      } else if (a1 != a1_all && !std::isnan(a1_all)) {  // the first row with another alpha
+        for (int s = 0; s + 1 < nrows; ++s) fill_alpha(rows[s]);
+        a1_all = std::numeric_limits<double>::quiet_NaN();
+      }
+      if (std::isnan(a1_all)) fill_alpha(r);
       r.u = u0;
       r.u_lo = u0;
       r.it = 0;
@@ -1197,14 +1220,28 @@ struct Kernels {
       r.c5 = -r.c4 * (3.0 + a1) / 5.0;
     }
 
+    void fill_alpha(const Row& r) {
+      fill(ab, r.b, r.b + r.c, T(r.a1));
+      fill(kb, r.b, r.b + r.c, T(1.0 / r.a1));
+    }
+
+    void pass(int64_t lo, int64_t hi) {
+      if (std::isnan(a1_all))
+        pass_rows<false>(lo, hi);
+      else
+        pass_rows<true>(lo, hi);
+    }
+
     // One evaluation of every element in [lo, hi) at its row's u: t = a1 (y - u) > -1 on the support,
     // d = 1 + t, p = exp(k log1p(t)) with log1p(t) = log(d) + (t - (d - 1)) / d (the rounding of
     // 1 + t matters once k = 1/a1 is large), r = 1 / d (q = p r is formed where it is summed).
-    void pass(int64_t lo, int64_t hi) {
-      const V one = S::set1(T(1)), mone = S::set1(T(-1));
+    // kShared: a1 and k are a1_all's, else ab and kb's.
+    template <bool kShared>
+    void pass_rows(int64_t lo, int64_t hi) {
+      const V one = S::set1(T(1)), mone = S::set1(T(-1)), va1 = S::set1(T(a1_all)), vk = S::set1(T(1.0 / a1_all));
       for (int64_t j = lo; j < hi; j += W) {
         V y = S::load(yb + j);
-        V t = S::load(ab + j) * (y - S::load(ub + j));
+        V t = (kShared ? va1 : S::load(ab + j)) * (y - S::load(ub + j));
         M k = S::gt(t, mone);  // false on gaps and finished rows (y = -inf)
         V tc = S::max(t, mone);
         V d = one + tc;
@@ -1214,7 +1251,7 @@ struct Kernels {
           L = S::log1p(tc);  // scalar (float64) path: the library log1p
         else
           L = S::fma(tc - (d - one), rd, S::log(d));
-        S::store(pb + j, S::maskz(k, S::exp(S::load(kb + j) * L)));
+        S::store(pb + j, S::maskz(k, S::exp((kShared ? vk : S::load(kb + j)) * L)));
         S::store(rb + j, S::maskz(k, rd));
       }
     }
