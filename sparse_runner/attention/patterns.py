@@ -156,9 +156,10 @@ class Pattern:
         if normaliser.fused_sdpa and not need_weights:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None, None
 
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        # Scaling q (N x D) rather than the scores (N x N) saves a full pass over the scores, forward and backward.
+        scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)
         if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
+            scores = scores.masked_fill_(~mask, float("-inf"))  # in place: the matmul's backward does not need its output
         weights = normaliser(scores)
         dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
         return dropped @ v, weights, mask
