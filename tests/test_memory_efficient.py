@@ -97,6 +97,23 @@ def test_equals_explicit_float32(alpha):
     compare(q, k, v, alpha, 2e-4, key_padding_mask=padding)
 
 
+@pytest.mark.parametrize("alpha", ["per_head", 1.5])
+def test_blocks_stop_at_the_last_real_key(alpha, monkeypatch):
+    """A padded batch computes no scores over the keys after a sequence's last real key, and stays exact."""
+    q, k, v, alpha = make_inputs(2, 2, 320, 320, 8, torch.float64, alpha)
+    padding = torch.zeros(2, 320, dtype=torch.bool)
+    padding[0, :40] = True  # one key block of real keys
+    padding[1, :250] = True
+    padding[1, 100] = False  # a hole before the last real key stays masked
+    widths = []
+    scores = me._scores
+    monkeypatch.setattr(me, "_scores", lambda q_b, keys_d: widths.append((q_b.shape[0], keys_d.shape[1])) or scores(q_b, keys_d))
+    monkeypatch.setattr(me, "BLOCK_ELEMENTS", 64 * 320)  # one (batch, head) pair per block
+    compare(q, k, v, alpha, 1e-10, key_padding_mask=padding, rows_per_block=64, skip=False)
+    assert {p for p, _ in widths} == {1}
+    assert {w for _, w in widths} == {64, 256}  # 40 real keys -> one block of 64; 250 -> 4 blocks
+
+
 @pytest.mark.parametrize("rows", [1, 7, 64, 1000])
 def test_any_block_size_and_a_pattern_mask(rows):
     q, k, v, alpha = make_inputs(1, 2, 45, 70, 4, torch.float64, "per_head")

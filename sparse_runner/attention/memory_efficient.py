@@ -276,7 +276,7 @@ def block_weights(
     kp = _pad_keys(k.reshape(b * h, k.shape[2], d), geo.n_key_blocks * KEY_BLOCK)
     with torch.no_grad():
         for p0, p1, r0, r1 in geo.blocks():
-            keys = torch.arange(geo.key_end(r1), device=q.device)
+            keys = torch.arange(geo.key_end(p0, p1, r1), device=q.device)
             s = _scores(qs[p0:p1, r0:r1], _take_keys(kp, keys))
             valid = geo.valid(p0, p1, r0, r1, keys)
             if valid is not None:
@@ -304,6 +304,14 @@ class _Geometry:
         self.n_key_blocks = -(-n_keys // KEY_BLOCK)
         # (P, Nk): one row per pair (cheap: bools), so that every mask is indexed the same way.
         self.key_padding_mask = None if key_padding_mask is None else key_padding_mask.repeat_interleave(h, dim=0)
+        # Keys after a pair's last real key get no weight, so a block stops at the last real key of its
+        # pairs: a padded batch computes no scores over its padding (exact, and most of the work when
+        # lengths vary, as in 4k-token documents bucketed by length).
+        self.real_keys = None
+        if key_padding_mask is not None:
+            positions = torch.arange(1, n_keys + 1, device=key_padding_mask.device)
+            last = (key_padding_mask * positions).amax(dim=1).clamp_min(1)  # (B,): 1 + the last real key
+            self.real_keys = last.repeat_interleave(h).tolist()
         self.mask, self.causal = mask, causal
         self.offset = n_keys - n_queries  # causal: query i sees keys <= i + offset
 
@@ -314,9 +322,12 @@ class _Geometry:
             for r0 in range(0, self.n_queries, self.rows):
                 yield p0, min(pairs, p0 + self.pairs_per_block), r0, min(self.n_queries, r0 + self.rows)
 
-    def key_end(self, r1: int) -> int:
-        """Rows before r1 see keys before key_end, in whole key blocks: all keys, or up to the causal limit."""
+    def key_end(self, p0: int, p1: int, r1: int) -> int:
+        """Pairs p0..p1, rows before r1 see keys before key_end, in whole key blocks: all keys, or up to the
+        causal limit, or up to the last real key of these pairs."""
         last = self.n_keys if not self.causal else min(self.n_keys, max(1, r1 + self.offset))
+        if self.real_keys is not None:
+            last = min(last, max(self.real_keys[p0:p1]))
         return -(-last // KEY_BLOCK) * KEY_BLOCK
 
     def alpha(self, alpha_f: float | None, alpha_t: torch.Tensor | None, p0: int, p1: int) -> Alpha:
@@ -420,7 +431,7 @@ class _MemoryEfficientAttention(Function):
         params, compact = [], []
         skips = _SkipSchedule(skip and alpha_f != 1.0)  # softmax never leaves a block empty: do not look
         for i, (p0, p1, r0, r1) in enumerate(geo.blocks()):
-            keys = torch.arange(geo.key_end(r1), device=q.device)
+            keys = torch.arange(geo.key_end(p0, p1, r1), device=q.device)
             s = _scores(qs[p0:p1, r0:r1], _take_keys(kp[p0:p1], keys))
             valid = geo.valid(p0, p1, r0, r1, keys)
             if valid is not None:
@@ -461,7 +472,7 @@ class _MemoryEfficientAttention(Function):
         da = torch.zeros(qs.shape[0], dtype=work, device=qs.device) if need_da else None  # per pair
         for i, (p0, p1, r0, r1) in enumerate(geo.blocks()):
             kept = ctx.compact[i]
-            keys = kept if kept is not None else torch.arange(geo.key_end(r1), device=qs.device)
+            keys = kept if kept is not None else torch.arange(geo.key_end(p0, p1, r1), device=qs.device)
             q_b, kk, vv = qw[p0:p1, r0:r1], _take_keys(kp[p0:p1], keys), _take_keys(vp[p0:p1], keys)
             s = _scores(qs[p0:p1, r0:r1], kk if k_in is kp else _take_keys(k_in[p0:p1], keys))
             valid = geo.valid(p0, p1, r0, r1, keys)
