@@ -23,8 +23,8 @@ import argparse
 import os
 import platform
 
+import sparse_runner  # noqa: F401  (before torch, as in `sparse-run`: it turns on huge pages for large tensors)
 import torch
-
 from sparse_runner.benchmarking import training_throughput, write_benchmark
 
 TARGETS = {"lra_text_4k_cpu": 0.5, "lra_text_cpu": 0.8, "mt_cpu": 0.8}
@@ -38,18 +38,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--out", default="outputs/bench/training")
+    parser.add_argument("--overrides", nargs="*", default=[], help="config overrides after experiment= (e.g. a smaller model)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     models = ["softmax", *(m for m in args.models.split(",") if m != "softmax")]
     result = {"machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-              "steps": args.steps, "rounds": args.rounds, "experiments": []}
+              "steps": args.steps, "rounds": args.rounds, "overrides": args.overrides, "experiments": []}
     md = [f"# Training tokens/s against softmax ({args.steps} steps x {args.rounds} alternating rounds, medians; "
           f"{torch.get_num_threads()} threads, torch {torch.__version__})", "",
           "| experiment | model | tokens/s | x softmax | target | met | load before/after |", "|---|---|---:|---:|---:|---|---|"]
     for experiment in args.experiments.split(","):
         before = os.getloadavg()[0]
-        rows = training_throughput(models, args.steps, args.rounds, [f"experiment={experiment}"])
+        rows = training_throughput(models, args.steps, args.rounds, [f"experiment={experiment}", *args.overrides])
         load = [round(before, 2), round(os.getloadavg()[0], 2)]
         target = TARGETS.get(experiment)
         result["experiments"].append({"experiment": experiment, "rows": rows, "target_x_softmax": target, "load_average": load})
