@@ -98,13 +98,16 @@ def test_equals_explicit_float32(alpha):
 
 
 @pytest.mark.parametrize("alpha", ["per_head", 1.5])
-def test_blocks_stop_at_the_last_real_key(alpha, monkeypatch):
-    """A padded batch computes no scores over the keys after a sequence's last real key, and stays exact."""
+@pytest.mark.parametrize("hole", [False, True])
+def test_blocks_stop_at_the_last_real_key(alpha, hole, monkeypatch):
+    """A padded batch computes no scores over the keys after a sequence's last real key, and stays exact,
+    with right padding alone (masked by slices) or a masked key before the last real one (a full mask)."""
     q, k, v, alpha = make_inputs(2, 2, 320, 320, 8, torch.float64, alpha)
     padding = torch.zeros(2, 320, dtype=torch.bool)
     padding[0, :40] = True  # one key block of real keys
     padding[1, :250] = True
-    padding[1, 100] = False  # a hole before the last real key stays masked
+    padding[1, 100] = not hole
+    assert me._Geometry(2, 2, 320, 320, 64, padding, None, False).tail_only is not hole
     widths = []
     scores = me._scores
     monkeypatch.setattr(me, "_scores", lambda q_b, keys_d: widths.append((q_b.shape[0], keys_d.shape[1])) or scores(q_b, keys_d))

@@ -305,13 +305,18 @@ class _Geometry:
         # (P, Nk): one row per pair (cheap: bools), so that every mask is indexed the same way.
         self.key_padding_mask = None if key_padding_mask is None else key_padding_mask.repeat_interleave(h, dim=0)
         # Keys after a pair's last real key get no weight, so a block stops at the last real key of its
-        # pairs: a padded batch computes no scores over its padding (exact, and most of the work when
-        # lengths vary, as in 4k-token documents bucketed by length).
+        # pairs: a padded batch computes no scores over its trailing padding (exact; it saves the padding's
+        # share of the work, large where the lengths in a batch vary).
         self.real_keys = None
         if key_padding_mask is not None:
             positions = torch.arange(1, n_keys + 1, device=key_padding_mask.device)
             last = (key_padding_mask * positions).amax(dim=1).clamp_min(1)  # (B,): 1 + the last real key
             self.real_keys = last.repeat_interleave(h).tolist()
+        # Right padding only (no pattern mask, not causal): a pair's invalid keys are exactly those from its
+        # last real key on, so masking is a slice fill instead of a pass over the whole score block.
+        self.tail_only = not causal and mask is None
+        if self.tail_only and key_padding_mask is not None:
+            self.tail_only = bool((key_padding_mask == (positions[None] <= last[:, None])).all())
         self.mask, self.causal = mask, causal
         self.offset = n_keys - n_queries  # causal: query i sees keys <= i + offset
 
@@ -336,6 +341,18 @@ class _Geometry:
             return alpha_f
         heads = torch.arange(p0, p1, device=alpha_t.device) % self.h
         return alpha_t.detach().expand(self.h)[heads].view(-1, 1, 1)
+
+    def mask_scores(self, s: torch.Tensor, p0: int, p1: int, r0: int, r1: int, keys: torch.Tensor) -> None:
+        """Sets the scores s (pairs, R, S) of the pairs that are not allowed (`valid`) to -inf, in place."""
+        if self.tail_only and keys.dim() == 1:
+            ends = self.real_keys[p0:p1] if self.real_keys is not None else [self.n_keys] * (p1 - p0)
+            for i, end in enumerate(ends):
+                if end < s.shape[-1]:
+                    s[i, :, end:] = float("-inf")
+            return
+        valid = self.valid(p0, p1, r0, r1, keys)
+        if valid is not None:
+            s.masked_fill_(~valid, float("-inf"))
 
     def valid(self, p0: int, p1: int, r0: int, r1: int, keys: torch.Tensor) -> torch.Tensor | None:
         """bool, broadcastable to (pairs, R, S), for key positions `keys` ((S,) shared, or (pairs, S) per
@@ -433,9 +450,7 @@ class _MemoryEfficientAttention(Function):
         for i, (p0, p1, r0, r1) in enumerate(geo.blocks()):
             keys = torch.arange(geo.key_end(p0, p1, r1), device=q.device)
             s = _scores(qs[p0:p1, r0:r1], _take_keys(kp[p0:p1], keys))
-            valid = geo.valid(p0, p1, r0, r1, keys)
-            if valid is not None:
-                s.masked_fill_(~valid, float("-inf"))
+            geo.mask_scores(s, p0, p1, r0, r1, keys)
             p, prm = entmax.entmax_threshold(s, geo.alpha(alpha_f, alpha_t, p0, p1))
             del s
             params.append(prm)
@@ -475,9 +490,7 @@ class _MemoryEfficientAttention(Function):
             keys = kept if kept is not None else torch.arange(geo.key_end(p0, p1, r1), device=qs.device)
             q_b, kk, vv = qw[p0:p1, r0:r1], _take_keys(kp[p0:p1], keys), _take_keys(vp[p0:p1], keys)
             s = _scores(qs[p0:p1, r0:r1], kk if k_in is kp else _take_keys(k_in[p0:p1], keys))
-            valid = geo.valid(p0, p1, r0, r1, keys)
-            if valid is not None:
-                s.masked_fill_(~valid, float("-inf"))
+            geo.mask_scores(s, p0, p1, r0, r1, keys)
             alpha = geo.alpha(alpha_f, alpha_t, p0, p1)
             p = entmax.entmax_from_threshold(s, alpha, params[i])  # the forward's weights, no solve
             del s
