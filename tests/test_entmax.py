@@ -447,3 +447,95 @@ print("ok")
         "TORCH_EXTENSIONS_DIR", os.path.expanduser("~/.cache/torch_extensions"))}
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------------------------------
+# Short rows: the C++ kernel solves float32 general-alpha rows of up to 256 keys one row per vector
+# lane (LaneBlock), in groups of 8 or 16 rows, on whole rows (dense groups) or on each row's
+# compacted candidates or support (sparse groups).  Against the torch backend, both dtypes.
+# ------------------------------------------------------------------------------------------------
+
+
+def _short_rows(n: int, seed: int) -> torch.Tensor:
+    """(2, 4, 11, n) float64 scores: rows of several scales (dense and sparse groups), -inf masks,
+    single-survivor rows, a single finite entry, a fully masked row, ties."""
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.tensor([0.01, 0.3, 1.0, 3.0, 30.0], dtype=torch.float64)[torch.randint(0, 5, (2, 4, 11, 1), generator=g)]
+    x = torch.randn(2, 4, 11, n, generator=g, dtype=torch.float64) * scale
+    x[0, 1, :5, n // 2:] = float("-inf")  # padding mask
+    x[1, 2, torch.rand(11, n, generator=g) < 0.4] = float("-inf")  # random mask ...
+    x[1, 2, :, 0] = 0.25  # ... keeping one finite entry
+    x[0, 0, 3] = float("-inf")  # fully masked
+    x[0, 3, 4, 1:] = float("-inf")  # one finite entry
+    x[1, 0, 5, 0] = 1e3  # one survivor among finite entries
+    x[1, 1, 6] = torch.randint(-1, 2, (n,), generator=g).double()  # ties (incl. at the max)
+    return x.float().double()  # float32 values: both dtypes see the same scores
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 37, 128, 200, 256, 257])
+@pytest.mark.parametrize("alphas", ["learned", "near1", "near2"])
+def test_short_rows_alpha_per_head_cpp_vs_torch(cpp, n, alphas):
+    x = _short_rows(n, seed=n)
+    head = {"learned": [1.24, 1.42, 1.58, 1.76], "near1": [1.0 + 1e-6, 1.0 + 1e-4, 1.001, 1.05],
+            "near2": [1.95, 1.99, 1.999, 2.0 - 1e-6]}[alphas]
+    alpha = torch.tensor(head, dtype=torch.float64).view(1, 4, 1, 1)
+    grad = torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    res = {}
+    for be in ("cpp", "torch"):
+        for dt in (torch.float32, torch.float64):
+            xx = x.to(dt).requires_grad_()
+            aa = alpha.to(dt).requires_grad_()
+            out = alpha_entmax(xx, aa, backend=be)
+            res[be, dt] = (out, *torch.autograd.grad((out * grad.to(dt)).sum(), (xx, aa)))
+    for i in range(3):  # float64: the old general path on both sides
+        assert torch.allclose(res["cpp", torch.float64][i], res["torch", torch.float64][i], atol=1e-9, rtol=1e-9)
+    p32, p64 = res["cpp", torch.float32][0], res["torch", torch.float64][0]
+    assert (p32.double() - p64).abs().max() <= 1e-6
+    assert (p32.double() - res["torch", torch.float32][0].double()).abs().max() <= 1e-6
+    assert (p32[x == float("-inf")] == 0).all() and (p32[0, 0, 3] == 0).all()
+    assert torch.allclose(p32.double().sum(-1)[x.amax(-1) > float("-inf")], torch.ones(()).double(), atol=1e-6)
+    # gradients from the float32 forward: the backward formulas on p, so compare on rows whose float32
+    # p agrees closely enough (s = p^(2 - alpha) is not Lipschitz at the edge of the support)
+    dx32, dx64 = res["cpp", torch.float32][1].double(), res["torch", torch.float64][1]
+    assert not dx32.isnan().any() and not res["cpp", torch.float32][2].isnan().any()
+    assert ((dx32 - dx64).abs().amax(-1) / dx64.abs().amax(-1).clamp_min(1e-3)).median() <= 1e-4
+
+
+@pytest.mark.parametrize("alpha", [1.2, 1.5, 1.76, 1.9])
+@pytest.mark.parametrize("n", [64, 128, 256])
+def test_short_flat_rows_float32_vs_float64(cpp, alpha, n):
+    """Nearly flat short rows (the polish path inside the lane solver): float32 output and gradient
+    within 1e-5 of float64 relative to their largest value, as tests/test_entmax_precision.py asks of
+    long rows."""
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(40, n, generator=g, dtype=torch.float64) * torch.logspace(-4, 0, 40, dtype=torch.float64)[:, None]).float()
+    x[::7, 0] += 1.0  # spikes over a flat rest
+    gr = torch.randn(40, n, generator=g)
+    a = torch.full((40, 1), alpha)
+    a[1::2] += 0.01  # per-row alpha (per-lane a1 in one group)
+    xd = x.double().requires_grad_()
+    p_ref = alpha_entmax(xd, a.double(), backend="torch")
+    (dx_ref,) = torch.autograd.grad(p_ref, xd, gr.double())
+    xf = x.clone().requires_grad_()
+    p = alpha_entmax(xf, a, backend="cpp")
+    (dx,) = torch.autograd.grad(p, xf, gr)
+    rel = lambda u, v: ((u.double() - v).abs().amax(-1) / v.abs().amax(-1)).max().item()  # noqa: E731
+    assert rel(p, p_ref.detach()) <= 1e-5
+    assert rel(dx, dx_ref) <= 1e-5
+
+
+def test_short_rows_mixed_modes_and_partial_groups(cpp):
+    """Rows of alpha 1 (softmax), 1.5, 2 and general alpha interleaved, 37 rows (partial groups):
+    each row as computed alone."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(37, 100, generator=g) * 2
+    a = 1 + torch.rand(37, 1, generator=g)
+    a[::5] = 1.0
+    a[1::5] = 1.5
+    a[2::5] = 2.0
+    out = alpha_entmax(x, a, backend="cpp")
+    for r in range(37):
+        alone = alpha_entmax(x[r:r + 1], a[r:r + 1], backend="cpp")
+        assert torch.allclose(out[r:r + 1], alone, atol=1e-7)
+    ref = alpha_entmax(x.double(), a.double(), backend="torch")
+    assert (out.double() - ref).abs().max() <= 2e-6
