@@ -2717,7 +2717,8 @@ struct EntmaxFunction : public torch::autograd::Function<EntmaxFunction> {
 };
 
 at::Tensor entmax(const at::Tensor& x, const at::Tensor& alpha, int64_t dim, double thr) {
-  return EntmaxFunction::apply(x, alpha, dim, thr);
+  // dim may be negative (as in PyTorch); everything below indexes shapes with it.
+  return EntmaxFunction::apply(x, alpha, at::maybe_wrap_dim(dim, x.dim()), thr);
 }
 
 }  // namespace
