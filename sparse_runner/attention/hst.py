@@ -76,8 +76,12 @@ class LayerProjections(Protocol):
 
     x: torch.Tensor  # (B, N, d_model): the layer's input, the positions q, k, v were projected from
 
-    def qkv(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(B, R, d_model) -> q, k, v, each (B, H, R, D), with the layer's weights."""
+    def q(self, states: torch.Tensor) -> torch.Tensor:
+        """(B, R, d_model) -> q (B, H, R, D), with the layer's weights."""
+
+    def kv(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, R, d_model) -> k, v, each (B, H, R, D), with the layer's weights (the steps project only
+        what they use)."""
 
     def out(self, heads: torch.Tensor) -> torch.Tensor:
         """(B, H, R, D) -> (B, R, d_model), the layer's output projection."""
@@ -219,17 +223,17 @@ class HSTPattern(BlockPattern):
         # stay masked.
         x_rep = _rows(layer.x, starts.clamp_max(n - 1))  # (B, R, d_model)
         own_tile = KeySource(tiled.k, tiled.v, None if tiled.pad_free else tiled.ok[:, None, :, None, :])
-        out_a = attend_tiles(layer.qkv(x_rep)[0][:, :, :, None], [own_tile], **{**run, "need_weights": False})[0][:, :, :, 0]  # (B, H, R, D)
+        out_a = attend_tiles(layer.q(x_rep)[:, :, :, None], [own_tile], **{**run, "need_weights": False})[0][:, :, :, 0]  # (B, H, R, D)
         # Step b: representatives (re-projected from r') and globals over both.
-        q1, k1, v1 = layer.qkv(x_rep + layer.out(out_a))
-        rep_ok = tiled.ok[:, :, 0]  # (B or 1, R)
+        r1 = x_rep + layer.out(out_a)
+        q1, (k1, v1) = layer.q(r1), layer.kv(r1)
         q_b, k_b, v_b = ((torch.cat([t, t1], dim=2) if g else t1) for t, t1 in ((tiled.qg, q1), (tiled.kg, k1), (tiled.vg, v1)))
-        ok_b = torch.cat([tiled.keys_ok[:, :g], rep_ok], dim=1)
-        out_b, w_b, valid_b = attend_tiles(q_b[:, :, None], [KeySource(k_b[:, :, None], v_b[:, :, None], ok_b[:, None, None, None, :])], **run)
+        ok_b = None if tiled.pad_free else torch.cat([tiled.keys_ok[:, :g], tiled.ok[:, :, 0]], dim=1)[:, None, None, None, :]
+        out_b, w_b, valid_b = attend_tiles(q_b[:, :, None], [KeySource(k_b[:, :, None], v_b[:, :, None], ok_b)], **run)
         out_b = out_b[:, :, 0]
         out_rep = out_a + out_b[:, :, g:]
         # Step c: tokens over their local tokens and their block's updated representative r''.
-        _, k2, v2 = layer.qkv(x_rep + layer.out(out_rep))
+        k2, v2 = layer.kv(x_rep + layer.out(out_rep))
         kt, vt = _with_representatives(tiled.k, k2), _with_representatives(tiled.v, v2)
         out_tok, tok_groups = self._token_step(tiled, kt, vt, run)
         out = from_tiles(out_tok.slice_scatter(out_rep[:, :, :, None], dim=3, end=1), n - g)
