@@ -125,7 +125,7 @@ class MultiHeadAttention(nn.Module):
             key_padding_mask=key_padding_mask,
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=observe,
-            **({"layer": _LayerProjections(x, self)} if self.pattern.reads_layer else {}),
+            **({"layer": _LayerProjections(self)} if self.pattern.reads_layer else {}),
         )
         if observe:
             if query_mask is None and context is None and cache is None:
@@ -147,10 +147,14 @@ class MultiHeadAttention(nn.Module):
                 self.observer(self.key, weights.detach(), valid)
         return self._project_out(y)
 
+    def _heads(self, projected: torch.Tensor) -> torch.Tensor:
+        """(B, N, H * D) -> (B, H, N, D), a view."""
+        b, n, _ = projected.shape
+        return projected.view(b, n, self.num_heads, self.head_size).transpose(1, 2)
+
     def _project_q(self, states: torch.Tensor) -> torch.Tensor:
         """(B, N, d_model) -> q (B, H, N, D)."""
-        b, n, _ = states.shape
-        return self.q_proj(states).view(b, n, self.num_heads, self.head_size).transpose(1, 2)
+        return self._heads(self.q_proj(states))
 
     def _project_kv(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, M, d_model) -> k, v, each (B, H, M, D).
@@ -159,10 +163,9 @@ class MultiHeadAttention(nn.Module):
         heads side by side, which SDPA reads in place (the fused CPU kernel reads views of a joint kv
         projection ~1.5x slower, so block-sparse attention would copy them), and their gradients reach
         the weights without being stacked into one joint gradient first."""
-        b, m, _ = states.shape
         weights = self.kv_proj.weight.chunk(2)
         biases = self.kv_proj.bias.chunk(2) if self.kv_proj.bias is not None else (None, None)
-        return tuple(F.linear(states, w, bias).view(b, m, self.num_heads, self.head_size).transpose(1, 2) for w, bias in zip(weights, biases))
+        return tuple(self._heads(F.linear(states, w, bias)) for w, bias in zip(weights, biases))
 
     def _project_out(self, heads: torch.Tensor) -> torch.Tensor:
         """(B, H, N, D) -> (B, N, d_model)."""
@@ -172,16 +175,17 @@ class MultiHeadAttention(nn.Module):
 
 @dataclass
 class _LayerProjections:
-    """A layer's input and its projections, for a pattern that projects states again (`hst.LayerProjections`)."""
+    """A layer's projections, for a pattern that projects states again (`hst.LayerProjections`)."""
 
-    x: torch.Tensor  # (B, N, d_model)
     attention: MultiHeadAttention
 
-    def q(self, states: torch.Tensor) -> torch.Tensor:
-        return self.attention._project_q(states)
+    def q_linear(self, u: torch.Tensor) -> torch.Tensor:
+        return self.attention._heads(F.linear(u, self.attention.q_proj.weight))
 
-    def kv(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.attention._project_kv(states)
+    def kv_linear(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # One matmul for both (a few rows: their layout does not matter, unlike the layer's k and v).
+        a, (b, r, _) = self.attention, u.shape
+        return tuple(t.transpose(1, 2) for t in F.linear(u, a.kv_proj.weight).view(b, r, 2, a.num_heads, a.head_size).unbind(2))
 
     def out(self, heads: torch.Tensor) -> torch.Tensor:
         return self.attention._project_out(heads)
