@@ -90,9 +90,8 @@ def test_two_stages_equal_masked_dense_attention_step_by_step(name, topology, gl
         torch.testing.assert_close(a, b, **tol)
 
     # The analysis sees each query once, with the weights of its last step.
-    projections = _LayerProjections(x.detach(), layer)
-    q, k, v = projections.qkv(x.detach())
-    _, groups, _ = layer.pattern.attend(q, k, v, normaliser=layer.normaliser, key_padding_mask=pad, need_weights=True, layer=projections)
+    q, (k, v) = layer._project_q(x.detach()), layer._project_kv(x.detach())
+    _, groups, _ = layer.pattern.attend(q, k, v, normaliser=layer.normaliser, key_padding_mask=pad, need_weights=True, layer=_LayerProjections(layer))
     weights, slots = dense_weights(groups, 2, H, n)
     assert slots.max() <= 1
     covered = torch.cat([group.rows for group in groups]).sort().values

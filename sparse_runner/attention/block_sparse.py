@@ -158,9 +158,9 @@ def _sdpa_layout(*tiles: torch.Tensor):
     Tiles whose memory holds every position's heads side by side, as the layer's projections write q, k and
     v, go in as (B * R, H, T, D) over memory (B * R, T, H, D): the kernel lays its output and gradients out
     (batch, T, heads, D), which is that same layout, so that neither q's tiles nor their gradients nor the
-    output (when the layer merges its heads) are copied. Tiles that are not dense in that layout (k and v,
-    views of one projection that holds both) are copied into it: the fused kernel reads them ~1.5x slower
-    in place. Other tiles (gathered ones) go in as (B * H * R, 1, T, D), contiguous: with one head per
+    output (when the layer merges its heads) are copied. Tiles that are not dense in that layout (one slot of
+    every tile, HST's representatives) are copied into it: the fused kernel reads strided ones ~1.5x
+    slower in place. Other tiles (gathered ones) go in as (B * H * R, 1, T, D), contiguous: with one head per
     batch entry the gradients are contiguous too (as (B, H * R, T, D) every gathered key tile's gradient
     was copied once more), and the fused backward copies every (batch, head) slice of a strided input on
     its own. Masks, (B, H, R, T, S), fold the same way.

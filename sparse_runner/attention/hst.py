@@ -72,12 +72,15 @@ class HSTOptions:
 
 
 class LayerProjections(Protocol):
-    """What two-stage HST needs of its attention layer (`MultiHeadAttention` passes one as `layer`)."""
+    """What two-stage HST needs of its attention layer (`MultiHeadAttention` passes one as `layer`): the
+    q, k, v projections' linear parts (weights, no bias), since the projections of a representative's
+    x + u are those of x, rows of q, k, v already, plus those of u; and the output projection."""
 
-    x: torch.Tensor  # (B, N, d_model): the layer's input, the positions q, k, v were projected from
+    def q_linear(self, u: torch.Tensor) -> torch.Tensor:
+        """(B, R, d_model) -> (B, H, R, D): u through the q projection's weights alone."""
 
-    def qkv(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(B, R, d_model) -> q, k, v, each (B, H, R, D), with the layer's weights."""
+    def kv_linear(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, R, d_model) -> two (B, H, R, D): u through the k and the v projection's weights alone."""
 
     def out(self, heads: torch.Tensor) -> torch.Tensor:
         """(B, H, R, D) -> (B, R, d_model), the layer's output projection."""
@@ -159,8 +162,8 @@ class HSTPattern(BlockPattern):
 
     # ------------------------------------------------------------------ attention
     def attend(self, q, k, v, *, normaliser, key_padding_mask=None, dropout_p=0.0, need_weights=False, layer: LayerProjections | None = None):
-        """`Pattern.attend`, plus `layer` (two stages): the layer's input and projections, which step b
-        needs to project the representatives again."""
+        """`Pattern.attend`, plus `layer` (two stages): the layer's projections, with which steps b and c
+        project the representatives again."""
         self._check(q, k)
         n, g = q.shape[-2], self.global_tokens
         if n <= g:
@@ -213,24 +216,25 @@ class HSTPattern(BlockPattern):
         b, h, n, d = q.shape
         g, tile, blocks = self.global_tokens, self._tile_size(), tiled.q.shape[2]
         starts = self._rep_positions(blocks, q.device)
-        # Step a: every representative over its own tile. Its queries are projected from its rows again
-        # (as in steps b and c): taken from q's tiles, their gradient would be a zero-filled one of q's size.
-        # The representatives whose tiles are padding past the end (starts >= n) have no input row and
-        # stay masked.
-        x_rep = _rows(layer.x, starts.clamp_max(n - 1))  # (B, R, d_model)
+        # The representatives' q, k, v: slot 0 of the tiles (k and v split off, as step c splits off the tokens).
+        # Steps b and c project r' = r + u and r'' = r + u'' as these plus the weights times u, u''.
+        q_rep = tiled.q[:, :, :, 0]
+        (k_rep, k_tok), (v_rep, v_tok) = (_split_positions(t, [1, tile - 1]) for t in (tiled.k, tiled.v))
+        # Step a: every representative over its own tile.
         own_tile = KeySource(tiled.k, tiled.v, None if tiled.pad_free else tiled.ok[:, None, :, None, :])
-        out_a = attend_tiles(layer.qkv(x_rep)[0][:, :, :, None], [own_tile], **{**run, "need_weights": False})[0][:, :, :, 0]  # (B, H, R, D)
+        out_a = attend_tiles(q_rep[:, :, :, None], [own_tile], **{**run, "need_weights": False})[0][:, :, :, 0]  # (B, H, R, D)
         # Step b: representatives (re-projected from r') and globals over both.
-        q1, k1, v1 = layer.qkv(x_rep + layer.out(out_a))
-        rep_ok = tiled.ok[:, :, 0]  # (B or 1, R)
+        u1 = layer.out(out_a)
+        q1 = q_rep + layer.q_linear(u1)
+        k1, v1 = (rep[:, :, :, 0] + update for rep, update in zip((k_rep, v_rep), layer.kv_linear(u1)))
         q_b, k_b, v_b = ((torch.cat([t, t1], dim=2) if g else t1) for t, t1 in ((tiled.qg, q1), (tiled.kg, k1), (tiled.vg, v1)))
-        ok_b = torch.cat([tiled.keys_ok[:, :g], rep_ok], dim=1)
-        out_b, w_b, valid_b = attend_tiles(q_b[:, :, None], [KeySource(k_b[:, :, None], v_b[:, :, None], ok_b[:, None, None, None, :])], **run)
+        ok_b = None if tiled.pad_free else torch.cat([tiled.keys_ok[:, :g], tiled.ok[:, :, 0]], dim=1)[:, None, None, None, :]
+        out_b, w_b, valid_b = attend_tiles(q_b[:, :, None], [KeySource(k_b[:, :, None], v_b[:, :, None], ok_b)], **run)
         out_b = out_b[:, :, 0]
         out_rep = out_a + out_b[:, :, g:]
         # Step c: tokens over their local tokens and their block's updated representative r''.
-        _, k2, v2 = layer.qkv(x_rep + layer.out(out_rep))
-        kt, vt = _with_representatives(tiled.k, k2), _with_representatives(tiled.v, v2)
+        k2, v2 = (rep + update[:, :, :, None] for rep, update in zip((k_rep, v_rep), layer.kv_linear(layer.out(out_rep))))
+        kt, vt = _with_representatives(k2, k_tok), _with_representatives(v2, v_tok)
         out_tok, tok_groups = self._token_step(tiled, kt, vt, run)
         out = from_tiles(out_tok.slice_scatter(out_rep[:, :, :, None], dim=3, end=1), n - g)
         if g:
@@ -322,13 +326,7 @@ def _split_positions(x: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, .
     return tuple(part.movedim(-2, 1) for part in x.movedim(1, -2).split(sizes, dim=-3))
 
 
-def _with_representatives(tiles: torch.Tensor, reps: torch.Tensor) -> torch.Tensor:
-    """tiles (B, H, R, tile, D) with slot 0 (the representatives) replaced by reps (B, H, R, D), laid out
-    as the projections lay out (see `_split_positions`)."""
-    tokens = _split_positions(tiles, [1, tiles.shape[3] - 1])[1]
-    return torch.cat([reps[:, :, :, None].movedim(1, -2), tokens.movedim(1, -2)], dim=2).movedim(-2, 1)
-
-
-def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """x (B, N, d) at positions index (R,) -> (B, R, d)."""
-    return x.index_select(1, index)
+def _with_representatives(reps: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Tiles (B, H, R, tile, D) of reps (B, H, R, 1, D) in slot 0 and tokens (B, H, R, tile - 1, D), laid
+    out as the projections lay out (see `_split_positions`)."""
+    return torch.cat([reps.movedim(1, -2), tokens.movedim(1, -2)], dim=2).movedim(-2, 1)

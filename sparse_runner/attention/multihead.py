@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from sparse_runner.attention.normalisers import Normaliser, Softmax, build_normaliser
@@ -105,12 +106,11 @@ class MultiHeadAttention(nn.Module):
             computes the context's keys/values on the first call and reuses them afterwards.
         """
         b, n, _ = x.shape
-        q = self.q_proj(x).view(b, n, self.num_heads, self.head_size).transpose(1, 2)
+        q = self._project_q(x)
         if cache is not None and context is not None and "k" in cache:
             k, v = cache["k"], cache["v"]
         else:
-            source = x if context is None else context
-            k, v = self.kv_proj(source).view(b, source.shape[1], 2, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)
+            k, v = self._project_kv(x if context is None else context)
             if cache is not None and context is None and "k" in cache:
                 k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
             if cache is not None:
@@ -125,7 +125,7 @@ class MultiHeadAttention(nn.Module):
             key_padding_mask=key_padding_mask,
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=observe,
-            **({"layer": _LayerProjections(x, self)} if self.pattern.reads_layer else {}),
+            **({"layer": _LayerProjections(self)} if self.pattern.reads_layer else {}),
         )
         if observe:
             if query_mask is None and context is None and cache is None:
@@ -145,25 +145,50 @@ class MultiHeadAttention(nn.Module):
                     rows = query_mask[:, None, :, None]
                     valid = rows.expand(b, 1, n, m) if valid is None else (valid & rows)
                 self.observer(self.key, weights.detach(), valid)
-        return self.out_proj(y.transpose(1, 2).reshape(b, n, self.num_heads * self.head_size))
+        return self._project_out(y)
+
+    def _heads(self, projected: torch.Tensor) -> torch.Tensor:
+        """(B, N, H * D) -> (B, H, N, D), a view."""
+        b, n, _ = projected.shape
+        return projected.view(b, n, self.num_heads, self.head_size).transpose(1, 2)
+
+    def _project_q(self, states: torch.Tensor) -> torch.Tensor:
+        """(B, N, d_model) -> q (B, H, N, D)."""
+        return self._heads(self.q_proj(states))
+
+    def _project_kv(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, M, d_model) -> k, v, each (B, H, M, D).
+
+        kv_proj's two halves are applied one by one: k and v then each come out dense, every position's
+        heads side by side, which SDPA reads in place (the fused CPU kernel reads views of a joint kv
+        projection ~1.5x slower, so block-sparse attention would copy them), and their gradients reach
+        the weights without being stacked into one joint gradient first."""
+        weights = self.kv_proj.weight.chunk(2)
+        biases = self.kv_proj.bias.chunk(2) if self.kv_proj.bias is not None else (None, None)
+        return tuple(self._heads(F.linear(states, w, bias)) for w, bias in zip(weights, biases))
+
+    def _project_out(self, heads: torch.Tensor) -> torch.Tensor:
+        """(B, H, N, D) -> (B, N, d_model)."""
+        b, h, n, d = heads.shape
+        return self.out_proj(heads.transpose(1, 2).reshape(b, n, h * d))
 
 
 @dataclass
 class _LayerProjections:
-    """A layer's input and its projections, for a pattern that projects states again (`hst.LayerProjections`)."""
+    """A layer's projections, for a pattern that projects states again (`hst.LayerProjections`)."""
 
-    x: torch.Tensor  # (B, N, d_model)
     attention: MultiHeadAttention
 
-    def qkv(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        a, (b, r, _) = self.attention, states.shape
-        q = a.q_proj(states).view(b, r, a.num_heads, a.head_size).transpose(1, 2)
-        k, v = a.kv_proj(states).view(b, r, 2, a.num_heads, a.head_size).permute(2, 0, 3, 1, 4)
-        return q, k, v
+    def q_linear(self, u: torch.Tensor) -> torch.Tensor:
+        return self.attention._heads(F.linear(u, self.attention.q_proj.weight))
+
+    def kv_linear(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # One matmul for both (a few rows: their layout does not matter, unlike the layer's k and v).
+        a, (b, r, _) = self.attention, u.shape
+        return tuple(t.transpose(1, 2) for t in F.linear(u, a.kv_proj.weight).view(b, r, 2, a.num_heads, a.head_size).unbind(2))
 
     def out(self, heads: torch.Tensor) -> torch.Tensor:
-        b, h, r, d = heads.shape
-        return self.attention.out_proj(heads.transpose(1, 2).reshape(b, r, h * d))
+        return self.attention._project_out(heads)
 
 
 def attention_layers(model: nn.Module) -> list[MultiHeadAttention]:
