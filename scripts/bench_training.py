@@ -23,8 +23,8 @@ import argparse
 import os
 import platform
 
-import sparse_runner  # noqa: F401  (before torch, as in `sparse-run`: it turns on huge pages for large tensors)
 import torch
+
 from sparse_runner.benchmarking import training_throughput, write_benchmark
 
 TARGETS = {"lra_text_4k_cpu": 0.5, "lra_text_cpu": 0.8, "mt_cpu": 0.8}
