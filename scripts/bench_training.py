@@ -10,7 +10,7 @@ is the models' and not the trainer's (scripts/bench_trainer_overhead.py measures
 
 Targets (x softmax, training tokens/s): lra_text_4k_cpu >= 0.5; lra_text_cpu and mt_cpu >= 0.8.
 
-    python scripts/bench_training.py                                   # the three presets, ~10 min on 2 cores
+    python scripts/bench_training.py                                   # the three presets, ~12 min on 2 cores
     python scripts/bench_training.py --experiments mt_cpu --steps 5 --rounds 1 --threads 2
 
 Writes <out>/training.json and training.md (default out: outputs/bench/training). The 1-minute load

@@ -345,10 +345,11 @@ class _Geometry:
     def mask_scores(self, s: torch.Tensor, p0: int, p1: int, r0: int, r1: int, keys: torch.Tensor) -> None:
         """Sets the scores s (pairs, R, S) of the pairs that are not allowed (`valid`) to -inf, in place."""
         if self.tail_only and keys.dim() == 1:
-            ends = self.real_keys[p0:p1] if self.real_keys is not None else [self.n_keys] * (p1 - p0)
-            for i, end in enumerate(ends):
-                if end < s.shape[-1]:
-                    s[i, :, end:] = float("-inf")
+            if self.real_keys is None:  # only the padding of the last key block
+                s[..., self.n_keys:] = float("-inf")
+                return
+            for i, end in enumerate(self.real_keys[p0:p1]):
+                s[i, :, end:] = float("-inf")
             return
         valid = self.valid(p0, p1, r0, r1, keys)
         if valid is not None:

@@ -159,7 +159,7 @@ class Pattern:
         # Scaling q (N x D) rather than the scores (N x N) saves a full pass over the scores, forward and backward.
         scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)
         if mask is not None:
-            scores = scores.masked_fill_(~mask, float("-inf"))  # in place: the matmul's backward does not need its output
+            scores.masked_fill_(~mask, float("-inf"))  # in place: the matmul's backward does not need its output
         weights = normaliser(scores)
         dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
         return dropped @ v, weights, mask
