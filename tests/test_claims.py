@@ -18,6 +18,7 @@ from sparse_runner.reporting.claims import (
     Arm,
     Claim,
     claims_table,
+    compute_time,
     evaluate,
     verdict,
     welch_interval,
@@ -67,6 +68,16 @@ def test_greater_against_a_published_effect(low, high, expected):
 ])
 def test_within(low, high, expected):
     assert verdict(claim("within", margin=1.0), low, high) == expected
+
+
+def test_compute_is_cpu_time_on_a_cpu_and_wall_time_on_a_gpu():
+    """A paused or shared CPU run's wall time is mostly waiting; its CPU time is what it cost."""
+    from types import SimpleNamespace as Run
+
+    cpu = Run(data={"device": "cpu", "cpu_time_s": 600.0, "wall_time_s": 4000.0})
+    gpu = Run(data={"device": "cuda", "cpu_time_s": 90.0, "wall_time_s": 300.0})
+    old = Run(data={"device": "cpu", "wall_time_s": 50.0})   # a record without CPU time: its wall time
+    assert compute_time([cpu, gpu, old]) == 950.0
 
 
 # ----------------------------------------------------------------------------- ERNIE-Sparse's claims
