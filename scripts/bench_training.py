@@ -12,6 +12,7 @@ Targets (x softmax, training tokens/s): lra_text_4k_cpu >= 0.5; lra_text_cpu and
 
     python scripts/bench_training.py                                   # the three presets, ~12 min on 2 cores
     python scripts/bench_training.py --experiments mt_cpu --steps 5 --rounds 1 --threads 2
+    python scripts/bench_training.py --overrides trainer.cpu_block_cache_mb=0   # PyTorch's allocator alone
 
 Writes <out>/training.json and training.md (default out: outputs/bench/training). The 1-minute load
 average before and after each experiment is recorded: run it on an otherwise idle machine.
@@ -25,6 +26,7 @@ import platform
 
 import torch
 
+from sparse_runner import cpu_block_cache
 from sparse_runner.benchmarking import training_throughput, write_benchmark
 
 TARGETS = {"lra_text_4k_cpu": 0.5, "lra_text_cpu": 0.8, "mt_cpu": 0.8}
@@ -59,6 +61,8 @@ def main() -> None:
             met = "" if is_peer or target is None else ("yes" if row["x_softmax"] >= target else "**NO**")
             md.append(f"| {experiment} | {row['model']} | {row['tokens_per_s']:.0f} | {row['x_softmax']:.2f} | "
                       f"{'' if is_peer or target is None else f'>= {target}'} | {met} | {load[0]}/{load[1]} |")
+    result["cpu_block_cache"] = cpu_block_cache.status()  # trainer.cpu_block_cache_mb, as in `sparse-run`
+    md += ["", f"CPU block cache (trainer.cpu_block_cache_mb): {result['cpu_block_cache']}."]
     write_benchmark(args.out, "training", result, md)
 
 

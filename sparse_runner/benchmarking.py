@@ -79,6 +79,10 @@ def training_throughput(models: list[str], steps: int, rounds: int, overrides: l
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         for model in models:
             configs[model] = validate(compose(config_name="config", overrides=[f"model={model}", "trainer.device=cpu", *overrides]))
+    if configs[models[0]].trainer.cpu_block_cache_mb:  # as `sparse-run` does on a CPU (sparse_runner/run.py)
+        from sparse_runner import cpu_block_cache
+
+        cpu_block_cache.install(configs[models[0]].trainer.cpu_block_cache_mb)
     task = build_task(configs[models[0]])
     tps: dict[str, list[float]] = {m: [] for m in models}
     minimal_training_tokens_per_s(configs[models[0]], task, steps=min(steps, 20))  # warm-up

@@ -35,6 +35,7 @@ class TrainerConfig:
     activation_checkpointing: bool = False  # recompute each layer's activations in backward (less memory, more time)
     compile: bool = False
     num_threads: Optional[int] = None
+    cpu_block_cache_mb: int = 2048  # freed CPU blocks of >= 1 MiB kept for reuse (sparse_runner/cpu_block_cache.py)
     deterministic: bool = True
     max_steps: int = 1000
     batch_size: int = 32
@@ -187,6 +188,7 @@ def _check_values(cfg: DictConfig, task_class: type[Task]) -> None:
         positive(f"trainer.{key}", tr[key])
     positive("trainer.warmup_steps", tr.warmup_steps, allow_zero=True)
     positive("trainer.num_threads", tr.num_threads, allow_none=True)
+    positive("trainer.cpu_block_cache_mb", tr.cpu_block_cache_mb, allow_zero=True)
     positive("trainer.eval_max_batches", tr.eval_max_batches, allow_none=True)
     positive("trainer.analysis_max_batches", tr.analysis_max_batches, allow_none=True)
     positive("trainer.patience", tr.patience, allow_none=True)

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from sparse_runner.attention import attention_backends
 from sparse_runner.checks import ConfigError, DataError, one_line
 from sparse_runner.io import atomic_write_text
-from sparse_runner import run_metrics
+from sparse_runner import cpu_block_cache, run_metrics
 from sparse_runner.config import schema_defaults
 from sparse_runner.pretrained import load_encoder
 from sparse_runner.run_metrics import NON_RESULT_KEYS, MetricsFile, flatten, now
@@ -271,6 +271,8 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
             cfg = with_init_from(cfg, pretrain_stage(cfg, meta))
         if t.num_threads:
             torch.set_num_threads(t.num_threads)
+        if device.type == "cpu" and t.cpu_block_cache_mb:
+            log.info("CPU block cache: %s", cpu_block_cache.install(t.cpu_block_cache_mb))
         seed_everything(cfg.seed, t.deterministic)
         check_impl_device(cfg.model.get("attention_impl", "auto"), device)
         if distributed.world_size() > 1 and not task_families()[cfg.task.family].data_parallel:

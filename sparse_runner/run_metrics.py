@@ -70,7 +70,7 @@ SCHEMA: dict[str, str] = {
 
 # Config keys that do not change a run's result. conf/hydra/default.yaml reads this list through the
 # `non_result_keys` resolver (identity.register_resolvers) to keep them out of run-directory names.
-_TRAINER_NON_RESULT = ("resume", "device", "progress", "progress_every_s", "log_every", "num_threads")
+_TRAINER_NON_RESULT = ("resume", "device", "progress", "progress_every_s", "log_every", "num_threads", "cpu_block_cache_mb")
 NON_RESULT_KEYS = (
     *(f"trainer.{key}" for key in _TRAINER_NON_RESULT),
     # the same keys of a pre-training stage (conf/pretrain/) change none of its results either
