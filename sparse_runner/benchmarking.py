@@ -80,7 +80,7 @@ def training_throughput(models: list[str], steps: int, rounds: int, overrides: l
         for model in models:
             configs[model] = validate(compose(config_name="config", overrides=[f"model={model}", "trainer.device=cpu", *overrides]))
     if configs[models[0]].trainer.cpu_block_cache_mb:  # as `sparse-run` does on a CPU (sparse_runner/run.py)
-        from sparse_runner import cpu_block_cache
+        from sparse_runner.training import cpu_block_cache
 
         cpu_block_cache.install(configs[models[0]].trainer.cpu_block_cache_mb)
     task = build_task(configs[models[0]])

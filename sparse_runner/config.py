@@ -35,7 +35,7 @@ class TrainerConfig:
     activation_checkpointing: bool = False  # recompute each layer's activations in backward (less memory, more time)
     compile: bool = False
     num_threads: Optional[int] = None
-    cpu_block_cache_mb: int = 2048  # freed CPU blocks of >= 1 MiB kept for reuse (sparse_runner/cpu_block_cache.py)
+    cpu_block_cache_mb: int = 2048  # freed CPU blocks of >= 1 MiB kept for reuse (sparse_runner/training/cpu_block_cache.py)
     deterministic: bool = True
     max_steps: int = 1000
     batch_size: int = 32

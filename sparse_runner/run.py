@@ -25,12 +25,12 @@ from omegaconf import DictConfig, OmegaConf
 from sparse_runner.attention import attention_backends
 from sparse_runner.checks import ConfigError, DataError, one_line
 from sparse_runner.io import atomic_write_text
-from sparse_runner import cpu_block_cache, run_metrics
+from sparse_runner import run_metrics
 from sparse_runner.config import schema_defaults
 from sparse_runner.pretrained import load_encoder
 from sparse_runner.run_metrics import NON_RESULT_KEYS, MetricsFile, flatten, now
 from sparse_runner.tasks import build_task, task_families
-from sparse_runner.training import distributed
+from sparse_runner.training import cpu_block_cache, distributed
 from sparse_runner.training.distributed import is_main
 from sparse_runner.training.stopping import Preempted, StopSignals
 from sparse_runner.training.trainer import Diverged, Trainer

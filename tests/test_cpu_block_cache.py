@@ -15,7 +15,7 @@ import pytest
 _PROBE = textwrap.dedent("""
     import json, resource, sys
     import torch
-    from sparse_runner import cpu_block_cache
+    from sparse_runner.training import cpu_block_cache
     torch.set_num_threads(1)
     limit = int(sys.argv[1])
     state = cpu_block_cache.install(limit) if limit >= 0 else "off"
@@ -73,7 +73,7 @@ def test_the_limit_holds(runs):
 
 
 def test_a_negative_limit_is_refused():
-    from sparse_runner import cpu_block_cache
+    from sparse_runner.training import cpu_block_cache
 
     with pytest.raises(ValueError, match="limit_mb must be >= 0, got -1"):
         cpu_block_cache.install(-1)

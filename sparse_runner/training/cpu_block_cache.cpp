@@ -1,4 +1,4 @@
-// A CPU allocator for PyTorch that keeps freed large blocks and hands them out again (sparse_runner/cpu_block_cache.py
+// A CPU allocator for PyTorch that keeps freed large blocks and hands them out again (sparse_runner/training/cpu_block_cache.py
 // says when and why).  Written by hand because neither PyTorch nor glibc offers it: PyTorch's CPU allocator caches
 // nothing, glibc maps every block above 32 MiB afresh (so each new n x n score tensor is page-faulted in and zeroed
 // by the kernel, 4 kB at a time), and raising glibc's mmap threshold instead fragments its heap, because PyTorch's
