@@ -77,3 +77,20 @@ def test_a_negative_limit_is_refused():
 
     with pytest.raises(ValueError, match="limit_mb must be >= 0, got -1"):
         cpu_block_cache.install(-1)
+
+
+def test_without_a_compiler_the_run_keeps_pytorchs_allocator(monkeypatch, caplog):
+    import torch.utils.cpp_extension
+
+    from sparse_runner.training import cpu_block_cache
+
+    def no_compiler(**_):
+        raise RuntimeError("Error building extension\nc++: error: command not found")
+
+    monkeypatch.setattr(cpu_block_cache, "_module", None)
+    monkeypatch.setattr(cpu_block_cache, "_status", None)
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", no_compiler)
+    state = cpu_block_cache.install(2048)
+    assert state.startswith("unavailable: RuntimeError") and "command not found" in state
+    assert cpu_block_cache.stats() is None and "PyTorch's allocator stays" in caplog.text
+    assert cpu_block_cache.install(2048) == state   # tried once per process
