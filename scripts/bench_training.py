@@ -26,8 +26,8 @@ import platform
 
 import torch
 
-from sparse_runner.training import cpu_block_cache
 from sparse_runner.benchmarking import training_throughput, write_benchmark
+from sparse_runner.training import cpu_block_cache
 
 TARGETS = {"lra_text_4k_cpu": 0.5, "lra_text_cpu": 0.8, "mt_cpu": 0.8}
 

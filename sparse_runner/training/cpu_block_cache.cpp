@@ -70,11 +70,6 @@ class BlockCache final : public c10::Allocator {
     return stats_;
   }
 
-  void release_all() {
-    std::lock_guard<std::mutex> guard(mu_);
-    evict_to(0);
-  }
-
  private:
   // The smallest cached block of at least n bytes, if it wastes at most n / 8; nullptr otherwise.
   void* take(size_t n) {
@@ -127,11 +122,6 @@ void install(int64_t limit_bytes) {
   if (c10::GetCPUAllocator() != &cache) c10::SetCPUAllocator(&cache, /*priority=*/1);
 }
 
-bool installed() { return c10::GetCPUAllocator() == &BlockCache::instance(); }
-
-// Releases every cached block (the limit stays).
-void release_cached() { BlockCache::instance().release_all(); }
-
 std::map<std::string, int64_t> stats() {
   Stats s = BlockCache::instance().stats();
   return {{"hits", s.hits}, {"misses", s.misses}, {"released", s.released}, {"cached_bytes", static_cast<int64_t>(s.cached_bytes)}};
@@ -141,7 +131,5 @@ std::map<std::string, int64_t> stats() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("install", &install, "make the block cache PyTorch's CPU allocator, caching up to limit_bytes of freed blocks");
-  m.def("installed", &installed);
-  m.def("release_cached", &release_cached, "free every cached block");
   m.def("stats", &stats, "hits, misses, released blocks and cached bytes");
 }

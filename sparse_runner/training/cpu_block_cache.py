@@ -40,8 +40,6 @@ def install(limit_mb: int) -> str:
     module = _load()
     if module is None:
         return status()
-    if limit_mb == 0 and not module.installed():
-        return status()
     module.install(int(limit_mb) * 2**20)
     _status = f"installed (limit {limit_mb} MiB)"
     return _status
@@ -72,9 +70,3 @@ def status() -> str:
 def stats() -> dict[str, int] | None:
     """hits, misses, released blocks and cached bytes since the process started; None if never loaded."""
     return None if _module is None else dict(_module.stats())
-
-
-def release_cached() -> None:
-    """Free every cached block now (the cache stays installed)."""
-    if _module is not None:
-        _module.release_cached()
