@@ -166,11 +166,16 @@ def test_pretraining_claims_from_runs(tmp_path: Path):
     for (size, pretrained), value in f1.items():
         for seed in range(3):
             more = () if pretrained else ("pretrain=none",)
-            write_run(tmp_path, f"{size}{pretrained}{seed}", (study, f"model.head_size={size}", *more), seed, "squad",
-                      {"test/f1": value + seed})
+            run_dir = write_run(tmp_path, f"{size}{pretrained}{seed}", (study, f"model.head_size={size}", *more), seed,
+                                "squad", {"test/f1": value + seed})
+            if pretrained:   # run.py records where the stage put the weights: a path per seed, one group still
+                metrics = json.loads((run_dir / "metrics.json").read_text())
+                metrics["config"]["model"]["init_from"] = f"outputs/pretrain/mlm_sotu_dp{size}_seed{seed}_{seed}a{size}"
+                (run_dir / "metrics.json").write_text(json.dumps(metrics))
     found = list(rows(bhojanapalli2020_bert.CLAIMS, tmp_path).values())
     assert [row.verdict for row in found] == [HELD, INCONCLUSIVE]   # d_p 128 one point below 32: inside the noise
     assert found[0].baseline == "d_p 128, from scratch: 21.00 ± 1.00 (n=3)"
+    assert found[0].treatment == "d_p 128, pre-trained: 31.00 ± 1.00 (n=3)"
 
 
 # ------------------------------------------------------------------------------------- a job trains

@@ -146,9 +146,12 @@ def yaml_defaults() -> dict[str, Any]:
 
 
 _STAGE_TRAINER = "pretrain.trainer."
+# With a pre-training stage, model.init_from is where run.py put the stage's weights (with_init_from), a path
+# that holds the seed: the stage's own config says what the weights are, so the path is no difference.
+STAGE_INIT_FROM = "model.init_from"
 
 
-def _pretrains(keys: Keys) -> bool:
+def pretrains(keys: Keys) -> bool:
     """Whether a config has a pre-training stage (a `pretrain.task` node, not null)."""
     return "pretrain.task" in keys.nodes
 
@@ -182,11 +185,9 @@ def differences(run: Keys, preset: Keys, *, primary_metric: str | None = None,
     keys only one side has."""
     ignored = set(ignore)
     # A pre-training stage's trainer changes nothing unless both sides pre-train (then it is compared).
-    inert = () if _pretrains(run) and _pretrains(preset) else (_STAGE_TRAINER,)
-    if _pretrains(run) and _pretrains(preset):
-        # model.init_from is then where run.py put the stage's weights (with_init_from); the stage's own
-        # config, compared here, says what they are.
-        ignored.add("model.init_from")
+    inert = () if pretrains(run) and pretrains(preset) else (_STAGE_TRAINER,)
+    if pretrains(run) and pretrains(preset):
+        ignored.add(STAGE_INIT_FROM)
     out: dict[str, Any] = {}
     for key, want in preset.values.items():
         if key in ignored or key.startswith(inert):

@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from sparse_runner.reporting.presets import EXECUTION_KEYS
+from sparse_runner.reporting.presets import EXECUTION_KEYS, STAGE_INIT_FROM, pretrains
 from sparse_runner.reporting.runs import RunRecord, is_noise, pick_best, ranking
 from sparse_runner.reporting.values import as_float, as_str, fmt_value
 
@@ -111,9 +111,10 @@ class SeedGroup:
 
 def signature(rec: RunRecord, ignore: Iterable[str] = ()) -> tuple:
     """What the runs of one group share: task, data, the metric they are scored on, and every config value that
-    may change a result (runs.is_noise) but the seed and `ignore`. Not the model= label or the experiment= a
-    run was spelled with: `model=softmax normaliser=alpha_entmax` and `model=entmax` are seeds of one group."""
-    ignored = {SEED_KEY, *ignore}
+    may change a result (runs.is_noise) but the seed, `ignore` and the path of a pre-training stage's weights
+    (presets.STAGE_INIT_FROM). Not the model= label or the experiment= a run was spelled with:
+    `model=softmax normaliser=alpha_entmax` and `model=entmax` are seeds of one group."""
+    ignored = {SEED_KEY, *ignore, *((STAGE_INIT_FROM,) if pretrains(rec.keys) else ())}
     config = sorted((key, fmt_value(value)) for key, value in rec.config.items()
                     if key not in ignored and not is_noise(key))
     info = rec.data.get("task_info")
