@@ -65,7 +65,8 @@ class PretrainedRun:
 
     def record(self, step: int | None, sha256: str | None = None) -> dict[str, Any]:
         """What a fine-tuning run's metrics.json says about where it started (`pretraining`): the
-        checkpoint loaded, its step and the sha256 of its bytes."""
+        checkpoint loaded, its step and the sha256 of its bytes, and what the run took (its own
+        wall_time_s, cpu_time_s, device: the fine-tuning run's times do not include them)."""
         return {
             "run_dir": str(self.run_dir),
             "checkpoint": str(self.checkpoint),
@@ -74,6 +75,7 @@ class PretrainedRun:
             "task": self.config.get("task.name"),
             "num_parameters": self.metrics.get("num_parameters"),
             "metrics": {k: v for k, v in (self.metrics.get("metrics") or {}).items() if k.startswith("test/")},
+            **{key: self.metrics.get(key) for key in ("wall_time_s", "cpu_time_s", "device")},
         }
 
 

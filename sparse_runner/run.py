@@ -260,8 +260,6 @@ def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> f
 def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals) -> float:
     if is_main():  # another rank's deletion could hit rank 0's temporary files mid-write
         remove_stale_temporaries(run_dir)
-    wall_start = time.perf_counter()
-    cpu_start = time.process_time()
     t = cfg.trainer
     primary_metric = f"test/{task_families()[cfg.task.family].primary_metric}"
     try:
@@ -269,6 +267,8 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
         distributed.setup(device)
         if cfg.pretrain.task is not None:
             cfg = with_init_from(cfg, pretrain_stage(cfg, meta))
+        # From here: the stage's time is its own run's (`pretraining.cpu_time_s`), not this one's.
+        started = (time.perf_counter(), time.process_time())
         if t.num_threads:
             torch.set_num_threads(t.num_threads)
         if device.type == "cpu" and t.cpu_block_cache_mb:
@@ -286,7 +286,7 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
             torch.manual_seed(hash((cfg.seed, distributed.rank())) % 2**63)
         pretrained = getattr(task, "pretrained", None)
         pretraining = load_encoder(model, pretrained, fingerprint(cfg)) if pretrained is not None else None
-        trainer = Trainer(cfg, task, model, run_dir, device, fingerprint=fingerprint(cfg), fingerprint_defaults=schema_defaults(), stop=stop)
+        trainer = Trainer(cfg, task, model, run_dir, device, fingerprint=fingerprint(cfg), fingerprint_defaults=schema_defaults(), stop=stop, started=started)
         trainer.restore()
     except ConfigError:
         raise  # the directory may hold another configuration's run: write nothing
@@ -324,17 +324,18 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
         trainer.fit()
     except BaseException as exc:
         p = trainer.progress
-        _record_end(record, status=_end_status(exc), error=one_line(exc), step=p.step, wall_time_s=time.perf_counter() - wall_start,
-                    cpu_time_s=time.process_time() - cpu_start, finished_at=now())
+        wall, cpu = trainer.run_time()
+        _record_end(record, status=_end_status(exc), error=one_line(exc), step=p.step, wall_time_s=wall, cpu_time_s=cpu, finished_at=now())
         raise
     p = trainer.progress
     with stop.deferred():  # trained and tested: a signal now is too late to stop anything, so finish recording
-        _record_completed(record, run_dir, task, trainer, wall_start, cpu_start, device)
+        _record_completed(record, run_dir, task, trainer, device)
     return float(p.best_value) if p.best_value is not None else float("nan")
 
 
-def _record_completed(record: Any, run_dir: Path, task: Any, trainer: Trainer, wall_start: float, cpu_start: float, device: torch.device) -> None:
+def _record_completed(record: Any, run_dir: Path, task: Any, trainer: Trainer, device: torch.device) -> None:
     t, p = trainer.tcfg, trainer.progress
+    wall, cpu = trainer.run_time()
     final = p.final_metrics
     figures = _figures(run_dir, p.analysis) if is_main() else []
     record(
@@ -350,8 +351,8 @@ def _record_completed(record: Any, run_dir: Path, task: Any, trainer: Trainer, w
         train_time_s=p.train_time_s,
         data_wait_fraction=p.data_time_s / p.train_time_s if p.train_time_s > 0 else None,
         tokens_per_second=p.tokens_seen / p.train_time_s if p.train_time_s > 0 else None,
-        wall_time_s=time.perf_counter() - wall_start,
-        cpu_time_s=time.process_time() - cpu_start,
+        wall_time_s=wall,
+        cpu_time_s=cpu,
         peak_memory_mb=peak_memory_mb(device),
         finished_at=now(),
     )

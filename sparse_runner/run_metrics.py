@@ -53,9 +53,10 @@ SCHEMA: dict[str, str] = {
     "train_time_s": "seconds spent training",
     "data_wait_fraction": "share of training time spent making batches (the model waits for them)",
     "tokens_per_second": "training throughput",
-    "wall_time_s": "seconds from start to end of the run",
-    "cpu_time_s": "CPU seconds (user + system, all threads) the process spent from start to end of the run; on a shared "
-                  "machine, where wall time says little, cpu_time_s / trainer.num_threads estimates the wall time on idle cores "
+    "wall_time_s": "seconds from start to end of the run (a resumed run: with its earlier processes up to the checkpoint it "
+                   "resumed from; a pre-training stage's are its own, in `pretraining`)",
+    "cpu_time_s": "CPU seconds (user + system, all threads) the run took, counted as wall_time_s is; on a shared machine, "
+                  "where wall time says little, cpu_time_s / trainer.num_threads estimates the wall time on idle cores "
                   "(a lower bound: threads never scale perfectly)",
     "peak_memory_mb": "peak device (or process) memory",
     "metrics": "final metrics {`val/...`, `test/...`, `best/val/...`: number}",
@@ -64,7 +65,7 @@ SCHEMA: dict[str, str] = {
     "figures": "PNG files the run drew",
     "task_info": "task facts (tokenizer, metric signatures, ...)",
     "pretraining": "where a fine-tuning run's encoder came from {run_dir, checkpoint, step, sha256 (of the loaded file), task, num_parameters, "
-                   "metrics} (null: trained from scratch)",
+                   "metrics, wall_time_s, cpu_time_s, device} (null: trained from scratch)",
     "finished_at": "UTC, ISO 8601",
 }
 

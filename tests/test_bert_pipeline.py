@@ -9,6 +9,7 @@ import hashlib
 import json
 import pickle
 import random
+import time
 from pathlib import Path
 
 import numpy as np
@@ -278,12 +279,19 @@ def test_pretrain_stage_runs_once_and_fine_tuning_starts_from_it(data, cache_dir
     stage = ["pretrain=mlm_cpu", *[f"pretrain.{a}" for a in MLM[1:]], f"pretrain.task.data_dir={data['corpus']}",
              *[f"pretrain.{a}" for a in TRAINER], f"paths.output_dir={out}"]
     cfg = config(cache_dir, *mnli_args(data), *stage)
+    started = time.perf_counter()
     run(cfg, tmp_path / "mnli")
+    call_s = time.perf_counter() - started
     directory = pretrain_dir(cfg)
     assert directory.parent == out / "pretrain" and json.loads((directory / "metrics.json").read_text())["status"] == "completed"
     m = json.loads((tmp_path / "mnli" / "metrics.json").read_text())
     assert m["status"] == "completed" and m["pretraining"]["run_dir"] == str(directory)
     assert m["config"]["pretrain"]["task"]["family"] == "mlm"
+    # The stage's time is its own, recorded in `pretraining`: the fine-tuning run's time starts after it.
+    stage_metrics = json.loads((directory / "metrics.json").read_text())
+    assert {k: m["pretraining"][k] for k in ("wall_time_s", "cpu_time_s", "device")} == \
+        {k: stage_metrics[k] for k in ("wall_time_s", "cpu_time_s", "device")}
+    assert 0 < m["wall_time_s"] <= call_s - stage_metrics["wall_time_s"]
     stamp = (directory / "checkpoints" / "best.pt").stat().st_mtime_ns
     run(config(cache_dir, *squad_args(data), *stage), tmp_path / "squad")  # the same model: the same stage, not trained again
     assert (directory / "checkpoints" / "best.pt").stat().st_mtime_ns == stamp

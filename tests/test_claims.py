@@ -80,6 +80,18 @@ def test_compute_is_cpu_time_on_a_cpu_and_wall_time_on_a_gpu():
     assert compute_time([cpu, gpu, old]) == 950.0
 
 
+def test_compute_counts_each_pre_training_stage_once():
+    """A fine-tuning run's times are its own; the stage it started from is added once, however many runs share it."""
+    from types import SimpleNamespace as Run
+
+    stage = {"run_dir": "outputs/pretrain/mlm_a", "device": "cpu", "cpu_time_s": 1000.0, "wall_time_s": 5000.0}
+    squad = Run(data={"device": "cpu", "cpu_time_s": 300.0, "pretraining": stage})
+    mnli = Run(data={"device": "cpu", "cpu_time_s": 200.0, "pretraining": dict(stage)})
+    other = Run(data={"device": "cpu", "cpu_time_s": 100.0, "pretraining": {**stage, "run_dir": "outputs/pretrain/mlm_b"}})
+    scratch = Run(data={"device": "cpu", "cpu_time_s": 50.0, "pretraining": None})
+    assert compute_time([squad, mnli, other, scratch]) == 300 + 200 + 100 + 50 + 1000 + 1000
+
+
 # ----------------------------------------------------------------------------- ERNIE-Sparse's claims
 def ernie_claims(root: Path):
     records = collect_runs([root])

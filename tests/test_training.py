@@ -104,6 +104,50 @@ def test_sigusr1_saves_and_stops_then_resumes_exactly(reference, tiny_config, tm
     assert read_metrics(tmp_path)["metrics"] == read_metrics(reference)["metrics"]
 
 
+def test_a_resumed_run_counts_the_time_of_its_earlier_processes(tiny_config, tmp_path, monkeypatch):
+    """cpu_time_s and wall_time_s of a resumed run include what its first process spent up to the checkpoint
+    it resumed from. CPU time comes from a fake clock that each training batch moves by 1 s, so a run of 30
+    steps costs exactly 30 s however it was interrupted."""
+    import time
+    from types import SimpleNamespace
+
+    import sparse_runner.run as run_module
+    import sparse_runner.training.trainer as trainer_module
+
+    clock = {"cpu": 0.0}
+    fake_time = SimpleNamespace(**{name: getattr(time, name) for name in dir(time) if not name.startswith("_")})
+    fake_time.process_time = lambda: clock["cpu"]
+    for module in (run_module, trainer_module):
+        monkeypatch.setattr(module, "time", fake_time)
+    original = ListOpsTask.make_batch
+
+    def make_batch(self, split, indices, device):
+        clock["cpu"] += 1.0 if split == "train" else 0.0
+        return original(self, split, indices, device)
+
+    monkeypatch.setattr(ListOpsTask, "make_batch", make_batch)
+    cfg = tiny_config()
+    uninterrupted = tmp_path / "uninterrupted"
+    run(cfg, uninterrupted)
+    assert read_metrics(uninterrupted)["cpu_time_s"] == 30.0
+
+    def crash():
+        raise RuntimeError("simulated crash")
+
+    interrupted = tmp_path / "interrupted"
+    with monkeypatch.context() as patch:
+        _crash_on_call(patch, 26, crash)   # before the 26th batch is made; checkpoints at steps 10 and 20
+        with pytest.raises(RuntimeError):
+            run(cfg, interrupted)
+    failed = read_metrics(interrupted)
+    saved = torch.load(interrupted / "checkpoints/last.pt", weights_only=True)["progress"]
+    assert failed["cpu_time_s"] == 25.0 and saved["step"] == 20 and saved["cpu_time_s"] == 20.0
+    run(cfg, interrupted)   # resumes at step 20: 10 more batches
+    resumed = read_metrics(interrupted)
+    assert resumed["status"] == "completed" and resumed["cpu_time_s"] == 30.0
+    assert resumed["wall_time_s"] > saved["wall_time_s"] > 0
+
+
 def test_corrupt_last_checkpoint_falls_back_to_previous(reference, tiny_config, tmp_path, monkeypatch, caplog):
     cfg = tiny_config()
 

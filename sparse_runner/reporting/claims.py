@@ -200,9 +200,15 @@ def _hours(seconds: float) -> str:
 
 def compute_time(records: Sequence[RunRecord]) -> float:
     """Seconds of compute the runs took: a CPU run's CPU time (all threads; its wall time on a shared machine
-    counts the other jobs and any pause too), an accelerator run's wall time."""
-    return sum(float(rec.data.get("cpu_time_s" if rec.data.get("device") == "cpu" else "wall_time_s")
-                     or rec.data.get("wall_time_s") or 0.0) for rec in records)
+    counts the other jobs and any pause too), an accelerator run's wall time; plus, once each, the
+    pre-training stages they started from (their `pretraining` record)."""
+    stages = {str(stage.get("run_dir")): stage for rec in records
+              if isinstance(stage := rec.data.get("pretraining"), dict)}
+    return sum(_seconds(data) for data in (*(rec.data for rec in records), *stages.values()))
+
+
+def _seconds(data: dict) -> float:
+    return float(data.get("cpu_time_s" if data.get("device") == "cpu" else "wall_time_s") or data.get("wall_time_s") or 0.0)
 
 
 def claims_table(claims: Sequence[Testable], records: list[RunRecord]) -> Table:

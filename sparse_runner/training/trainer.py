@@ -71,6 +71,10 @@ class Progress:
     window_data_s: float = 0.0
     stopped_early: bool = False
     completed: bool = False
+    # Seconds (wall, CPU) the run had taken when this state was saved, its earlier processes included, so that a
+    # resumed run's metrics.json counts them (Trainer.run_time). Not the work a killed process did after it.
+    wall_time_s: float = 0.0
+    cpu_time_s: float = 0.0
     final_metrics: dict[str, float] = field(default_factory=dict)
     last_eval: dict[str, float] = field(default_factory=dict)
     analysis: dict[str, Any] = field(default_factory=dict)
@@ -116,10 +120,12 @@ class Trainer:
     def __init__(
         self, cfg: Any, task: Task, model: torch.nn.Module, run_dir: Path, device: torch.device, *,
         fingerprint: dict[str, Any], fingerprint_defaults: dict[str, Any] | None = None, stop: StopSignals | None = None,
+        started: tuple[float, float] | None = None,
     ) -> None:
         """fingerprint: the flattened result-changing config a checkpoint must match to be resumed;
         fingerprint_defaults: every key's schema default (`config.schema_defaults()`), which a key that an
-        older checkpoint lacks is taken to hold (`fingerprint_difference`)."""
+        older checkpoint lacks is taken to hold (`fingerprint_difference`); started: (time.perf_counter(),
+        time.process_time()) when this process began the run (default: now), for `run_time`."""
         self.cfg, self.tcfg = cfg, cfg.trainer
         self.task, self.device = task, device
         self.run_dir = Path(run_dir)
@@ -152,6 +158,8 @@ class Trainer:
         if cfg.model.sar.weight > 0:
             self.regularisers.append((cfg.model.sar.weight, sar(cfg.model.sar.shift, cfg.model.sar.random_shift)))
         self.progress = Progress()
+        self._started = started or (time.perf_counter(), time.process_time())
+        self._earlier = (0.0, 0.0)   # (wall, CPU) of the run's earlier processes, from the restored checkpoint
         self.is_main = distributed.is_main()
         self.saved_step: int | None = None  # the step of the newest checkpoint on disk (the last good state)
 
@@ -161,9 +169,16 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
+    def run_time(self) -> tuple[float, float]:
+        """(wall, CPU) seconds the run has taken: its earlier processes up to the checkpoint this one resumed
+        from, and this process since it began the run (CPU: all its threads)."""
+        return (self._earlier[0] + time.perf_counter() - self._started[0],
+                self._earlier[1] + time.process_time() - self._started[1])
+
     def state_dict(self) -> dict[str, Any]:
         """Everything a resume needs. Under DDP a collective (every rank's RNG state is gathered): every rank
         calls it, rank 0 writes it."""
+        self.progress.wall_time_s, self.progress.cpu_time_s = self.run_time()
         rng_ranks = distributed.gather_objects(ckpt.rng_state())
         return {
             "format": CHECKPOINT_FORMAT,
@@ -183,6 +198,7 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.progress = Progress(**state["progress"])
+        self._earlier = (self.progress.wall_time_s, self.progress.cpu_time_s)
         ranks = state.get("rng_ranks") or [state["rng"]]
         if len(ranks) == distributed.world_size():
             ckpt.set_rng_state(ranks[distributed.rank()])
