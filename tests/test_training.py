@@ -16,7 +16,7 @@ from sparse_runner.run import run
 from sparse_runner.run_metrics import SCHEMA, SCHEMA_VERSION
 from sparse_runner.tasks.listops import ListOpsTask
 from sparse_runner.training.trainer import Preempted
-from tests.conftest import on_train_batch
+from tests.conftest import on_train_batch, simulated_crash
 
 
 def read_metrics(run_dir: Path) -> dict:
@@ -131,12 +131,9 @@ def test_a_resumed_run_counts_the_time_of_its_earlier_processes(tiny_config, tmp
     run(cfg, uninterrupted)
     assert read_metrics(uninterrupted)["cpu_time_s"] == 30.0
 
-    def crash():
-        raise RuntimeError("simulated crash")
-
     interrupted = tmp_path / "interrupted"
     with monkeypatch.context() as patch:
-        _crash_on_call(patch, 26, crash)   # before the 26th batch is made; checkpoints at steps 10 and 20
+        _crash_on_call(patch, 26, simulated_crash)   # before the 26th batch is made; checkpoints at steps 10 and 20
         with pytest.raises(RuntimeError):
             run(cfg, interrupted)
     failed = read_metrics(interrupted)
