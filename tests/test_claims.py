@@ -177,6 +177,30 @@ def test_kept_results_give_the_same_claims(tmp_path: Path):
     assert after.rows == before.rows and after.rows[0][8] == HELD
 
 
+def test_kept_results_with_log(tmp_path: Path):
+    """--with-log keeps log.jsonl and figures/*.png beside metrics.json, never checkpoints; without it, neither."""
+    import subprocess
+    import sys
+
+    run = write_run(tmp_path / "outputs", "e0", model="ernie_sparse", seed=0, acc=0.46, block=8)
+    (run / "log.jsonl").write_text('{"step": 20, "alpha/encoder_self/0": [1.4, 1.6]}\n')
+    (run / "figures").mkdir()
+    (run / "figures" / "alpha_trajectories.png").write_bytes(b"\x89PNG fake")
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.pt").write_bytes(b"weights")
+    script = Path(__file__).parent.parent / "scripts" / "keep_results.py"
+    for flag, kept in (([], tmp_path / "plain"), (["--with-log"], tmp_path / "logged")):
+        done = subprocess.run([sys.executable, str(script), *flag, str(kept), str(run)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    files = lambda root: sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())  # noqa: E731
+    assert files(tmp_path / "plain") == [f"{run.name}/metrics.json"]
+    assert files(tmp_path / "logged") == [f"{run.name}/figures/alpha_trajectories.png", f"{run.name}/log.jsonl",
+                                          f"{run.name}/metrics.json"]
+    kept_run = tmp_path / "logged" / run.name
+    assert (kept_run / "log.jsonl").read_bytes() == (run / "log.jsonl").read_bytes()
+    assert (kept_run / "figures" / "alpha_trajectories.png").read_bytes() == b"\x89PNG fake"
+
+
 # ----------------------------------------------------------------------------- Theorem 1's cliff
 def lowrank_runs(root: Path, at_cliff: list[tuple[float, float]]):
     """One lowrank run per seed (n = 4): KL(d_p = n - 2) and the worst KL at d_p >= n - 1 as given."""
