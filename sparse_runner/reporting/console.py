@@ -5,6 +5,8 @@ The overview: the runs found (a runs table per task), the paper tables that hold
 ours folded into one line), then one line per paper table without runs; the line after it names
 report.html. Notes,
 figures and curves are in the report files.
+
+Everything printed goes through sinks.terminal: a folder name or a run's error may hold escape sequences.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from sparse_runner.reporting import sinks
 from sparse_runner.reporting.filled import Filled
 from sparse_runner.reporting.render import Table, render_markdown_table
 
@@ -20,7 +23,8 @@ MAX_ROWS = 25   # rows of one table in a terminal; the files hold them all
 
 
 def say(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr)
+    """`message` on one line of stderr, after the program's name, with no control character."""
+    print(f"{PROG}: {sinks.terminal(message)}", file=sys.stderr)
 
 
 def warn(message: str) -> None:
@@ -29,7 +33,7 @@ def warn(message: str) -> None:
 
 def _table(table: Table, rows: list[list[str]], after: str = "") -> list[str]:
     lines = ["", f"## {table.title}", "",
-             render_markdown_table(dataclasses.replace(table, rows=rows[:MAX_ROWS]))]
+             render_markdown_table(dataclasses.replace(table, rows=rows[:MAX_ROWS]), escape=sinks.terminal)]
     if len(rows) > MAX_ROWS:
         lines.append(f"... {len(rows) - MAX_ROWS} more rows in the report files")
     if after:
@@ -38,7 +42,8 @@ def _table(table: Table, rows: list[list[str]], after: str = "") -> list[str]:
 
 
 def overview(summary: str, runs_tables: list[Table], paper_tables: list[Filled]) -> str:
-    """The terminal's text (module docstring); the line after it, on stderr, names report.html."""
+    """The terminal's text (module docstring), its lines kept and every control character in them removed;
+    the line after it, on stderr, names report.html."""
     lines = [summary]
     for table in runs_tables:
         lines += _table(table, table.rows)
@@ -50,4 +55,4 @@ def overview(summary: str, runs_tables: list[Table], paper_tables: list[Filled])
     if empty:
         lines += ["", "Paper tables without runs:"]
         lines += [f"- {filled.table.title}: {filled.fold_line()}" for filled in empty]
-    return "\n".join(lines) + "\n"
+    return sinks.terminal("\n".join(lines) + "\n", keep_newlines=True)

@@ -3,6 +3,10 @@ images), a Table as a <table>, an image inlined as a data URI, and the page arou
 
 The page is one file with no script and no request: images are base64 PNG in the page, the style sheet is
 in its head, and what folds is a <details> element, which works with scripts disabled.
+
+A figure is read into the page only from a regular file inside its folder (a run's, or the report's) that
+is a PNG by its signature and at most MAX_FIGURE_BYTES (`read_png`): a run folder may come from anyone,
+and a link to a private file, a FIFO or /dev/zero must neither reach the page nor stop the report.
 """
 
 from __future__ import annotations
@@ -11,9 +15,11 @@ import base64
 import html
 import os
 import re
+import stat
 from pathlib import Path
 from urllib.parse import quote
 
+from sparse_runner.checks import one_line
 from sparse_runner.reporting.filled import FILL, is_fill, is_published_row
 from sparse_runner.reporting.render import Table
 
@@ -22,7 +28,7 @@ _IMAGE = re.compile(r"^!\[([^\]]*)\]\(([^)]+)\)$")
 
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; padding: 0 1.5rem 4rem;
-       max-width: 1500px; color: #1d2330; background: #fff; }
+       max-width: 1500px; color: #1d2330; background: #fff; overflow-wrap: break-word; }
 h1 { font-size: 1.6rem; margin: 1.2rem 0 .3rem; }
 h2 { font-size: 1.3rem; margin: 2.2rem 0 .5rem; padding-top: .6rem; border-top: 2px solid #d8dde6; }
 h3 { font-size: 1.05rem; margin: 1.4rem 0 .4rem; }
@@ -45,7 +51,23 @@ td code.fill { color: #7a8190; background: none; font-size: 11px; white-space: n
 .status-unfinished, .status-preempted, .status-not-started, .status-unknown { color: #9a6700; }
 details { margin: .3rem 0 .6rem; }
 summary { cursor: pointer; color: #2b4c8c; }
+details.notes > summary { font-size: 12.5px; }
 ul.notes { font-size: 12.5px; color: #4a5160; margin: .2rem 0 .8rem; padding-left: 1.2rem; }
+ul.notes li { max-width: 110ch; margin: .15rem 0; }
+table.claims { width: 100%; table-layout: fixed; font-size: 13.5px; }
+table.claims td { white-space: normal; }
+table.claims td.result { font-variant-numeric: tabular-nums; }
+table.claims td.claim details { margin: .15rem 0 0; }
+table.claims td.claim summary { font-size: 12px; }
+table.claims dl { display: grid; grid-template-columns: max-content 1fr; gap: .1rem .6rem; margin: .3rem 0;
+                  font-size: 12.5px; color: #4a5160; }
+table.claims dd { margin: 0; }
+span.verdict { font-weight: 600; padding: .05rem .4rem; border-radius: 3px; white-space: nowrap; }
+.verdict-held { color: #17663a; background: #e2f3e7; }
+.verdict-not-held { color: #b3261e; background: #fbe5e3; }
+.verdict-inconclusive { color: #7a5200; background: #fbf0d5; }
+.verdict-not-run { color: #5d6473; background: #eef0f3; }
+.skipped { color: #9a6700; }
 figure { margin: .8rem 0 1.2rem; }
 figure img { max-width: 100%; height: auto; border: 1px solid #e3e6ec; }
 figcaption { font-size: 12.5px; color: #4a5160; }
@@ -75,6 +97,71 @@ def anchor(text: str) -> str:
 def href(target: Path, base: Path) -> str:
     """A link to `target` relative to the folder of the page, so that the report moves with its runs."""
     return quote(Path(os.path.relpath(target, base)).as_posix())
+
+
+# The runner's figures are a few hundred kB. 20 MB takes any real figure, keeps a page of inlined figures
+# (base64: 4/3 of their size) one a browser opens, and bounds what a huge file could make the report read.
+MAX_FIGURE_BYTES = 20 * 1024 * 1024
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_FILE_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+               stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
+
+
+class NotShown(Exception):
+    """A file the page neither inlines nor links; its message says why, in a few words."""
+
+
+def _not_regular(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    return f"not a regular file ({_FILE_KINDS.get(stat.S_IFMT(mode), 'a special file')})"
+
+
+def file_problem(path: Path, folder: Path, where: str = "run") -> str | None:
+    """Why `path` is not a file of `folder` the page may show or link, in a few words: it cannot be
+    resolved, it resolves outside `folder` (a link out of it), or it is not a regular file; None when
+    it is one (links within `folder` are followed). Reads nothing of the file."""
+    try:
+        resolved = path.resolve(strict=True)
+        mode = resolved.stat().st_mode
+        inside = resolved.is_relative_to(folder.resolve(strict=True))
+    except (OSError, RuntimeError) as exc:   # RuntimeError: a loop of links
+        return f"cannot be read ({one_line(exc)})"
+    if not inside:
+        return f"a link to a file outside the {where} folder"
+    return _not_regular(mode)
+
+
+def read_png(path: Path, folder: Path, where: str = "run") -> bytes:
+    """The bytes of the PNG at `path`: a regular file inside `folder` (file_problem) of at most
+    MAX_FIGURE_BYTES that starts with PNG's signature. Raises NotShown saying which it is not, before
+    reading anything of a file that is not one."""
+    problem = file_problem(path, folder, where)
+    if problem:
+        raise NotShown(problem)
+    try:
+        # O_NONBLOCK: should a FIFO take the file's place after the check, opening it does not wait
+        fd = os.open(path.resolve(), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            problem = _not_regular(info.st_mode)
+            if problem is None and info.st_size > MAX_FIGURE_BYTES:
+                problem = f"{info.st_size:,} bytes, over the limit of {MAX_FIGURE_BYTES // 2**20} MB"
+            if problem:
+                raise NotShown(problem)
+            data = handle.read(MAX_FIGURE_BYTES + 1)
+    except OSError as exc:
+        raise NotShown(f"cannot be read ({one_line(exc)})") from None
+    if len(data) > MAX_FIGURE_BYTES:   # it grew after fstat
+        raise NotShown(f"over the limit of {MAX_FIGURE_BYTES // 2**20} MB")
+    if not data.startswith(PNG_SIGNATURE):
+        raise NotShown("not a PNG (its first bytes are not PNG's signature)")
+    return data
+
+
+def skipped(name: str, reason: str) -> str:
+    """The line a page shows where a file is not shown: its name and why."""
+    return f'<p class="skipped">Not shown: <code>{esc(name)}</code>, {esc(reason)}.</p>'
 
 
 def data_uri(png: bytes) -> str:
@@ -113,12 +200,16 @@ def table(tab: Table, rows: list[int] | None = None) -> str:
 
 
 def notes(items: list[str]) -> str:
-    return '<ul class="notes">' + "".join(f"<li>{inline(note)}</li>" for note in items) + "</ul>" if items else ""
+    """A table's notes as a bullet list folded under one line, which says how many there are."""
+    if not items:
+        return ""
+    return (f'<details class="notes"><summary>{len(items)} note{"s" if len(items) != 1 else ""}</summary>'
+            '<ul class="notes">' + "".join(f"<li>{inline(note)}</li>" for note in items) + "</ul></details>")
 
 
 def markdown_section(text: str, out_dir: Path) -> str:
     """A paper's markdown section (`## heading`, paragraphs, `![caption](figures/x.png)`) with its images
-    inlined from `out_dir`; an image that cannot be read is named, not shown broken."""
+    inlined from `out_dir` (read_png); an image that is not shown is named with the reason."""
     parts = []
     for block in text.split("\n\n"):
         block = block.strip()
@@ -127,9 +218,9 @@ def markdown_section(text: str, out_dir: Path) -> str:
         elif match := _IMAGE.match(block):
             caption, path = match.groups()
             try:
-                parts.append(figure((out_dir / path).read_bytes(), caption))
-            except OSError:
-                parts.append(f"<p>{inline(caption)}: <code>{esc(path)}</code> could not be read.</p>")
+                parts.append(figure(read_png(out_dir / path, out_dir, "report"), caption))
+            except NotShown as exc:
+                parts.append(f"<p>{inline(caption)}:</p>" + skipped(path, str(exc)))
         elif block:
             parts.append(f"<p>{inline(block)}</p>")
     return "\n".join(parts)

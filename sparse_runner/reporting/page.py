@@ -1,19 +1,28 @@
-"""report.html: what a person opens after a sweep, in the order the terminal tells it.
+"""report.html: what a person opens after a sweep, the verdicts first.
 
-1. The runs, a section per task: the learning curves of each experiment (curves.py), the runs table (seeds
+1. The claims (the paper registered as "claims"): per claim its statement, the two arms, the difference
+   with its interval and the verdict, in a table that fits the screen; the rest of each claim's row (paper,
+   published numbers, setting, test, compute) folded under its statement, claims without runs folded below.
+2. The paper tables that hold runs, their empty rows of ours folded into one line (filled.py), each paper's
+   figures after its tables; then one line per paper table without runs, the table folded under it.
+3. The runs, a section per task: the learning curves of each experiment (curves.py), the runs table (seeds
    as mean ± std (n)), every run on a row of its own with links to its folder and files, and the figures the
    runs drew (alpha trajectories, Pathfinder examples, then each run's analysis figures).
-2. The paper tables that hold runs, their empty rows of ours folded into one line (filled.py), each paper's
-   figures after its tables.
-3. One line per paper table without runs, the table itself folded under it.
+
+A table wider than the page scrolls inside its own box; notes fold under one line. A run's file is linked
+or inlined only when it is a regular file inside the run folder (html.file_problem, html.read_png); any
+other is named with the reason.
 """
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparse_runner.reporting import html
+from sparse_runner.reporting.claims import NOT_RUN
 from sparse_runner.reporting.curves import CurveFigure
 from sparse_runner.reporting.filled import Filled
 from sparse_runner.reporting.render import Table
@@ -45,25 +54,43 @@ def _metric(name: str | None, value: float | None) -> str:
     return pct(value) if name and name.endswith("accuracy") else fmt_number(value, ".4g")
 
 
+def _run_folder(rec: RunRecord, name: str) -> Path | None:
+    """The run's subfolder `name` when it is a folder inside the run folder (not a link out of it)."""
+    folder = rec.path / name
+    try:
+        inside = folder.is_dir() and folder.resolve().is_relative_to(rec.path.resolve())
+    except (OSError, RuntimeError):
+        return None
+    return folder if inside else None
+
+
 def _outputs(rec: RunRecord) -> list[Path]:
-    """What the run's task wrote beside its results (the Pathfinder examples, an LM's sample)."""
-    folder = rec.path / OUTPUTS
-    return sorted(path for path in folder.iterdir() if path.is_file()) if folder.is_dir() else []
+    """What the run's task wrote beside its results (the Pathfinder examples, an LM's sample): every entry
+    of its outputs folder but subfolders."""
+    folder = _run_folder(rec, OUTPUTS)
+    return sorted(path for path in folder.iterdir() if not path.is_dir()) if folder else []
 
 
 def _run_figures(rec: RunRecord) -> list[Path]:
-    folder = rec.path / "figures"
-    return sorted(folder.glob("*.png")) if folder.is_dir() else []
+    folder = _run_folder(rec, "figures")
+    return sorted(folder.glob("*.png")) if folder else []
 
 
 def _examples(rec: RunRecord) -> Path | None:
     return next((path for path in _outputs(rec) if path.name == EXAMPLES), None)
 
 
+def _file_link(rec: RunRecord, path: Path, out_dir: Path) -> str:
+    name = path.relative_to(rec.path).as_posix()
+    problem = html.file_problem(path, rec.path)
+    if problem:
+        return f'<span class="skipped">{html.esc(name)} (not linked: {html.esc(problem)})</span>'
+    return f'<a href="{html.href(path, out_dir)}">{html.esc(name)}</a>'
+
+
 def _files_cell(rec: RunRecord, out_dir: Path) -> str:
-    files = [rec.path / name for name in RUN_FILES if (rec.path / name).is_file()] + _run_figures(rec) + _outputs(rec)
-    return " ".join(f'<a href="{html.href(path, out_dir)}">{html.esc(path.relative_to(rec.path).as_posix())}</a>'
-                    for path in files)
+    files = [rec.path / name for name in RUN_FILES if os.path.lexists(rec.path / name)]
+    return " ".join(_file_link(rec, path, out_dir) for path in files + _run_figures(rec) + _outputs(rec))
 
 
 # run list columns: run .. step on one line, the numbers right-aligned, note and files wrapping
@@ -100,11 +127,12 @@ def run_list(runs: list[RunRecord], out_dir: Path) -> str:
             "</div></details>")
 
 
-def _figure_file(path: Path, caption: str) -> str:
+def _figure_file(rec: RunRecord, path: Path, caption: str) -> str:
+    """The run's figure at `path` inlined, or the line that names it and says why it is not."""
     try:
-        return html.figure(path.read_bytes(), caption)
-    except OSError:
-        return ""
+        return html.figure(html.read_png(path, rec.path), caption)
+    except html.NotShown as exc:
+        return html.skipped(f"{rec.display}/{path.relative_to(rec.path).as_posix()}", str(exc))
 
 
 def run_figures(runs: list[RunRecord]) -> list[str]:
@@ -115,18 +143,20 @@ def run_figures(runs: list[RunRecord]) -> list[str]:
     parts = []
     examples = next(((rec, path) for rec in sorted(runs, key=sort_key) if (path := _examples(rec))), None)
     if examples is not None:
-        parts.append(_figure_file(examples[1], f"Test examples with their labels (`{examples[0].display}`)"))
+        parts.append(_figure_file(examples[0], examples[1],
+                                  f"Test examples with their labels (`{examples[0].display}`)"))
     for rec in chosen:
-        trajectory = rec.path / "figures" / ALPHA_TRAJECTORIES
-        if trajectory.is_file():
-            parts.append(_figure_file(trajectory, f"Learned α per head during training, {rec.label} (`{rec.display}`)"))
+        trajectory = next((path for path in _run_figures(rec) if path.name == ALPHA_TRAJECTORIES), None)
+        if trajectory is not None:
+            parts.append(_figure_file(rec, trajectory,
+                                      f"Learned α per head during training, {rec.label} (`{rec.display}`)"))
     analysed = [(rec, [path for path in _run_figures(rec) if path.name != ALPHA_TRAJECTORIES])
                 for rec in chosen]
     analysed = [(rec, paths) for rec, paths in analysed if paths]
     if analysed:
         gallery = "".join(
             f"<h3>{html.esc(rec.label)} <code>{html.esc(rec.display)}</code></h3><div class=\"gallery\">"
-            + "".join(_figure_file(path, path.stem.replace("_", " ")) for path in paths) + "</div>"
+            + "".join(_figure_file(rec, path, path.stem.replace("_", " ")) for path in paths) + "</div>"
             for rec, paths in analysed)
         more = f", the best {len(chosen)} of {len(groups)} groups" if len(groups) > len(chosen) else ""
         parts.append(f"<details><summary>Analysis figures of {len(analysed)} run(s){more} (one per group "
@@ -167,6 +197,67 @@ def empty_table(filled: Filled) -> str:
             f"{html.inline(filled.fold_line())}</summary>{html.table(tab)}{html.notes(tab.notes)}</details>")
 
 
+# ----------------------------------------------------------------------------------------- claims
+CLAIMS = "claims"                                                       # the claims table's slug
+CLAIM_COLUMNS = ("claim", "treatment", "baseline", "result", "verdict")  # shown; the others fold per claim
+CLAIM_SUMMARY = "paper"     # the folded column whose text opens a claim's details
+# column widths (%) that fit 1280 px: the statement wraps, the numbers keep to a line or two
+_CLAIM_WIDTHS = {"claim": 36, "treatment": 18, "baseline": 18, "result": 17, "verdict": 11}
+
+
+def _claim_row(tab: Table, row: list[str]) -> str:
+    columns = {header: index for index, header in enumerate(tab.headers)}
+    folded = [i for i, header in enumerate(tab.headers)
+              if header not in CLAIM_COLUMNS and header != CLAIM_SUMMARY and row[i].strip()]
+    cells = []
+    for name in (name for name in CLAIM_COLUMNS if name in columns):
+        text = row[columns[name]]
+        if name == "claim":
+            opener = row[columns[CLAIM_SUMMARY]] if CLAIM_SUMMARY in columns else "details"
+            details = "".join(f"<dt>{html.esc(tab.headers[i])}</dt><dd>{html.inline(row[i])}</dd>" for i in folded)
+            cell = html.inline(text) + (f"<details><summary>{html.esc(opener)}</summary><dl>{details}</dl></details>"
+                                        if details else "")
+        elif name == "verdict":
+            cell = f'<span class="verdict verdict-{slug(text).replace("_", "-")}">{html.esc(text)}</span>'
+        else:
+            cell = html.esc(text)
+        cells.append(f'<td class="{name}">{cell}</td>')
+    return "<tr>" + "".join(cells) + "</tr>"
+
+
+def _claims_table(tab: Table, rows: list[list[str]]) -> str:
+    shown = [name for name in CLAIM_COLUMNS if name in tab.headers]
+    widths = "".join(f'<col style="width:{_CLAIM_WIDTHS[name]}%">' for name in shown)
+    head = "".join(f'<th class="{name}">{html.esc(name)}</th>' for name in shown)
+    return (f'<div class="scroll"><table class="claims"><colgroup>{widths}</colgroup><thead><tr>{head}</tr>'
+            f'</thead><tbody>{"".join(_claim_row(tab, row) for row in rows)}</tbody></table></div>')
+
+
+def claims_section(filled: Filled) -> list[str]:
+    """The claims with runs, each on a row that fits the screen (module docstring); the claims without
+    runs folded into one line below them; the notes (the rule of the verdicts) folded last."""
+    tab = filled.table
+    column = tab.headers.index("verdict") if "verdict" in tab.headers else None
+
+    def verdict(row: list[str]) -> str:
+        return row[column] if column is not None else ""
+
+    tested = [row for row in tab.rows if verdict(row) != NOT_RUN]
+    not_run = [row for row in tab.rows if verdict(row) == NOT_RUN]
+    tally = ", ".join(f"{count} {name}" for name, count in Counter(map(verdict, tested)).items() if name)
+    parts = [f'<h2 id="{html.anchor(tab.title)}">{html.esc(tab.title)}</h2>']
+    if tested:
+        parts.append(f'<p class="fold">{len(tested)} claim{"s" if len(tested) != 1 else ""} with runs'
+                     + (f": {html.esc(tally)}" if tally else "") + ". Result: treatment minus baseline with its "
+                     "95 % interval; each claim's paper opens its setting, test and compute.</p>")
+        parts.append(_claims_table(tab, tested))
+    if not_run:
+        parts.append(f"<details><summary>{len(not_run)} claim{'s' if len(not_run) != 1 else ''} without runs"
+                     f"</summary>{_claims_table(tab, not_run)}</details>")
+    parts.append(html.notes(tab.notes))
+    return parts
+
+
 # ------------------------------------------------------------------------------------------- page
 def _contents(entries: list[tuple[str, str]]) -> str:
     return "<nav><b>Contents</b><ul>" + "".join(
@@ -175,30 +266,35 @@ def _contents(entries: list[tuple[str, str]]) -> str:
 
 
 def render_page(summary: str, records: list[RunRecord], runs_tables: list[Table], parts: list[PaperPart],
-                curves: list[CurveFigure], out_dir: Path) -> str:
-    """The whole page; images from `out_dir` (the papers' figures) and the runs' folders are inlined."""
-    by_task: dict[str, list[RunRecord]] = {}
-    for rec in records:
-        by_task.setdefault(rec.task or "(unknown)", []).append(rec)
-    tables_by_slug = {tab.slug: tab for tab in runs_tables}
+                curves: list[CurveFigure], out_dir: Path, figures_dir: Path | None = None) -> str:
+    """The whole page, in the module docstring's order. Links are relative to `out_dir`, where the page
+    goes; the papers' figures are inlined from `figures_dir` (default `out_dir`: the folder the report is
+    built in), the runs' figures from their folders."""
+    figures_dir = figures_dir or out_dir
+    verdicts = [piece for part in parts for filled in part.tables if filled.table.slug == CLAIMS
+                for piece in claims_section(filled)]
     body, contents = [], []
-    for task in sorted(by_task, key=lambda t: (t == "(unknown)", t)):
-        body += task_section(task, by_task[task], tables_by_slug.get(f"runs_{slug(task)}"),
-                             [c for c in curves if c.task == task], out_dir)
-        contents.append((f"Runs: task={task}", f" ({len(by_task[task])})"))
-
     for part in parts:
-        with_runs = [filled for filled in part.tables if filled.has_runs]
-        for filled in with_runs:
-            body += paper_table(filled)
-            contents.append((filled.table.title, ""))
-        body += [html.markdown_section(section, out_dir) for section in part.sections]
-    empty = [filled for part in parts for filled in part.tables if not filled.has_runs]
+        for filled in part.tables:
+            if filled.has_runs and filled.table.slug != CLAIMS:
+                body += paper_table(filled)
+                contents.append((filled.table.title, ""))
+        body += [html.markdown_section(section, figures_dir) for section in part.sections]
+    empty = [filled for part in parts for filled in part.tables if not filled.has_runs and filled.table.slug != CLAIMS]
     if empty:
         title = "Paper tables without runs"
         body += [f'<h2 id="{html.anchor(title)}">{title}</h2>',
                  "<p class=\"fold\">Each line opens its table: the published numbers and the command of every "
                  "empty cell.</p>", *(empty_table(filled) for filled in empty)]
         contents.append((title, f" ({len(empty)})"))
-    head = ["<h1>sparse-report</h1>", f'<p class="summary">{html.inline(summary)}</p>', _contents(contents)]
-    return html.page("sparse-report", head + body)
+
+    by_task: dict[str, list[RunRecord]] = {}
+    for rec in records:
+        by_task.setdefault(rec.task or "(unknown)", []).append(rec)
+    tables_by_slug = {tab.slug: tab for tab in runs_tables}
+    for task in sorted(by_task, key=lambda t: (t == "(unknown)", t)):
+        body += task_section(task, by_task[task], tables_by_slug.get(f"runs_{slug(task)}"),
+                             [c for c in curves if c.task == task], out_dir)
+        contents.append((f"Runs: task={task}", f" ({len(by_task[task])})"))
+    head = ["<h1>sparse-report</h1>", f'<p class="summary">{html.inline(summary)}</p>']
+    return html.page("sparse-report", head + verdicts + [_contents(contents)] + body)

@@ -1,15 +1,22 @@
 """Rendering: a Table (format-independent lists of strings) as markdown, CSV and LaTeX; write_report.
-report.html is page.py's."""
+report.html is page.py's.
+
+Cells, titles and notes hold text from run folders (folder names, `experiment`, errors), so each format
+neutralises it (sinks.py): report.md escapes raw HTML outside code spans, a CSV cell never starts a
+formula, and LaTeX gets no control character.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from sparse_runner.io import atomic_write_text
+from sparse_runner.reporting import sinks
 
 FORMATS = ("md", "csv", "tex", "html")
 
@@ -25,34 +32,55 @@ class Table:
     notes: list[str] = field(default_factory=list)
 
 
-def _md_cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+# A code span of single backticks that CommonMark sees as one too: not after a backslash (an escaped
+# backtick) or another backtick (a longer run opens a span of its own), and on one line. What is not
+# matched here is escaped, so a span missed only shows `&lt;` as written, and raw HTML is never rendered.
+_CODE_SPAN = re.compile(r"(?<![`\\])`[^`\n]+`(?!`)")
 
 
-def render_markdown_table(table: Table) -> str:
-    lines = ["| " + " | ".join(_md_cell(h) for h in table.headers) + " |",
+def markdown_text(text: str) -> str:
+    """One line of text for report.md: control characters removed, raw HTML escaped (sinks.markdown)
+    outside code spans; a code span's text as written, which Markdown shows literally."""
+    text = sinks.terminal(text)
+    parts, start = [], 0
+    for span in _CODE_SPAN.finditer(text):
+        parts += [sinks.markdown(text[start:span.start()]), span.group()]
+        start = span.end()
+    return "".join(parts) + sinks.markdown(text[start:])
+
+
+def _md_cell(text: str, escape: Callable[[str], str]) -> str:
+    return escape(" ".join(text.split())).replace("|", "\\|")
+
+
+def render_markdown_table(table: Table, escape: Callable[[str], str] = markdown_text) -> str:
+    """`table` as a Markdown table, each cell through `escape`: report.md's escaping by default; the
+    terminal's overview passes sinks.terminal, as it shows the text as written."""
+    lines = ["| " + " | ".join(_md_cell(h, escape) for h in table.headers) + " |",
              "|" + "|".join("---:" if i in table.numeric else "---" for i in range(len(table.headers))) + "|"]
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
+    lines += ["| " + " | ".join(_md_cell(c, escape) for c in row) + " |" for row in table.rows]
     return "\n".join(lines)
 
 
 def render_markdown(tables: list[Table], summary: str, sections: Iterable[str] = ()) -> str:
-    """The report: the summary line, every table with its notes, then `sections` (markdown, e.g. figures)."""
-    parts = ["# sparse-report", "", summary]
+    """The report: the summary line, every table with its notes, then `sections` (markdown, e.g. figures);
+    every text in it through markdown_text, so it holds no raw HTML and no control character."""
+    parts = ["# sparse-report", "", markdown_text(summary)]
     for table in tables:
-        parts += ["", f"## {table.title}", "", render_markdown_table(table)]
+        parts += ["", f"## {markdown_text(table.title)}", "", render_markdown_table(table)]
         if table.notes:
-            parts += [""] + [f"- {note}" for note in table.notes]
+            parts += [""] + [f"- {markdown_text(note)}" for note in table.notes]
     for section in sections:
-        parts += ["", section]
+        parts += ["", "\n".join(markdown_text(line) for line in section.split("\n"))]
     return "\n".join(parts) + "\n"
 
 
 def render_csv(table: Table) -> str:
+    """`table` as CSV, every cell through sinks.csv_cell (no cell a spreadsheet runs as a formula)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")  # the csv module quotes commas, quotes and newlines
-    writer.writerow(table.headers)
-    writer.writerows(table.rows)
+    writer.writerow([sinks.csv_cell(header) for header in table.headers])
+    writer.writerows([sinks.csv_cell(cell) for cell in row] for row in table.rows)
     return buffer.getvalue()
 
 
@@ -67,7 +95,8 @@ _LATEX_SPECIALS = {
 
 
 def latex_escape(text: str) -> str:
-    return "".join(_LATEX_SPECIALS.get(char, char) for char in " ".join(text.split()))
+    """`text` on one line for a LaTeX table: control characters removed, specials escaped."""
+    return "".join(_LATEX_SPECIALS.get(char, char) for char in sinks.terminal(" ".join(text.split())))
 
 
 def render_latex(table: Table) -> str:

@@ -2,16 +2,18 @@
 add one runs table per task, write markdown, CSV, LaTeX and report.html.
 
 Reads every `metrics.json` below the given folders (and `.hydra/` of runs that never wrote one), and each
-run's `log.jsonl` for report.html's learning curves. Writes, atomically, into `<first path>/report` or
-`--out`: `report.md`, one CSV and one LaTeX file per table, `report.html` (one self-contained page: tables,
-curves and figures inline), and the papers' figures under `figures/` (PNG, whatever --formats says).
+run's `log.jsonl` for report.html's learning curves. Writes into `<first path>/report` or `--out`:
+`report.md`, one CSV and one LaTeX file per table, `report.html` (one self-contained page: tables, curves
+and figures inline), and the papers' figures under `figures/` (PNG, whatever --formats says). The folder is
+written as a whole (report_folder.py): built beside it, then swapped in, replacing an earlier report; a
+folder that holds files sparse-report did not write is refused.
 
 What it prints (`--print`): in a terminal, an overview (console.overview: the runs, the tables that hold
 runs, a line per table without runs); to a pipe or a file, report.md's markdown. The last line, on stderr,
 names the folder written and report.html.
 
 Exit codes of `main`: 0 report written; 1 no runs found (nothing written); 2 bad input (unknown format,
-a path that does not exist, an output folder that cannot be written).
+a path that does not exist, an output folder that cannot be written or holds files not of a report).
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from pathlib import Path
 
 from sparse_runner.checks import one_line
 from sparse_runner.io import atomic_write_text
+from sparse_runner.reporting import sinks
 from sparse_runner.reporting.console import PROG, overview, say
 from sparse_runner.reporting.curves import task_curves
 from sparse_runner.reporting.filled import classify_all
 from sparse_runner.reporting.page import PaperPart, render_page
 from sparse_runner.reporting.papers import papers
 from sparse_runner.reporting.render import FORMATS, render_markdown, write_report
+from sparse_runner.reporting.report_folder import Refused, building
 from sparse_runner.reporting.runs import RunRecord, collect_runs, status_rank
 from sparse_runner.reporting.runs_table import runs_tables
 
@@ -116,22 +120,28 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out) if args.out else Path(paths[0]) / "report"
     summary = _summary(records, paths)
     try:
-        parts, written = _paper_parts(records, out_dir)
-        paper = [filled for part in parts for filled in part.tables]
-        runs = runs_tables(records)
-        tables = [filled.table for filled in paper] + runs
-        markdown = render_markdown(tables, summary, [section for part in parts for section in part.sections])
-        written += write_report(tables, markdown, out_dir, formats)
-        page = out_dir / "report.html"
-        if "html" in formats:
-            atomic_write_text(page, render_page(summary, records, runs, parts, task_curves(records), out_dir))
-            written.append(page)
+        with building(out_dir) as build:
+            parts, written = _paper_parts(records, build)
+            paper = [filled for part in parts for filled in part.tables]
+            runs = runs_tables(records)
+            tables = [filled.table for filled in paper] + runs
+            markdown = render_markdown(tables, summary, [section for part in parts for section in part.sections])
+            written += write_report(tables, markdown, build, formats)
+            if "html" in formats:
+                curves = task_curves(records)
+                atomic_write_text(build / "report.html",
+                                  render_page(summary, records, runs, parts, curves, out_dir, figures_dir=build))
+                written.append(build / "report.html")
+    except Refused as exc:
+        say(str(exc))
+        return 2
     except OSError as exc:
         say(f"cannot write the report to {out_dir}: {one_line(exc)}")
         return 2
+    page = out_dir / "report.html"
     show = args.show or ("overview" if sys.stdout.isatty() else "md" if "md" in formats else "none")
     if show == "md":
-        sys.stdout.write(markdown)
+        sys.stdout.write(sinks.terminal(markdown, keep_newlines=True))   # report.md as written: no control character
     elif show == "overview":
         sys.stdout.write(overview(summary, runs, paper))
     sys.stdout.flush()   # before the last line, on stderr, when both go to one pipe
