@@ -167,6 +167,8 @@ def preflight(overrides: list[str], multirun: bool, *, check_resources: bool = T
                 typed = validate(cfg)
                 if check_resources:
                     check_job_resources(typed, cfg.hydra, job)
+                    if not multirun:
+                        check_explicit_run_dir(job)
             if multirun:
                 # Hydra first composes a multirun's base config from the defaults and the fixed overrides
                 # alone (a swept group at its default); an override that only exists under some swept
@@ -208,7 +210,7 @@ def check_job_resources(cfg: DictConfig, hydra_cfg: Any, job: list[str]) -> None
             raise ConfigError(f"trainer.device: {cfg.trainer.device!r} requested but CUDA is not available on this machine; valid: auto, cpu")
     if not _local_launcher(hydra_cfg):
         return  # the cluster's file systems are not this machine's
-    explicit = {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in job if "=" in o}
+    explicit = _explicit_overrides(job)
     places = [("paths.cache_dir", cfg.paths.cache_dir), ("paths.output_dir", cfg.paths.output_dir)]
     places += [(key, explicit[key]) for key in ("hydra.run.dir", "hydra.sweep.dir") if key in explicit and "$" not in explicit[key]]
     for key, value in places:
@@ -216,6 +218,22 @@ def check_job_resources(cfg: DictConfig, hydra_cfg: Any, job: list[str]) -> None
         if problem:
             hint = "; set SPARSE_RUNNER_CACHE or paths.cache_dir to a directory" if key == "paths.cache_dir" else ""
             raise ConfigError(f"{key}: {value} {problem}{hint}")
+
+
+def _explicit_overrides(job: list[str]) -> dict[str, str]:
+    """The keys a job's overrides set, with their values as written (`+key=` and `++key=` as `key`)."""
+    return {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in job if "=" in o}
+
+
+def check_explicit_run_dir(job: list[str]) -> None:
+    """Refuse, before Hydra writes its files there, a hydra.run.dir given on the command line that is a folder
+    of the user's, not a run directory of sparse-run (run.check_run_directory: ForeignDirectory)."""
+    value = _explicit_overrides(job).get("hydra.run.dir")
+    if value is None or "$" in value:
+        return  # a run directory that Hydra names is checked by the run itself (run.run)
+    from sparse_runner.run import check_run_directory
+
+    check_run_directory(Path(os.path.expanduser(value)))
 
 
 def unusable_directory(path: Path, *, writable: bool = True) -> str | None:
@@ -339,33 +357,47 @@ def run_job(cfg: DictConfig) -> float | None:
         expected = isinstance(exc, (Diverged, OSError))  # a diverged run, a full disk: no traceback needed
         if not expected:
             _traceback_to_log_file(exc)
-        log.error("run failed in %s: %s", run_dir, one_line(exc))
         _Failures.dirs.append(str(run_dir))
-        if not goes_on:
+        if not goes_on:  # the console gets the error line below, once; the log file gets it too
+            _log_to_file_only(logging.ERROR, f"run failed in {run_dir}: {one_line(exc)}")
             where = "" if expected else f" (traceback in {run_dir / 'sparse_run.log'})"
             _error(f"run failed: {one_line(exc)}{where}")
             sys.exit(1)
+        log.error("run failed in %s: %s", run_dir, one_line(exc))
         return None
+
+
+def _file_handlers() -> list[logging.FileHandler]:
+    return [handler for handler in logging.getLogger().handlers if isinstance(handler, logging.FileHandler)]
+
+
+def _log_to_file_only(level: int, message: str) -> None:
+    """Log `message` to the run's log file alone (the console gets its own line)."""
+    record = log.makeRecord(log.name, level, __file__, 0, message, None, None)
+    for handler in _file_handlers():
+        handler.handle(record)
 
 
 def _traceback_to_log_file(exc: BaseException) -> None:
     """The traceback of a failed run, for the run's log file only: the console gets one line."""
     text = "".join(traceback.format_exception(exc)).rstrip()
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.stream.write(text + "\n")
-            handler.flush()
+    for handler in _file_handlers():
+        handler.stream.write(text + "\n")
+        handler.flush()
 
 
-# What Hydra writes into a run directory before the run starts.
-_HYDRA_FILES = {".hydra", "sparse_run.log", ".lock"}
+def _only_hydra_files(run_dir: Path) -> bool:
+    """Whether `run_dir` holds nothing but what Hydra and the run's lock put there before the run started."""
+    from sparse_runner.run import HYDRA_FILES
+
+    return {p.name for p in run_dir.iterdir()} <= HYDRA_FILES | {".lock"}
 
 
 def _forget_refused_run(run_dir: Path) -> None:
     """A run refused at start leaves no directory behind unless the directory holds more than Hydra's own
-    files (another run's results: those stay untouched)."""
+    files (another run's results, a folder of the user's: those stay untouched)."""
     try:
-        if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= _HYDRA_FILES:
+        if run_dir.is_dir() and _only_hydra_files(run_dir):
             shutil.rmtree(run_dir)
     except OSError:
         pass
@@ -376,7 +408,7 @@ def _record_refused_job(cfg: DictConfig | None, run_dir: Path, meta: dict[str, A
     lists it; unless its directory holds another run's files, which stay untouched."""
     from sparse_runner.run_metrics import MetricsFile, now
 
-    if cfg is None or not run_dir.is_dir() or {p.name for p in run_dir.iterdir()} - _HYDRA_FILES:
+    if cfg is None or not run_dir.is_dir() or not _only_hydra_files(run_dir):
         return
     try:
         MetricsFile(run_dir, cfg, meta).write(status="failed", error=one_line(exc), finished_at=now())

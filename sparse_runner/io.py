@@ -3,6 +3,9 @@
 Every file the runner produces (metrics, configs, checkpoints, reports, cached data) goes through
 these helpers: write to a temporary file in the same directory, flush and fsync, then `os.replace`,
 which is atomic on POSIX file systems.
+
+A temporary sibling of NAME is named `.NAME.XXXXXXXX.tmp` (`is_temporary`, `temporary_target`): a run
+killed mid-write leaves one, and the runner removes exactly these names, never another `.tmp` file.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -24,6 +28,26 @@ def _current_umask() -> int:
 
 
 _UMASK = _current_umask()
+
+# tempfile's random part is 8 characters of [a-z0-9_].
+_TEMPORARY = re.compile(r"\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp")
+
+
+def _temporary_sibling_options(path: Path) -> dict[str, Any]:
+    """mkstemp / mkdtemp arguments that name a temporary sibling of `path` as `temporary_target` reads it."""
+    return {"prefix": f".{path.name}.", "suffix": ".tmp", "dir": path.parent}
+
+
+def temporary_target(name: str) -> str | None:
+    """The name of the file or folder that `name` is a temporary sibling of (atomic_open, atomic_directory),
+    or None when `name` is not one of this module's temporaries."""
+    match = _TEMPORARY.fullmatch(name)
+    return match.group("target") if match else None
+
+
+def is_temporary(name: str) -> bool:
+    """Whether `name` is one of this module's temporary siblings (`.NAME.XXXXXXXX.tmp`)."""
+    return temporary_target(name) is not None
 
 
 class NotWritable(OSError):
@@ -53,7 +77,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     path = Path(path)
     with _naming(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(**_temporary_sibling_options(path))
     binary = "b" in mode
     try:
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results should be as readable as any new file
@@ -78,20 +102,27 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 @contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_directory(path: str | os.PathLike, *, replace: bool = False) -> Iterator[Path]:
     """Build a directory under a temporary name; rename it to `path` only when the block succeeds.
 
     Used for caches (generated datasets, tokenisers) so that a killed generation leaves nothing that
     a later run could mistake for a finished cache. If another process finished `path` first, its
     copy is kept and ours is discarded.
+
+    replace=True: a directory already at `path` is replaced as a whole (nothing of it stays); it is moved
+    aside and removed once the new one is in its place.
     """
     path = Path(path)
     with _naming(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        tmp = Path(tempfile.mkdtemp(**_temporary_sibling_options(path)))
     os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp makes 0700; a shared cache must be as readable as any new folder
     try:
         yield tmp
+        if replace and path.is_dir() and not path.is_symlink():
+            with _naming(path):
+                _swap_in(tmp, path)
+            return
         try:
             os.rename(tmp, path)
         except OSError:
@@ -101,3 +132,15 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _swap_in(new: Path, path: Path) -> None:
+    """Put the directory `new` in the place of the directory `path`, and remove what `path` held."""
+    old = Path(tempfile.mkdtemp(**_temporary_sibling_options(path)))
+    os.rename(path, old)  # onto the empty directory mkdtemp made: a free temporary name
+    try:
+        os.rename(new, path)
+    except OSError:
+        os.rename(old, path)
+        raise
+    shutil.rmtree(old, ignore_errors=True)

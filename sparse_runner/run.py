@@ -12,8 +12,8 @@ import fcntl
 import logging
 import os
 import random
-import re
 import resource
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sparse_runner.attention import attention_backends
 from sparse_runner.checks import ConfigError, DataError, one_line
-from sparse_runner.io import atomic_write_text
+from sparse_runner.io import atomic_write_text, is_temporary, temporary_target
 from sparse_runner import run_metrics
 from sparse_runner.config import schema_defaults
 from sparse_runner.pretrained import load_encoder
@@ -86,10 +86,106 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
+# What a run directory holds before its run writes metrics.json: Hydra's record of the job and the job's log
+# (Hydra writes both before sparse_runner's code runs; the log is named by hydra.job.name), then the run's
+# lock. Every other file of a run comes after its metrics.json.
+HYDRA_FILES = frozenset({".hydra", "sparse_run.log"})
+START_FILES = HYDRA_FILES | {".lock"}
+
+
+class ForeignDirectory(ConfigError):
+    """The run directory holds files that sparse-run did not write: touch nothing."""
+
+
+def foreign_entries(run_dir: Path) -> list[str]:
+    """The names in `run_dir` that show it is not a run directory of sparse-run, sorted; an empty list when
+    it is one or does not exist: it holds the metrics.json of a run, or nothing but START_FILES and
+    sparse_runner.io's temporaries (a run killed before its metrics.json)."""
+    if not run_dir.is_dir():
+        return []
+    try:
+        metrics = run_metrics.read(run_dir / "metrics.json")
+    except (OSError, ValueError):
+        metrics = {}
+    if "status" in metrics and "config" in metrics:
+        return []
+    return sorted(name for name in os.listdir(run_dir) if name not in START_FILES and not is_temporary(name))
+
+
+def check_run_directory(run_dir: Path) -> None:
+    """Refuse (ForeignDirectory, one line) a `run_dir` that is not a run directory of sparse-run
+    (`foreign_entries`): a run neither writes into nor cleans up a folder of the user's."""
+    foreign = foreign_entries(run_dir)
+    if foreign:
+        shown = ", ".join(repr(name) for name in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise ForeignDirectory(
+            f"{run_dir.absolute()} is not a run directory of sparse-run: it holds {shown}, which sparse-run did not write, and no "
+            "run's metrics.json; a run writes only into a new or empty directory or its own earlier run: run elsewhere "
+            "(hydra.run.dir=..., paths.output_dir=...)"
+        )
+
+
 def remove_stale_temporaries(run_dir: Path) -> None:
-    """Delete half-written temporary files that a killed run left (sparse_runner.io names them .NAME.*.tmp)."""
-    for stale in list(run_dir.glob(".*.tmp")) + list(run_dir.glob("*/.*.tmp")):
-        stale.unlink(missing_ok=True)
+    """Delete the temporary files that a killed run left in `run_dir` and its folders: only the names
+    sparse_runner.io gives them (`is_temporary`). For a run directory of ours that this process holds."""
+    folders = [run_dir, *(p for p in run_dir.iterdir() if p.is_dir() and not p.is_symlink())]
+    for folder in folders:
+        for stale in folder.iterdir():
+            if is_temporary(stale.name) and stale.is_file() and not stale.is_symlink():
+                stale.unlink(missing_ok=True)
+
+
+# The terminal's INFO lines held back while a run starts (None: none held); see `terminal_info_held`.
+_held_info: list[tuple[logging.Handler, logging.LogRecord]] | None = None
+
+
+class _HoldInfo(logging.Filter):
+    """Keeps a terminal handler's records below WARNING in `_held_info` while a hold is on."""
+
+    def __init__(self, handler: logging.Handler) -> None:
+        super().__init__()
+        self.handler = handler
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _held_info is None or record.levelno >= logging.WARNING:
+            return True
+        _held_info.append((self.handler, record))
+        return False
+
+
+def _writes_to_terminal(handler: logging.Handler) -> bool:
+    return (isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
+            and handler.stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__))
+
+
+@contextlib.contextmanager
+def terminal_info_held():
+    """Hold a run's INFO lines back from the terminal until `show_terminal_info()`, which the run calls once
+    it is accepted (its directory, device, data and checkpoint checked): a run refused at start prints its one
+    error line alone. The log file gets every line as it comes. Inside another hold (a pre-training stage
+    within a run's start) the outer hold serves both."""
+    global _held_info
+    if _held_info is not None:
+        yield
+        return
+    holds = [(handler, _HoldInfo(handler)) for handler in logging.getLogger().handlers if _writes_to_terminal(handler)]
+    for handler, hold in holds:
+        handler.addFilter(hold)
+    _held_info = []
+    try:
+        yield
+    finally:
+        _held_info = None
+        for handler, hold in holds:
+            handler.removeFilter(hold)
+
+
+def show_terminal_info() -> None:
+    """End the hold of `terminal_info_held`: print the lines held back, and every later one as it comes."""
+    global _held_info
+    held, _held_info = _held_info or [], None
+    for handler, record in held:
+        handler.handle(record)
 
 
 class CacheNotWritable(ConfigError):
@@ -103,9 +199,9 @@ def cache_not_writable(exc: BaseException, cache_dir: str) -> CacheNotWritable |
     cache, target = Path(cache_dir).expanduser().absolute(), Path(os.fsdecode(exc.filename)).absolute()
     if target != cache and cache not in target.parents:
         return None
-    temporary = re.fullmatch(r"\.(.+)\.[A-Za-z0-9_]+\.tmp", target.name)  # a sibling an atomic write goes through
+    temporary = temporary_target(target.name)  # a sibling an atomic write goes through
     if temporary:
-        target = target.with_name(temporary.group(1))
+        target = target.with_name(temporary)
     elif target.name.startswith(".download-"):  # data/fetch.py downloads into the cache
         target = target.parent
     return CacheNotWritable(
@@ -247,24 +343,28 @@ def with_init_from(cfg: DictConfig, path: Path) -> DictConfig:
 def run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any] | None = None) -> float:
     """Train and test one configuration in `run_dir`; return the best validation value of trainer.monitor.
 
-    With a pre-training stage (`cfg.pretrain.task`), that run comes first and this one starts from it.
-    Stop signals (SIGTERM, SIGINT, SIGUSR1/2) end it as `Preempted`, with status `preempted` recorded.
+    A `run_dir` that is a folder of the user's (`foreign_entries`) is refused (ForeignDirectory) before anything
+    in it is touched. With a pre-training stage (`cfg.pretrain.task`), that run comes first and this one starts
+    from it. Stop signals (SIGTERM, SIGINT, SIGUSR1/2) end it as `Preempted`, with status `preempted` recorded.
     """
     run_dir = Path(run_dir)
+    if is_main():
+        check_run_directory(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     stop = StopSignals()
-    with directory_lock(run_dir), stop.installed():
+    with terminal_info_held(), directory_lock(run_dir), stop.installed():
         return _run(cfg, run_dir, meta or {}, stop)
 
 
 def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals) -> float:
-    if is_main():  # another rank's deletion could hit rank 0's temporary files mid-write
-        remove_stale_temporaries(run_dir)
     t = cfg.trainer
     primary_metric = f"test/{task_families()[cfg.task.family].primary_metric}"
     try:
         device = pick_device(t.device)
+        check_impl_device(cfg.model.get("attention_impl", "auto"), device)
         distributed.setup(device)
+        if distributed.world_size() > 1 and not task_families()[cfg.task.family].data_parallel:
+            raise ConfigError(f"task.family: {cfg.task.family} cannot split its training across processes; run it as one process (without torchrun)")
         if cfg.pretrain.task is not None:
             cfg = with_init_from(cfg, pretrain_stage(cfg, meta))
         # From here: the stage's time is its own run's (`pretraining.cpu_time_s`), not this one's.
@@ -274,9 +374,6 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
         if device.type == "cpu" and t.cpu_block_cache_mb:
             log.info("CPU block cache: %s", cpu_block_cache.install(t.cpu_block_cache_mb))
         seed_everything(cfg.seed, t.deterministic)
-        check_impl_device(cfg.model.get("attention_impl", "auto"), device)
-        if distributed.world_size() > 1 and not task_families()[cfg.task.family].data_parallel:
-            raise ConfigError(f"task.family: {cfg.task.family} cannot split its training across processes; run it as one process (without torchrun)")
         task = build_task(cfg)
         check_splits_not_empty(task)
         # Re-seed so the initial weights do not depend on what building the task drew.
@@ -287,7 +384,9 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
         pretrained = getattr(task, "pretrained", None)
         pretraining = load_encoder(model, pretrained, fingerprint(cfg)) if pretrained is not None else None
         trainer = Trainer(cfg, task, model, run_dir, device, fingerprint=fingerprint(cfg), fingerprint_defaults=schema_defaults(), stop=stop, started=started)
-        trainer.restore()
+        trainer.restore()  # refuses another config's checkpoint
+        if is_main():  # the directory is this config's run, and rank 0 holds it: what a killed run left can go
+            remove_stale_temporaries(run_dir)
     except ConfigError:
         raise  # the directory may hold another configuration's run: write nothing
     except BaseException as exc:
@@ -297,6 +396,7 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
         if is_main() and _status(run_dir) != "completed":
             _record_end(MetricsFile(run_dir, cfg, meta).write, status=_end_status(exc), error=one_line(exc), primary_metric=primary_metric, finished_at=now())
         raise
+    show_terminal_info()
     if trainer.progress.completed and _status(run_dir) == "completed":
         log.info("run already complete; its metrics are in %s (trainer.resume=false starts over)", run_dir / "metrics.json")
         return float(trainer.progress.best_value)
@@ -305,10 +405,8 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
     log.info("task %s (%s) | model %s: %.2fM parameters | device %s%s", task.name, task.sizes(), cfg.model.name, num_parameters / 1e6, device,
              f" x {distributed.world_size()} processes" if distributed.world_size() > 1 else "")
     metrics = MetricsFile(run_dir, cfg, meta)
-    # Every file of the run directory is written by the main process alone.
+    # Every file of the run directory is written by the main process alone, metrics.json first (START_FILES).
     record = metrics.write if is_main() else (lambda **_: None)
-    if is_main():
-        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     common = {
         "primary_metric": primary_metric,
         "num_parameters": num_parameters,
@@ -320,6 +418,8 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
         "pretraining": pretraining,
     }
     record(**common)
+    if is_main():
+        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     try:
         trainer.fit()
     except BaseException as exc:

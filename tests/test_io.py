@@ -44,7 +44,7 @@ def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path):
     from sparse_runner.run import remove_stale_temporaries
 
     (tmp_path / "checkpoints").mkdir()
-    stale = [tmp_path / ".metrics.json.abc123.tmp", tmp_path / "checkpoints" / ".last.pt.xyz.tmp"]
+    stale = [tmp_path / ".metrics.json.abc123de.tmp", tmp_path / "checkpoints" / ".last.pt.xyz_9876.tmp"]  # as atomic_open names them
     for path in stale:
         path.write_text("half")
     keep = tmp_path / "metrics.json"
