@@ -1,6 +1,7 @@
 """report.html and the terminal overview: which tables hold runs and which rows fold (filled.py), learning
 curves from log.jsonl (curves.py), the page's content (page.py), what goes to stdout, and the page in a real
-browser (headless Chromium: no console error, every image decoded, the tables with their columns)."""
+browser (headless Chromium: no console error, every image decoded, the tables with their columns, the first
+claim's verdict on the first screen at 1280 px and nothing wider than the window)."""
 
 from __future__ import annotations
 
@@ -199,3 +200,34 @@ def test_report_html_in_headless_chromium(sweep: Path, tmp_path: Path) -> None:
     assert any(row[1] == "ours: CPU presets" and row[2] == "42.00 ± 2.00 (n=3)" for row in lra["rows"])
     runs = next(t for t in tables if "files" in t["headers"])
     assert {row[1] for row in runs["rows"]} == {"completed", "failed", "diverged"}
+
+
+EVIDENCE = Path(__file__).resolve().parents[1] / "docs" / "evidence" / "ernie_sparse_listops_cpu"
+FIRST_CLAIM = """(() => {
+  const table = [...document.querySelectorAll('table')].find(
+      t => [...t.querySelectorAll('thead th')].some(th => th.textContent === 'verdict'));
+  const column = [...table.querySelectorAll('thead th')].findIndex(th => th.textContent === 'verdict');
+  const cell = table.querySelector('tbody tr').cells[column];
+  const box = cell.getBoundingClientRect();
+  return {verdict: cell.textContent.trim(), left: box.left, right: box.right, top: box.top, bottom: box.bottom,
+          pageWidth: document.documentElement.scrollWidth, firstSection: document.querySelector('h2').textContent};
+})()"""
+
+
+def test_the_verdicts_fit_the_first_screen_at_1280_px(tmp_path: Path) -> None:
+    """Real kept runs (ERNIE-Sparse on ListOps, 31 runs, claims with verdicts): the claims come first, the
+    first claim's verdict is on the first screen, and nothing makes the page wider than the window."""
+    if find_binary() is None:
+        pytest.skip("no chromium on PATH (apt-get install chromium)")
+    assert main([str(EVIDENCE), "--out", str(tmp_path / "report"), "--print", "none", "--formats", "html"]) == 0
+    with Chromium.launch() as browser:
+        page = browser.open(tmp_path / "report" / "report.html", width=1280, height=900)
+        first = page.evaluate(FIRST_CLAIM)
+        page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+        opened_width = page.evaluate("document.documentElement.scrollWidth")
+        errors = page.errors
+    assert errors == []
+    assert first["firstSection"].startswith("Claims")
+    assert first["verdict"] in ("held", "not held", "inconclusive")
+    assert 0 <= first["left"] and first["right"] <= 1280 and first["bottom"] <= 900, first
+    assert first["pageWidth"] <= 1280 and opened_width <= 1280

@@ -69,7 +69,7 @@ def test_only_regular_png_files_inside_the_run_folder_are_inlined(tmp_path: Path
     (figures / "text.png").write_text("not a picture")
     huge = figures / "huge.png"
     huge.write_bytes(png(tmp_path / "small.png").read_bytes())
-    os.truncate(huge, report_html.MAX_FIGURE_BYTES + 1)           # sparse: no 20 MB written
+    os.truncate(huge, 20 * 2**20 + 1)                              # over 20 MB, sparse: nothing written
     (figures / "inside.png").symlink_to("alpha_trajectories.png")  # a link within the run: fine
     (run / "outputs").mkdir()
     (run / "outputs" / "pathfinder_examples.png").symlink_to(outside_png)

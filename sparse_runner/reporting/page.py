@@ -202,7 +202,7 @@ CLAIMS = "claims"                                                       # the cl
 CLAIM_COLUMNS = ("claim", "treatment", "baseline", "result", "verdict")  # shown; the others fold per claim
 CLAIM_SUMMARY = "paper"     # the folded column whose text opens a claim's details
 # column widths (%) that fit 1280 px: the statement wraps, the numbers keep to a line or two
-_CLAIM_WIDTHS = {"claim": 36, "treatment": 18, "baseline": 18, "result": 17, "verdict": 11}
+_CLAIM_WIDTHS = {"claim": 34, "treatment": 19, "baseline": 19, "result": 17, "verdict": 11}
 
 
 def _claim_row(tab: Table, row: list[str]) -> str:
