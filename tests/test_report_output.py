@@ -217,7 +217,7 @@ def test_out_that_holds_other_files_is_refused_and_left_as_it_was(tmp_path: Path
     (mine / "thesis.tex").write_text("mine")
     assert main([str(root), "--out", str(mine), "--print", "none"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and str(mine) in err and "not a report of sparse-report" in err
+    assert err.count("\n") == 1 and str(mine) in err and "holds no report of sparse-report" in err
     assert files_under(mine) == {"thesis.tex"} and (mine / "thesis.tex").read_text() == "mine"
     assert [path.name for path in tmp_path.iterdir()] and not list(tmp_path.glob(".mine*"))
 

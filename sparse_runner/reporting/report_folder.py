@@ -78,19 +78,19 @@ def refusal(out_dir: Path, shown_as: str | None = None) -> str | None:
     if not os.path.lexists(out_dir):
         return None
     if not out_dir.is_dir():
-        return f"--out {name} is a file, not a folder; name a folder for the report"
+        return f"{name} is a file, not a folder; choose a folder for the report with --out"
     present = _entries(out_dir)
     if not present:
         return None
     listed = _listed(out_dir)
     if listed is None:
-        return (f"--out {name} is not empty and not a report of sparse-report (it has no {MANIFEST}); "
-                "name a new or empty folder")
+        return (f"{name} is not empty and holds no report of sparse-report (no {MANIFEST} in it); "
+                "choose a new or empty folder with --out")
     foreign = sorted(present - listed - {MANIFEST})
     if foreign:
         more = f" and {len(foreign) - _SHOWN} more" if len(foreign) > _SHOWN else ""
-        return (f"--out {name} holds files sparse-report did not write ({', '.join(foreign[:_SHOWN])}{more}); "
-                "move them out or name another folder")
+        return (f"{name} holds files sparse-report did not write ({', '.join(foreign[:_SHOWN])}{more}); "
+                "move them out or choose another folder with --out")
     return None
 
 
