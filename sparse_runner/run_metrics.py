@@ -108,12 +108,55 @@ SCHEMA1_PRIMARY_METRICS = {"listops": "test/accuracy", "translation": "test/bleu
 VAL, TEST = "val/", "test/"
 
 
+# The deepest nesting a reader accepts: a metrics.json the runner writes is 8 levels deep at most, and a file
+# nested thousands of levels deep exhausts the recursion of the JSON parser and of everything that walks it.
+MAX_DEPTH = 100
+# Digits of the longest integer read as an int (Python refuses to convert longer ones); a longer one reads as
+# a float (±inf), as JSON's 1e400 does.
+_MAX_INT_DIGITS = 4000
+
+
+class UnreadableFile(ValueError):
+    """A metrics.json that cannot be used; its message says why (`cannot be read: permission denied`,
+    `not valid JSON: ...`, `nested deeper than 100 levels`)."""
+
+
+def nesting_depth(value: Any) -> int:
+    """How deeply lists and dicts nest in `value` (a number: 0, `[1]`: 1), measured without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth <= MAX_DEPTH:   # deeper than that is all a caller needs to know
+                stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def _parse_int(text: str) -> int | float:
+    return int(text) if len(text.lstrip("-")) <= _MAX_INT_DIGITS else float(text)
+
+
 def read(path: str | Path) -> dict[str, Any]:
-    """A metrics.json as a dict. Raises OSError (cannot read), ValueError (not JSON or not an object; a
-    JSONDecodeError is a ValueError) or UnicodeDecodeError (itself a ValueError)."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    """A metrics.json as a dict. Raises UnreadableFile (a ValueError) saying why the file cannot be used: it
+    cannot be read, is not UTF-8, not valid JSON, not an object, or nested deeper than MAX_DEPTH."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UnreadableFile(f"cannot be read: {reason[:1].lower()}{reason[1:]}") from exc
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_int=_parse_int)
+    except UnicodeDecodeError as exc:
+        raise UnreadableFile(f"not UTF-8 text (byte {exc.start})") from exc
+    except RecursionError:
+        raise UnreadableFile(f"nested deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        raise UnreadableFile(f"not valid JSON ({exc.msg}: line {exc.lineno}, column {exc.colno})") from exc
     if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
+        raise UnreadableFile("not a JSON object")
+    if nesting_depth(data) > MAX_DEPTH:
+        raise UnreadableFile(f"nested deeper than {MAX_DEPTH} levels")
     return data
 
 

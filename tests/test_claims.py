@@ -113,7 +113,9 @@ def test_ernie_sparse_claims_take_the_lra_cells_runs(tmp_path: Path):
     assert evidence.difference == pytest.approx(2.0) and evidence.verdict == HELD
     robust = found["ListOps, CPU preset with blocks of 8, shifted by 3 | SAR makes the model robust to a shifted topology (accuracy change under the shift)"][1]
     assert robust.treatment == pytest.approx([-1.0] * 3) and robust.baseline == pytest.approx([-3.0] * 3)
-    assert robust.verdict == HELD   # no spread: the interval is the difference, +2 points
+    # no spread in either arm (but float rounding): no interval, whatever the difference
+    assert robust.verdict == INCONCLUSIVE and robust.low is None and robust.difference == pytest.approx(2.0)
+    assert robust.note == "no interval: every seed of the treatment and of the baseline gave the same value"
     assert found["ListOps, CPU preset with blocks of 8 | Removing HST (BigBird + SAR) costs accuracy"][1].verdict == NOT_RUN
     text = found["Text, CPU preset | ERNIE-Sparse (HST + SAR) is more accurate than BigBird on LRA"][1]
     assert text.verdict == NOT_RUN and text.baseline == pytest.approx([60.0])
@@ -137,6 +139,41 @@ def test_one_seed_gives_a_difference_without_a_verdict(tmp_path: Path):
     assert evidence.verdict == INCONCLUSIVE and evidence.low is None and evidence.difference == pytest.approx(2.0)
     table = claims_table(ernie_sparse.CLAIMS, records)
     assert table.rows[0][6] == "+2.00 (too few seeds for an interval)"
+
+
+@pytest.mark.parametrize("ernie, bigbird, constant", [
+    ((0.46, 0.46), (0.44, 0.44), "the treatment and of the baseline"),   # two arms of identical numbers
+    ((0.46, 0.46, 0.46), (0.40, 0.41, 0.40), "the treatment"),          # the other arm alone: [+4.2, +7.1]
+    ((0.46, 0.47, 0.46), (0.40, 0.40, 0.40), "the baseline"),
+])
+def test_an_arm_without_spread_is_inconclusive(tmp_path: Path, ernie, bigbird, constant):
+    """Welch's interval over seeds that all gave one value has zero width: it would call any difference certain."""
+    for seed, (e, b) in enumerate(zip(ernie, bigbird)):
+        write_run(tmp_path, f"e{seed}", model="ernie_sparse", seed=seed, acc=e, block=8)
+        write_run(tmp_path, f"b{seed}", model="bigbird", seed=seed, acc=b, block=8)
+    found, records = ernie_claims(tmp_path)
+    evidence = found["ListOps, CPU preset with blocks of 8 | ERNIE-Sparse (HST + SAR) is more accurate than BigBird on LRA"][1]
+    assert evidence.verdict == INCONCLUSIVE and evidence.low is None and evidence.difference > 0
+    note = f"no interval: every seed of {constant} gave the same value"
+    assert evidence.note == note
+    row = claims_table(ernie_sparse.CLAIMS, records).rows[0]
+    assert row[6] == f"{evidence.difference:+.2f} ({note})" and row[8] == INCONCLUSIVE
+
+
+@pytest.mark.parametrize("differences, expected", [((0.2, 0.2, 0.2), INCONCLUSIVE), ((0.2, 0.3, 0.25), HELD)])
+def test_a_paired_claim_without_spread_is_inconclusive(differences, expected):
+    """Correia's paired claims (one number of a run against another) follow the same rule."""
+    from types import SimpleNamespace as Run
+
+    from sparse_runner.reporting.papers.correia2019.claims import PairedClaim
+
+    runs = [Run(data={}, first=0.5 + d, second=0.5) for d in differences]
+    claim = PairedClaim("paper", "statement", "1.0", "task", Arm("x", lambda records: records, "sparse-run"),
+                        ("first", lambda rec: rec.first), ("second", lambda rec: rec.second))
+    row = claim.row(runs)
+    assert row.verdict == expected
+    if expected == INCONCLUSIVE:
+        assert row.difference == "+0.20 (no interval: every seed gave the same difference)"
 
 
 def test_seeds_executed_another_way_stay_one_arm(tmp_path: Path):

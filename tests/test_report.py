@@ -122,7 +122,7 @@ def test_report_markdown_csv_latex(outputs: Path, capsys) -> None:
         assert f"| {status} |" in runs_md
     # The unreadable run has no task to go under: it gets a table of its own.
     unknown_md = md.split("## Runs: unknown task")[1]
-    assert "| runs/d_bad | unreadable |" in unknown_md and "metrics.json is not valid JSON" in unknown_md
+    assert "| runs/d_bad | unreadable |" in unknown_md and "metrics.json: not valid JSON" in unknown_md
     header = runs_md.strip().splitlines()[0]
     assert "model.num_heads" in header
     for absent in ("model.d_model", "trainer.max_steps", "trainer.device", "paths.output_dir", "task.name"):

@@ -14,8 +14,10 @@ the 3^3 resamples), which is why the interval is Student's.
   comparison) without reaching zero from above; otherwise inconclusive.
 - `within` (the paper says the two are about equal, within `margin`): held when the interval lies inside
   ±margin; not held when it lies outside; otherwise inconclusive.
-An arm with fewer than two runs gives no interval (inconclusive); an arm without runs, "not run". The table
-lists the commands that bring each arm to three seeds.
+An arm with fewer than two runs gives no interval (inconclusive); nor does an arm whose seeds all gave the same
+value, to 12 significant digits (inconclusive: with no spread to measure, Welch's interval has zero width and would call any difference
+certain); an arm without runs, "not run". A value that is not finite (NaN, ±inf) is shown in its arm and left
+out of the rule. The table lists the commands that bring each arm to three seeds.
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ from sparse_runner.reporting.presets import Preset, match
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord, completed
 from sparse_runner.reporting.seeds import best_group, cell_seed_groups
+from sparse_runner.reporting.values import as_float, finite, mean, number_text, stdev
 
 RULE = ("Verdict: the difference of the two arms' means (treatment minus baseline) with a Welch t 95 % interval "
         "over their seeds. `greater`: held when the interval lies above 0; not held when it lies below 0, or below "
         "a published effect for the same comparison; else inconclusive. `within ±m`: held inside ±m, not held "
-        "outside, else inconclusive. An arm needs at least 2 completed runs for an interval.")
+        "outside, else inconclusive. An arm needs at least 2 completed runs for an interval, and a spread: seeds that "
+        "all gave the same value give none (inconclusive). Values that are not finite (nan, inf) are shown in their "
+        "arm and left out.")
 HELD, NOT_HELD, INCONCLUSIVE, NOT_RUN = "held", "not held", "inconclusive", "not run"
 CONFIDENCE = 0.95
 MIN_RUNS = 2
@@ -107,20 +112,21 @@ class Claim:
 
     def row(self, records: list[RunRecord]) -> ClaimRow:
         found = evaluate(self, records)
-        difference = format_difference(found.difference, found.low, found.high)
+        difference = format_difference(found.difference, found.low, found.high, found.note)
         sides = [(self.treatment, found.treatment), (self.baseline, found.baseline)]
         arms = [f"{arm.label}: {mean_std(values) or 'no runs'}" for arm, values in sides]
         if self.kind == "within":
             test = f"|difference| <= {self.margin:g}"
         else:
             test = "> 0" + (f" (published {self.published_effect:+.2f})" if self.published_effect is not None else "")
-        commands = [arm.command for arm, values in sides if len(values) < 3]
+        commands = [arm.command for arm, values in sides if len(finite(values)) < 3]
         return ClaimRow(*arms, difference, test, found.verdict, found.compute_s, commands)
 
 
 @dataclass(frozen=True)
 class Evidence:
-    """What the runs say about a claim: the arms' values, the difference and its interval, the verdict."""
+    """What the runs say about a claim: the arms' values (NaN and ±inf included, never used), the difference and
+    its interval, the verdict, and why there is no interval where the number of seeds does not say it."""
 
     treatment: list[float]
     baseline: list[float]
@@ -129,6 +135,7 @@ class Evidence:
     high: float | None
     verdict: str
     compute_s: float
+    note: str | None = None
 
 
 def welch_interval(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
@@ -139,14 +146,23 @@ def welch_interval(a: Sequence[float], b: Sequence[float], confidence: float = C
 
     if len(a) < 2 or len(b) < 2:
         raise ValueError(f"Welch's interval needs at least 2 values per arm, got {len(a)} and {len(b)}")
-    diff = statistics.fmean(a) - statistics.fmean(b)
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    diff = mean(a) - mean(b)
+    va, vb = _variance(a) / len(a), _variance(b) / len(b)
     se = math.sqrt(va + vb)
     if se == 0.0:
         return diff, diff, diff
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    # products, not `** 2`: a float power raises where a product gives inf (the interval then says nothing)
+    df = (va + vb) * (va + vb) / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
     half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
     return diff, diff - half, diff + half
+
+
+def _variance(values: Sequence[float]) -> float:
+    """The sample variance of finite values; inf beyond a float's range (the interval then says nothing)."""
+    try:
+        return statistics.variance(values)
+    except OverflowError:
+        return math.inf
 
 
 def verdict(claim: Claim, low: float, high: float) -> str:
@@ -164,34 +180,61 @@ def verdict(claim: Claim, low: float, high: float) -> str:
     return INCONCLUSIVE
 
 
+def without_spread(values: Sequence[float]) -> bool:
+    """Whether `values` are one value but for float rounding (equal to 12 significant digits: differences of two
+    metrics differ by 1e-15): Welch's interval over them is as wide as the rounding, and calls any difference
+    certain."""
+    return len({f"{value:.12g}" for value in values}) == 1
+
+
+def no_spread(names: Sequence[str]) -> str:
+    """Why seeds that all gave one value give no interval, naming the arms (`treatment`, `baseline`)."""
+    return f"no interval: every seed of the {' and of the '.join(names)} gave the same value"
+
+
 def evaluate(claim: Claim, records: list[RunRecord]) -> Evidence:
+    """The claim's evidence and verdict by the module docstring's rule."""
     arms = [claim.treatment.runs(records), claim.baseline.runs(records)]
     values = [[v for v in map(claim.read, runs) if v is not None] for runs in arms]
+    numbers = [finite(arm) for arm in values]
     compute = compute_time([rec for runs in arms for rec in runs])
     if not all(values):
         return Evidence(*values, None, None, None, NOT_RUN, compute)
-    if min(len(v) for v in values) < MIN_RUNS:
-        diff = statistics.fmean(values[0]) - statistics.fmean(values[1])
+    if not all(numbers):
+        return Evidence(*values, None, None, None, INCONCLUSIVE, compute, "no finite value in an arm")
+    diff = mean(numbers[0]) - mean(numbers[1])
+    if min(len(arm) for arm in numbers) < MIN_RUNS:
         return Evidence(*values, diff, None, None, INCONCLUSIVE, compute)
-    diff, low, high = welch_interval(*values)
+    constant = [name for name, arm in zip(("treatment", "baseline"), numbers) if without_spread(arm)]
+    if constant:
+        return Evidence(*values, diff, None, None, INCONCLUSIVE, compute, no_spread(constant))
+    diff, low, high = welch_interval(*numbers)
     return Evidence(*values, diff, low, high, verdict(claim, low, high), compute)
 
 
-def format_difference(difference: float | None, low: float | None, high: float | None) -> str:
-    """A claim's result cell: the difference with its interval, or the note that there is none."""
+def format_difference(difference: float | None, low: float | None, high: float | None, note: str | None = None) -> str:
+    """A claim's result cell: the difference with its interval, or why there is none (`note`, else too few
+    seeds)."""
     if difference is None:
-        return ""
-    if low is None:
-        return f"{difference:+.2f} (too few seeds for an interval)"
+        return note or ""
+    if low is None or high is None:
+        return f"{difference:+.2f} ({note or 'too few seeds for an interval'})"
     return f"{difference:+.2f} [{low:+.2f}, {high:+.2f}]"
 
 
 def mean_std(values: list[float]) -> str:
+    """An arm's values as `46.50 ± 0.50 (n=3)` or `46.00 (n=1)`, over the finite ones; the others follow, never
+    averaged (`(n=3; not averaged: nan)`)."""
     if not values:
         return ""
-    if len(values) == 1:
-        return f"{values[0]:.2f} (n=1)"
-    return f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f} (n={len(values)})"
+    numbers = finite(values)
+    others = ", ".join(number_text(value) for value in values if not math.isfinite(value))
+    counted = f"n={len(numbers)}" + (f"; not averaged: {others}" if others else "")
+    if not numbers:
+        return f"no finite value ({counted})"
+    if len(numbers) == 1:
+        return f"{numbers[0]:.2f} ({counted})"
+    return f"{mean(numbers):.2f} ± {stdev(numbers):.2f} ({counted})"
 
 
 def _hours(seconds: float) -> str:
@@ -208,7 +251,13 @@ def compute_time(records: Sequence[RunRecord]) -> float:
 
 
 def _seconds(data: dict) -> float:
-    return float(data.get("cpu_time_s" if data.get("device") == "cpu" else "wall_time_s") or data.get("wall_time_s") or 0.0)
+    """A run's (or stage's) seconds as compute_time counts them; 0 where it recorded no finite number."""
+    measured = "cpu_time_s" if data.get("device") == "cpu" else "wall_time_s"
+    for key in (measured, "wall_time_s"):
+        seconds = as_float(data.get(key))
+        if seconds and math.isfinite(seconds):
+            return seconds
+    return 0.0
 
 
 def claims_table(claims: Sequence[Testable], records: list[RunRecord]) -> Table:

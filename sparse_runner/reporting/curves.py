@@ -5,6 +5,9 @@ One line per group of completed runs that differ only in their seed (seeds.py): 
 a band from the lowest to the highest seed at each step. A run that did not complete (failed, diverged,
 unfinished) is drawn on its own, dashed, and never enters a mean. A figure draws the best groups on
 validation (seeds.SeedGroup.rank) and says how many it leaves out; the runs table lists every run.
+
+Every text a figure draws from a run (its name, status, experiment, task, metric, config values) goes through
+sinks.mathtext: a `$` in it is drawn as written, never parsed as mathtext.
 """
 
 from __future__ import annotations
@@ -19,13 +22,16 @@ from sparse_runner.run_metrics import validation_metric
 from sparse_runner.reporting.runs import RunRecord, sort_key
 from sparse_runner.reporting.runs_table import varying_keys
 from sparse_runner.reporting.seeds import SEED_KEY, SeedGroup, seed_groups
-from sparse_runner.reporting.values import fmt_value
+from sparse_runner.reporting.sinks import mathtext
+from sparse_runner.reporting.values import as_float, fmt_value
 
 TRAIN_LOSS = "train/loss"
 MAX_GROUPS = 8        # lines of completed groups per figure: more is a legend nobody reads
 MAX_UNFINISHED = 4    # dashed lines of runs that did not complete
 LABEL_CHARS = 70
 SMOOTH_ABOVE, SMOOTH_WINDOW = 100, 9   # a training loss logged at more steps is drawn as a running mean
+# The largest magnitude drawn: matplotlib's axis arithmetic overflows on a span from -1e308 to 1e308.
+DRAWABLE = 1e300
 
 Curve = dict[int, float]   # step -> value
 
@@ -48,7 +54,8 @@ def monitored_metric(rec: RunRecord) -> str:
 
 def read_log(path: Path, keys: tuple[str, ...]) -> dict[str, Curve]:
     """`keys` against the step from a log.jsonl; a step logged twice (a resumed run) keeps its last value,
-    a line that is not JSON (a run killed mid-write) is skipped, a non-finite value is a gap."""
+    a line that is not JSON (a run killed mid-write) or nested too deep to parse is skipped, a value that is not
+    finite or beyond ±DRAWABLE is a gap (NaN)."""
     curves: dict[str, Curve] = {key: {} for key in keys}
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -59,15 +66,15 @@ def read_log(path: Path, keys: tuple[str, ...]) -> dict[str, Curve]:
             continue
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         step = row.get("step") if isinstance(row, dict) else None
         if not isinstance(step, int):
             continue
         for key in keys:
             value = row.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                curves[key][step] = float(value) if math.isfinite(value) else math.nan
+            if isinstance(value, (int, float)) and (number := as_float(value)) is not None:
+                curves[key][step] = number if abs(number) <= DRAWABLE else math.nan   # NaN fails the test too
     return curves
 
 
@@ -110,16 +117,19 @@ def _smooth(values: list[float], window: int) -> list[float]:
     return out
 
 
-def _draw(lines: list[tuple[str, list[RunRecord], bool]], metric: str, title: str) -> bytes:
-    """PNG bytes: (label, runs, completed) per line; completed lines are a mean and a min–max band."""
+def _draw(lines: list[tuple[str, list[RunRecord], bool]], metric: str, title: str) -> tuple[bytes, bool]:
+    """(PNG bytes, whether a logged value is a gap): (label, runs, completed) per line; completed lines are a
+    mean and a min–max band. The labels, `metric` and `title` are drawn as written (sinks.mathtext)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg   # only a report with logs draws
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10.0, 3.8), layout="constrained")
     FigureCanvasAgg(fig)
     val_ax, loss_ax = fig.subplots(1, 2)
+    gaps = False
     for index, (label, runs, done) in enumerate(lines):
         logs = [read_log(rec.path / "log.jsonl", (metric, TRAIN_LOSS)) for rec in runs]
+        gaps = gaps or any(math.isnan(value) for log in logs for curve in log.values() for value in curve.values())
         colour = f"C{index % 10}"
         for ax, key in ((val_ax, metric), (loss_ax, TRAIN_LOSS)):
             steps, mean, low, high = _band([log[key] for log in logs])
@@ -129,10 +139,10 @@ def _draw(lines: list[tuple[str, list[RunRecord], bool]], metric: str, title: st
                 mean, low, high = (_smooth(values, SMOOTH_WINDOW) for values in (mean, low, high))
             ax.plot(steps, mean, "-" if done else "--", color=colour, lw=1.4 if done else 1.0,
                     marker="o" if len(steps) < 30 and key == metric else None, ms=3,
-                    label=label if key == metric else None)
+                    label=mathtext(label) if key == metric else None)
             if len(runs) > 1:
                 ax.fill_between(steps, low, high, color=colour, alpha=0.2, lw=0)
-    val_ax.set(xlabel="step", ylabel=metric, title=f"{metric} (validation)")
+    val_ax.set(xlabel="step", ylabel=mathtext(metric), title=mathtext(f"{metric} (validation)"))
     smoothed = any(len(line.get_xdata()) > SMOOTH_ABOVE for line in loss_ax.lines)
     loss_ax.set(xlabel="step", ylabel=TRAIN_LOSS,
                 title=f"training loss{f' (running mean of {SMOOTH_WINDOW} logged steps)' if smoothed else ''}")
@@ -140,13 +150,14 @@ def _draw(lines: list[tuple[str, list[RunRecord], bool]], metric: str, title: st
         ax.grid(alpha=0.3)
     if val_ax.get_legend_handles_labels()[0]:
         fig.legend(loc="outside lower center", ncols=2, fontsize="small", frameon=False)
-    fig.suptitle(title, fontsize="medium")
+    fig.suptitle(mathtext(title), fontsize="medium")
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90)
-    return buffer.getvalue()
+    return buffer.getvalue(), gaps
 
 
-def _caption(shown: list[SeedGroup], groups: list[SeedGroup], unfinished: list[RunRecord], drawn: int) -> str:
+def _caption(shown: list[SeedGroup], groups: list[SeedGroup], unfinished: list[RunRecord], drawn: int,
+             gaps: bool) -> str:
     parts = [f"{len(shown)} group{'s' if len(shown) != 1 else ''} of completed runs (mean over seeds, band: "
              "lowest to highest seed)"]
     if len(groups) > len(shown):
@@ -154,6 +165,8 @@ def _caption(shown: list[SeedGroup], groups: list[SeedGroup], unfinished: list[R
     if unfinished:
         parts.append(f"{drawn} run{'s' if drawn != 1 else ''} that did not complete dashed, never averaged"
                      + (f" ({len(unfinished) - drawn} more not drawn)" if len(unfinished) > drawn else ""))
+    if gaps:
+        parts.append(f"values logged as nan, inf or beyond ±{DRAWABLE:g} are gaps")
     return "; ".join(parts) + ". Every run is in the runs table."
 
 
@@ -172,6 +185,6 @@ def task_curves(records: list[RunRecord]) -> list[CurveFigure]:
         lines = [(label, group.runs, True) for label, group in zip(_labels(shown), shown)]
         lines += [(f"{rec.label} ({rec.status}: {rec.display})", [rec], False) for rec in drawn]
         metric = monitored_metric(shown[0].first if shown else runs[0])
-        png = _draw(lines, metric, f"task={task}, experiment={experiment}")
-        figures.append(CurveFigure(task, experiment, png, _caption(shown, groups, unfinished, len(drawn))))
+        png, gaps = _draw(lines, metric, f"task={task}, experiment={experiment}")
+        figures.append(CurveFigure(task, experiment, png, _caption(shown, groups, unfinished, len(drawn), gaps)))
     return figures

@@ -1,24 +1,29 @@
 """Run collection: walk folders, read each run directory's metrics.json into a RunRecord.
 
 It never infers anything from directory names: Hydra names run directories after the overrides, but users
-may rename or move them. A run that never wrote metrics.json is read from `.hydra/` instead.
+may rename or move them. A run that never wrote metrics.json is read from `.hydra/` instead, as written: a run
+folder may come from anyone, so no interpolation in it is resolved (`${oc.env:...}` would read the reader's
+environment into the report).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import functools
+import io
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+import yaml  # PyYAML, which omegaconf reads YAML with
+
 from sparse_runner import identity, run_metrics
 from sparse_runner.checks import one_line
 from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.presets import Keys
-from sparse_runner.reporting.values import as_float, as_str
+from sparse_runner.reporting.values import as_float, as_str, finite, mean
 
 # Folders that never contain runs of their own; hidden folders (.hydra, .git, ...) are skipped as well.
 SKIP_DIRS = {"checkpoints", "tb"}
@@ -51,6 +56,7 @@ class RunRecord:
     path: Path                         # absolute run directory
     display: str                       # how the run is named in tables (relative to the walked root)
     status: str                        # one of STATUS_ORDER, or whatever else metrics.json says
+    problem: str | None = None         # why metrics.json is unreadable (`cannot be read: permission denied`)
     task: str | None = None
     task_family: str | None = None
     model: str | None = None           # cfg.model.name: a label (the axes say what the run computed)
@@ -122,9 +128,8 @@ class RunRecord:
     def attention_mean(self, field_name: str) -> float | None:
         """An analysis value (`mean_density`, `js_mean`) averaged over the attention types of the run."""
         per_type = (self.analysis("attention") or {}).values()
-        values = [as_float(v.get(field_name)) for v in per_type if isinstance(v, dict)]
-        values = [v for v in values if v is not None]
-        return sum(values) / len(values) if values else None
+        values = finite(as_float(v.get(field_name)) for v in per_type if isinstance(v, dict))
+        return mean(values) if values else None
 
 
 def sort_key(rec: RunRecord) -> tuple[int, str]:
@@ -140,13 +145,14 @@ def completed(records: Iterable[RunRecord], family: str, metric: str) -> list[Ru
 
 def ranking(minimises: bool, validation: float | None, test: float | None) -> tuple[float, float]:
     """How runs (and groups of runs) compete for a cell, higher is better: the validation score, then the test
-    score to break ties; negated when lower is better, -inf when missing.
+    score to break ties; negated when lower is better, -inf when missing or not finite.
 
     Chosen on the validation score, not the test score, so that the reported test number is not itself
     chosen on the test set.
     """
     sign = -1.0 if minimises else 1.0
-    return (-math.inf if validation is None else sign * validation, -math.inf if test is None else sign * test)
+    return tuple(sign * value if value is not None and math.isfinite(value) else -math.inf  # type: ignore[return-value]
+                 for value in (validation, test))
 
 
 def pick_best(candidates: list[RunRecord]) -> RunRecord:
@@ -156,31 +162,54 @@ def pick_best(candidates: list[RunRecord]) -> RunRecord:
                                             rec.display))
 
 
+def _yaml_problem(text: str) -> str | None:
+    """Why a YAML text is not read, or None: an alias (one can expand a small file into billions of values) or
+    nesting deeper than run_metrics.MAX_DEPTH. Read from the parser's events, which need no recursion."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            return "YAML aliases are not read"
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > run_metrics.MAX_DEPTH:
+                return f"nested deeper than {run_metrics.MAX_DEPTH} levels"
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+    return None
+
+
+def _read_yaml(path: Path) -> Any:
+    """A YAML file's data as written: no interpolation is resolved (`${oc.env:...}` stays text). Raises
+    ValueError saying why a file cannot be read."""
+    from omegaconf import OmegaConf  # imported here: only runs without a usable metrics.json need it
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        problem = _yaml_problem(text)
+        if problem:
+            raise ValueError(problem)
+        return OmegaConf.to_container(OmegaConf.load(io.StringIO(text)), resolve=False)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, OmegaConfBaseException) as exc:
+        raise ValueError(one_line(exc)) from exc
+
+
 def _load_hydra(run_dir: Path) -> tuple[dict | None, list[str] | None]:
-    """Hydra's saved config and overrides of a run directory, or None where missing or unreadable."""
+    """Hydra's saved config and overrides of a run directory, as written (no interpolation resolved), or None
+    where missing or unreadable (one warning each)."""
     config = overrides = None
     config_file, overrides_file = run_dir / ".hydra" / "config.yaml", run_dir / ".hydra" / "overrides.yaml"
-    if not config_file.is_file() and not overrides_file.is_file():
-        return None, None
-    try:  # imported here: only runs without a usable metrics.json need it
-        from omegaconf import OmegaConf
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        return None, None
     if config_file.is_file():
         try:
-            loaded = OmegaConf.load(config_file)
-            try:
-                config = OmegaConf.to_container(loaded, resolve=True)
-            except Exception:  # an interpolation that needs Hydra or a missing env var: keep it as written
-                config = OmegaConf.to_container(loaded, resolve=False)
-        except Exception as exc:
-            warn(f"{config_file}: cannot read ({one_line(exc)})")
+            config = _read_yaml(config_file)
+        except ValueError as exc:
+            warn(f"{config_file}: cannot read ({exc})")
     if overrides_file.is_file():
         try:
-            loaded = OmegaConf.to_container(OmegaConf.load(overrides_file))
+            loaded = _read_yaml(overrides_file)
             overrides = [str(item) for item in loaded] if isinstance(loaded, list) else None
-        except Exception as exc:
-            warn(f"{overrides_file}: cannot read ({one_line(exc)})")
+        except ValueError as exc:
+            warn(f"{overrides_file}: cannot read ({exc})")
     return (config if isinstance(config, dict) else None), overrides
 
 
@@ -196,13 +225,15 @@ def read_run(run_dir: Path, display: str) -> RunRecord:
     """One RunRecord from metrics.json, falling back to .hydra/ for whatever metrics.json lacks."""
     metrics_file = run_dir / "metrics.json"
     data: dict[str, Any] = {}
+    problem = None
     if metrics_file.is_file():
         try:
             data = run_metrics.read(metrics_file)
             raw_status = as_str(data.get("status"))
             status = {"running": "unfinished", None: "unknown"}.get(raw_status, raw_status)
-        except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            warn(f"{metrics_file}: unreadable ({one_line(exc)}); listed as unreadable")
+        except ValueError as exc:  # run_metrics.UnreadableFile: its message says why
+            problem = one_line(exc)
+            warn(f"{metrics_file}: {problem}; listed as unreadable")
             status = "unreadable"
     else:
         status = "not started"
@@ -219,7 +250,7 @@ def read_run(run_dir: Path, display: str) -> RunRecord:
     model = as_str(data.get("model")) or as_str(flat.get("model.name"))
     experiment = as_str(data.get("experiment")) if "experiment" in data else _experiment_from_overrides(overrides)
     return RunRecord(
-        path=run_dir, display=display, status=status, task=task, task_family=family, model=model,
+        path=run_dir, display=display, status=status, problem=problem, task=task, task_family=family, model=model,
         experiment=experiment, primary_metric=run_metrics.primary_metric(data, family), overrides=overrides,
         config=flat, data=data, nested_config=config or {},
     )

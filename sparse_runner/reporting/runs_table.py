@@ -5,6 +5,7 @@ seed share a row (seeds.py: mean ± std (n)); every other run has a row of its o
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -13,9 +14,12 @@ from sparse_runner.reporting import seeds
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord, is_noise, sort_key
 from sparse_runner.reporting.seeds import SeedGroup, distinct, summary
-from sparse_runner.reporting.values import as_float, as_str, fmt_number, fmt_value, number_format, pct, score, slug
+from sparse_runner.reporting.values import (NOT_FINITE_NOTE, as_float, as_str, fmt_number, fmt_value, number_format,
+                                            pct, score, slug)
 
 _UNKNOWN_TASK = "(unknown)"
+# How a cell shows a value that is not finite (values.fmt_number): it needs NOT_FINITE_NOTE under the table.
+_NOT_FINITE = re.compile(r"(?<![\w.])[+-]?(nan|inf)\b")
 
 # Headers of the test column for the metrics our tasks declare; any other metric is headed by its name.
 TEST_HEADERS = {"test/accuracy": "test acc (%)", "test/bleu": "test BLEU", "test/sacrebleu": "test sacreBLEU",
@@ -79,7 +83,7 @@ def _best_val_cell(group: SeedGroup) -> str:
 def _note(rec: RunRecord) -> str:
     """Why a run has no result: its error, how far it got, or that its files are unusable."""
     if rec.status == "unreadable":
-        return "metrics.json is not valid JSON"
+        return f"metrics.json: {rec.problem or 'unreadable'}"
     if rec.status == "not started":
         return "no metrics.json"
     error = as_str(rec.data.get("error"))
@@ -87,9 +91,9 @@ def _note(rec: RunRecord) -> str:
         error = " ".join(error.split())
         return error if len(error) <= 100 else error[:97] + "..."
     if rec.status in ("unfinished", "preempted", "diverged", "unknown"):
-        step, max_steps = rec.data.get("step"), rec.data.get("max_steps")
-        if as_float(step) is not None:
-            return f"step {step}/{max_steps}" if as_float(max_steps) is not None else f"step {step}"
+        step, max_steps = (fmt_number(rec.data.get(key), ".0f") for key in ("step", "max_steps"))
+        if step:
+            return f"step {step}/{max_steps}" if max_steps else f"step {step}"
     return ""
 
 
@@ -144,5 +148,7 @@ def _runs_table(task: str, runs: list[RunRecord]) -> Table:
         rows.append(row)
     label = "unknown task (no readable config)" if task == _UNKNOWN_TASK else f"task={task}"
     grouped = any(len(group.runs) > 1 or group.repeats for group in groups)
+    not_finite = any(_NOT_FINITE.search(row[column]) for row in rows for column in numeric)
+    notes = [seeds.NOTE] if grouped else [NOT_FINITE_NOTE] if not_finite else []
     return Table(slug=f"runs_{slug(task)}", title=f"Runs: {label}", headers=headers, rows=rows, numeric=numeric,
-                 notes=[seeds.NOTE] if grouped else [])
+                 notes=notes)

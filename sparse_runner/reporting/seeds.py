@@ -1,6 +1,7 @@
 """Runs that differ only in their seed (`sparse-run -m seed=0,1,2 ...`): grouped, and shown in every table of
 the report the same way, `41.23 ± 0.52 (n=3)` = mean ± sample standard deviation over n runs; one run shows
-its value alone.
+its value alone. A value that is not finite (NaN, ±inf, an integer beyond a float) is shown after them, never
+averaged: `41.23 ± 0.52 (n=3; not averaged: nan)`.
 
 Only completed runs are grouped: a failed, diverged or unfinished run has no result to average, so the
 tables that list every run show it on a row of its own, and the paper tables leave it out.
@@ -8,33 +9,37 @@ tables that list every run show it on a row of its own, and the paper tables lea
 
 from __future__ import annotations
 
-import statistics
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from sparse_runner.reporting.presets import EXECUTION_KEYS, STAGE_INIT_FROM, pretrains
 from sparse_runner.reporting.runs import RunRecord, is_noise, pick_best, ranking
-from sparse_runner.reporting.values import as_float, as_str, fmt_value
+from sparse_runner.reporting.values import NOT_FINITE_NOTE, as_float, as_str, finite, fmt_value, mean, number_text, stdev
 
 SEED_KEY = "seed"
 
 # The legend of every table whose cells may summarise several runs.
 NOTE = ("`mean ± std (n=k)`: the mean and the sample standard deviation (ddof=1) over k completed runs that differ "
         "only in their seed; one run shows its value alone. A seed run twice counts once (its best run on "
-        "validation). Failed, diverged and unfinished runs are never averaged in.")
+        "validation). Failed, diverged and unfinished runs are never averaged in. " + NOT_FINITE_NOTE)
 
 # What a cell reads from a run: a metric name (`test/bleu`) or a function of the run.
 Read = str | Callable[[RunRecord], Any]
 
 
 def summary(values: Sequence[float], fmt: Callable[[float], str], spread: Callable[[float], str] | None = None) -> str:
-    """`fmt(mean) ± spread(std) (n=k)`, or `fmt(value)` for a single value, "" for none. `spread` defaults to
-    `fmt`; a signed difference (`+1.20`) needs an unsigned one."""
-    if not values:
-        return ""
-    if len(values) == 1:
-        return fmt(values[0])
-    return f"{fmt(statistics.fmean(values))} ± {(spread or fmt)(statistics.stdev(values))} (n={len(values)})"
+    """`fmt(mean) ± spread(std) (n=k)` over the finite values, or `fmt(value)` for a single one, "" for none;
+    the values that are not finite follow, never averaged (`41.23 (not averaged: nan)`), or stand alone
+    (`nan, inf`). `spread` defaults to `fmt`; a signed difference (`+1.20`) needs an unsigned one."""
+    numbers = finite(values)
+    others = ", ".join(number_text(value) for value in values if not math.isfinite(value))
+    if not numbers:
+        return others
+    if len(numbers) == 1:
+        return fmt(numbers[0]) + (f" (not averaged: {others})" if others else "")
+    counted = f"n={len(numbers)}" + (f"; not averaged: {others}" if others else "")
+    return f"{fmt(mean(numbers))} ± {(spread or fmt)(stdev(numbers))} ({counted})"
 
 
 def distinct(texts: Iterable[str], sep: str = " / ") -> str:
@@ -82,12 +87,14 @@ class SeedGroup:
         return isinstance(data, dict) and data.get("source") == "substitute"
 
     def values(self, read: Read) -> list[float]:
+        """Each run's number, NaN and ±inf included (what a cell shows); runs without one left out."""
         reader = _reader(read)
         return [value for value in map(reader, self.runs) if value is not None]
 
     def mean(self, read: Read) -> float | None:
-        values = self.values(read)
-        return statistics.fmean(values) if values else None
+        """The mean of the runs' finite numbers, None without any."""
+        numbers = finite(self.values(read))
+        return mean(numbers) if numbers else None
 
     def text(self, read: Read, fmt: Callable[[float], str], spread: Callable[[float], str] | None = None) -> str:
         return summary(self.values(read), fmt, spread)

@@ -17,8 +17,8 @@ Torch-free, like all report code; matplotlib is imported only when there is a fi
 
 from __future__ import annotations
 
+import math
 import re
-import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +33,8 @@ from sparse_runner.reporting import seeds
 from sparse_runner.reporting.claims import HELD, INCONCLUSIVE, MIN_RUNS, NOT_HELD, NOT_RUN, ClaimRow, compute_time
 from sparse_runner.reporting.runs import RunRecord
 from sparse_runner.reporting.seeds import SeedGroup, seed_groups, summary
-from sparse_runner.reporting.values import as_float
+from sparse_runner.reporting.sinks import mathtext
+from sparse_runner.reporting.values import as_int, finite, mean
 
 CITATION = "Bhojanapalli et al., ICML 2020"
 
@@ -70,8 +71,7 @@ class LowRankRun:
 
 def _size(rec: RunRecord, key: str, info_key: str) -> int | None:
     info = rec.data.get("task_info") if isinstance(rec.data.get("task_info"), dict) else {}
-    value = as_float(rec.config.get(f"task.{key}", info.get(info_key)))
-    return int(value) if value is not None else None
+    return as_int(rec.config.get(f"task.{key}", info.get(info_key)))
 
 
 def lowrank_runs(records: list[RunRecord]) -> list[LowRankRun]:
@@ -101,8 +101,9 @@ def kl_cell(values: list[float] | None) -> str:
 
 
 def _means(curve: Curve) -> list[float]:
-    """The figure's points, floored: a KL below KL_FLOOR is a perfect fit the log scale draws there."""
-    return [max(statistics.fmean(values), KL_FLOOR) for values in curve.values()]
+    """The figure's points, floored: a KL below KL_FLOOR is a perfect fit the log scale draws there; the mean
+    of the finite values, NaN (a gap) without any."""
+    return [max(mean(numbers), KL_FLOOR) if (numbers := finite(values)) else math.nan for values in curve.values()]
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -180,7 +181,7 @@ def sections(records: list[RunRecord], out_dir: Path) -> tuple[list[str], list[P
 
 def draw_lowrank(runs: list[LowRankRun], path: Path) -> Path:
     """One PNG: left, KL against d_p per run (log scale, d_p = n dashed); right, mean KL against h for
-    standard and fixed heads. Returns `path`."""
+    standard and fixed heads. Returns `path`. Run names are drawn as written (sinks.mathtext)."""
     # Not at module level: the report imports every paper, and only a report with lowrank runs draws this.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -194,7 +195,7 @@ def draw_lowrank(runs: list[LowRankRun], path: Path) -> Path:
         colour = f"C{i % 10}"
         if run.sweep:
             sweep_ax.plot(list(run.sweep), _means(run.sweep), "o-", ms=3, color=colour,
-                          label=run.label if len(runs) > 1 else None)
+                          label=mathtext(run.label) if len(runs) > 1 else None)
         if run.n is not None:
             sweep_ax.axvline(run.n, color=colour, ls="--", lw=1, label=f"d_p = n = {run.n}")
     sweep_ax.set(xlabel="head size d_p", ylabel="best KL(P || A) (nats)", yscale="log", title="One head, sizes 1 ... 2n")
@@ -205,7 +206,7 @@ def draw_lowrank(runs: list[LowRankRun], path: Path) -> Path:
             colour = f"C{i % 10}"
             for kind, curve, style in (("standard d/h", run.standard, "o-"), ("fixed n", run.fixed, "s--")):
                 if curve:
-                    label = f"{kind}" + (f" ({run.group.display})" if len(runs) > 1 else "")
+                    label = kind + (f" ({mathtext(run.group.display)})" if len(runs) > 1 else "")
                     ax.plot(list(curve), _means(curve), style, ms=4, color=colour, label=label)
         ax.set(xlabel="heads h", ylabel="mean KL over heads (nats)", yscale="log", title="Head size d/h (standard) vs n (fixed)")
         ax.set_xscale("log", base=2)
@@ -242,10 +243,13 @@ class LowRankCliff:
             run = max(runs, key=lambda r: len(r.group.runs))
             used = run.group.runs
             for i in range(len(run.sweep[run.n - 2])):
-                worst = max(values[i] for d_p, values in run.sweep.items() if d_p >= run.n - 1 and i < len(values))
-                below.append(run.sweep[run.n - 2][i])
-                above.append(worst)
-                ratios.append(below[-1] / max(worst, KL_FLOOR))
+                at_cliff = run.sweep[run.n - 2][i]
+                beyond = [values[i] for d_p, values in run.sweep.items() if d_p >= run.n - 1 and i < len(values)]
+                if not beyond or len(finite([at_cliff, *beyond])) <= len(beyond):   # a KL that is not finite: no ratio
+                    continue
+                below.append(at_cliff)
+                above.append(max(beyond))
+                ratios.append(at_cliff / max(above[-1], KL_FLOOR))
         if not ratios:
             verdict = NOT_RUN
         elif len(ratios) < MIN_RUNS:

@@ -55,7 +55,6 @@ from sparse_runner.reporting.papers.bhojanapalli2020_bert_published import (  # 
 from sparse_runner.reporting.papers.bhojanapalli2020_bert_runs import (  # noqa: F401
     Filing,
     OurRow,
-    _int,
     _task_info,
     data_info,
     file_runs,
@@ -66,7 +65,7 @@ from sparse_runner.reporting.papers.bhojanapalli2020_bert_runs import (  # noqa:
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord
 from sparse_runner.reporting.seeds import SeedGroup
-from sparse_runner.reporting.values import as_float, number_format, pct
+from sparse_runner.reporting.values import as_float, as_int, number_format, pct
 
 
 # ------------------------------------------------------------------------------------------ cells
@@ -150,7 +149,7 @@ def _measured_note(rows: list[OurRow]) -> list[str]:
             continue
         expected = row.key.geometry.parameters()
         measured = sorted({n for rec in row.runs[SQUAD] + row.runs[MNLI]
-                           if (n := _int((pretraining(rec) or {}).get("num_parameters"))) is not None and n != expected})
+                           if (n := as_int((pretraining(rec) or {}).get("num_parameters"))) is not None and n != expected})
         if measured:
             out.append(f"heads {row.key.geometry.num_heads}, head size {row.key.geometry.head_size}: the pre-trained "
                        f"model of its runs has {', '.join(f'{n:,}' for n in measured)} parameters, not {expected:,} "

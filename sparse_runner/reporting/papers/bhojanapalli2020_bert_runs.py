@@ -32,7 +32,7 @@ from sparse_runner.reporting.papers.bhojanapalli2020_bert_published import (
 from sparse_runner.reporting.presets import Match, Preset, match, shown
 from sparse_runner.reporting.runs import RunRecord
 from sparse_runner.reporting.seeds import SeedGroup, best_group, seed_groups
-from sparse_runner.reporting.values import as_float, as_str
+from sparse_runner.reporting.values import as_int, as_str, override_value
 
 # The keys that tell a table's GPU preset from its CPU one, and Table 1 (standard heads) from Table 2: a run
 # is compared key by key only with the jobs of the tables whose experiment agrees with it on these.
@@ -72,16 +72,11 @@ def data_info(rec: RunRecord) -> DataInfo:
     return DataInfo(rec.task_family or "?", "unknown")
 
 
-def _int(value: Any) -> int | None:
-    number = as_float(value)
-    return int(number) if number is not None and number == int(number) else None
-
-
 def geometry_of(rec: RunRecord) -> Geometry | None:
     """The run's model geometry from its config (head size null = d_model / heads); None when incomplete."""
     c = rec.config
-    d, layers, heads, ffn = (_int(c.get(f"model.{k}")) for k in ("d_model", "num_layers", "num_heads", "ffn_dim"))
-    head_size = _int(c.get("model.head_size"))
+    d, layers, heads, ffn = (as_int(c.get(f"model.{k}")) for k in ("d_model", "num_layers", "num_heads", "ffn_dim"))
+    head_size = as_int(c.get("model.head_size"))
     if head_size is None and d is not None and heads:
         head_size = d // heads if d % heads == 0 else None
     if None in (d, layers, heads, head_size, ffn):
@@ -97,15 +92,15 @@ def pretraining(rec: RunRecord) -> dict | None:
 def run_parameters(rec: RunRecord) -> int | None:
     """Parameters of the masked LM the run fine-tunes: the pre-training run's count, else bert_parameters of
     the run's config with its vocabulary (task_info tokenizer + [MASK]); None when something is unknown."""
-    measured = _int((pretraining(rec) or {}).get("num_parameters"))
+    measured = as_int((pretraining(rec) or {}).get("num_parameters"))
     if measured is not None:
         return measured
     geometry, c = geometry_of(rec), rec.config
     tokenizer = _task_info(rec).get("tokenizer")
-    vocab = _int(tokenizer.get("vocab_size")) if isinstance(tokenizer, dict) else None
+    vocab = as_int(tokenizer.get("vocab_size")) if isinstance(tokenizer, dict) else None
     positions, norm_first = as_str(c.get("model.positions")), c.get("model.norm_first")
     learned = positions == "learned"
-    max_positions = _int(c.get("model.max_positions", c.get("task.max_length"))) if learned else 0
+    max_positions = as_int(c.get("model.max_positions", c.get("task.max_length"))) if learned else 0
     if geometry is None or vocab is None or positions is None or not isinstance(norm_first, bool) or max_positions is None:
         return None
     learned_alpha = c.get("model.normaliser") == "alpha_entmax" and c.get("model.alpha") is None
@@ -124,7 +119,7 @@ class Filing:
 
 
 def _shape(values: dict[str, Any]) -> tuple:
-    return (*(_int(values.get(key)) for key in _SHAPE_KEYS), values.get("model.head_size") is None)
+    return (*(as_int(values.get(key)) for key in _SHAPE_KEYS), values.get("model.head_size") is None)
 
 
 def _agrees(rec: RunRecord, paper: PaperTable, setting: str) -> bool:
@@ -142,8 +137,10 @@ def file_run(rec: RunRecord) -> list[Filing]:
     places = [place for place in places if _agrees(rec, *place)] or places
     found = []
     for paper, setting in places:
-        job = cell_preset(paper, setting, rec.task_family, rec.keys.values.get(paper.swept),
-                          scratch=not rec.axes.pretrained)
+        swept = rec.keys.values.get(paper.swept)
+        if override_value(swept) is None:   # no plain value (an interpolation, say): never given to Hydra
+            continue
+        job = cell_preset(paper, setting, rec.task_family, swept, scratch=not rec.axes.pretrained)
         if (near := match(rec.keys, [job], primary_metric=rec.primary_metric)) is not None:
             found.append(Filing(paper, setting, near))
     exact = [filing for filing in found if filing.match.exact]

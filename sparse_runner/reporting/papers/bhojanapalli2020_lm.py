@@ -13,6 +13,7 @@ numbers to print beside ours. Torch-free; matplotlib is imported only to draw.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +26,8 @@ from sparse_runner.reporting.presets import Preset, agrees, closest_models, matc
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord, completed
 from sparse_runner.reporting.seeds import SeedGroup, best_group, distinct, seed_groups
-from sparse_runner.reporting.values import as_float, number_format, slug
+from sparse_runner.reporting.sinks import mathtext
+from sparse_runner.reporting.values import as_float, as_int, number_format, override_value, slug
 
 LM_FAMILY = "lm"
 METRIC = "test/ppl"
@@ -42,14 +44,13 @@ _SHAPE_KEYS = ("task.name", "model.num_layers", "model.ffn_dim")
 @dataclass(frozen=True)
 class Point:
     heads: int
-    ppl: float                  # the mean over the group's seeds
+    ppl: float                  # the mean over the group's seeds (their finite values)
     parameters: float | None    # the config fixes it: the same for every seed
     group: SeedGroup
 
 
 def _int(rec: RunRecord, key: str) -> int | None:
-    value = as_float(rec.config.get(key))
-    return int(value) if value is not None else None
+    return as_int(rec.config.get(key))
 
 
 def geometry(rec: RunRecord) -> str:
@@ -58,19 +59,22 @@ def geometry(rec: RunRecord) -> str:
     return f"d={_int(rec, 'model.d_model')}, " + ("d/h" if head_size is None else f"d_p={head_size}")
 
 
-def _job(experiment: str, model: str, values: dict) -> Preset:
-    """A job of an experiment's head sweep with a run's own width, heads (and head size, for fixed heads)."""
+def _job(experiment: str, model: str, values: dict) -> Preset | None:
+    """A job of an experiment's head sweep with a run's own width, heads (and head size, for fixed heads); None
+    where one of them is no plain value (values.override_value), so no job."""
     swept = [*SWEPT_KEYS, *(["model.head_size"] if model != "standard_heads" else [])]
-    return Preset((f"experiment={experiment}", f"model={model}",
-                   *(f"{key}={'null' if values.get(key) is None else values.get(key)}" for key in swept)))
+    texts = [override_value(values.get(key)) for key in swept]
+    if None in texts:
+        return None
+    return Preset((f"experiment={experiment}", f"model={model}", *(f"{key}={text}" for key, text in zip(swept, texts))))
 
 
 def sweep_of(rec: RunRecord) -> tuple[str, tuple[str, ...]] | None:
     """The experiment whose sweep the run is a job of, else the nearest job's, with what differs from it."""
     values = rec.keys.values
     near = [e for e in EXPERIMENTS if agrees(rec.keys, Preset((f"experiment={e}",)), _SHAPE_KEYS)]
-    where = {_job(experiment, model, values): experiment for experiment in near or EXPERIMENTS
-             for model in closest_models(rec.keys, GEOMETRY_MODELS)}
+    where = {job: experiment for experiment in near or EXPERIMENTS for model in closest_models(rec.keys, GEOMETRY_MODELS)
+             if (job := _job(experiment, model, values)) is not None}
     found = match(rec.keys, where, primary_metric=rec.primary_metric)
     return None if found is None else (where[found.preset], found.pairs)
 
@@ -89,7 +93,7 @@ def sweeps(records: list[RunRecord]) -> dict[Sweep, dict[str, list[Point]]]:
     for key, runs in by_sweep.items():
         for group in seed_groups(runs):
             heads = _int(group.first, "model.num_heads")
-            if heads is not None and group.values(METRIC):
+            if heads is not None and group.mean(METRIC) is not None:
                 lines = candidates.setdefault(key, {})
                 lines.setdefault(geometry(group.first), {}).setdefault(heads, []).append(group)
     out = {}
@@ -170,7 +174,8 @@ def lm_sections(records: list[RunRecord], out_dir: Path) -> tuple[list[str], lis
 
 
 def draw_sweep(lines: dict[str, list[Point]], path: Path, title: str) -> Path:
-    """One PNG: perplexity against heads (log2 axis) and against parameters, a line per geometry."""
+    """One PNG: perplexity against heads (log2 axis) and against parameters, a line per geometry; `title` (it
+    names the task and config values of runs) drawn as written (sinks.mathtext)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -180,12 +185,12 @@ def draw_sweep(lines: dict[str, list[Point]], path: Path, title: str) -> Path:
     for i, (name, points) in enumerate(lines.items()):
         style = dict(color=f"C{i % 10}", marker="o" if "d/h" in name else "s", ms=4, label=name)
         by_heads.plot([p.heads for p in points], [p.ppl for p in points], "-", **style)
-        with_params = [p for p in points if p.parameters is not None]
+        with_params = [p for p in points if p.parameters is not None and math.isfinite(p.parameters)]
         by_params.plot([p.parameters / 1e6 for p in with_params], [p.ppl for p in with_params], "-", **style)
     heads = sorted({p.heads for points in lines.values() for p in points})
     by_heads.set_xscale("log", base=2)
     by_heads.set_xticks(heads, [str(h) for h in heads])
-    by_heads.set(xlabel="heads", ylabel="test perplexity", title=title)
+    by_heads.set(xlabel="heads", ylabel="test perplexity", title=mathtext(title))
     by_params.set(xlabel="parameters (M)", ylabel="test perplexity", title="against model size")
     for ax in (by_heads, by_params):
         ax.legend(fontsize=7)

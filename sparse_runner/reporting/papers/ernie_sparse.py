@@ -51,7 +51,7 @@ from sparse_runner.reporting.presets import RECIPE_PARTS, recipe_agreement
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord, completed
 from sparse_runner.reporting.seeds import SeedGroup, summary
-from sparse_runner.reporting.values import as_float, as_str, pct
+from sparse_runner.reporting.values import as_int, as_str, pct
 
 CITATION = "Liu et al., arXiv 2203.12276, 2022"
 PUBLISHED = "published: Liu et al. 2022"
@@ -382,8 +382,7 @@ def ablation_table(rows: list[VariantRow]) -> Table:
 
 # ------------------------------------------------------------------------------------- robustness
 def _shift(rec: RunRecord) -> int | None:
-    value = as_float(rec.config.get("trainer.test_topology_shift"))
-    return None if value is None else int(value)
+    return as_int(rec.config.get("trainer.test_topology_shift"))
 
 
 def robustness_rows(records: list[RunRecord]) -> list[tuple[str, VariantRow]]:

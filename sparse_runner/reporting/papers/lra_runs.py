@@ -10,7 +10,7 @@ from sparse_runner.reporting.papers.lra_published import COLUMNS, MAJORITY_METRI
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord
 from sparse_runner.reporting.seeds import distinct
-from sparse_runner.reporting.values import as_float, pct
+from sparse_runner.reporting.values import as_int, pct
 
 if TYPE_CHECKING:
     from sparse_runner.reporting.papers.lra import OurRow
@@ -25,10 +25,10 @@ def _scale(rec: RunRecord) -> str:
     parts = [" ".join(model)] if model else []
     if config.get("task.max_length") is not None:
         parts.append(f"len {config['task.max_length']}")
-    steps = as_float(rec.data.get("step"))
-    steps = steps if steps is not None else as_float(config.get("trainer.max_steps"))
+    steps = as_int(rec.data.get("step"))
+    steps = steps if steps is not None else as_int(config.get("trainer.max_steps"))
     if steps is not None:
-        parts.append(f"{int(steps)} steps")
+        parts.append(f"{steps} steps")
     return ", ".join(parts)
 
 

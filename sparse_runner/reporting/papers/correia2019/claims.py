@@ -27,6 +27,7 @@ from sparse_runner.reporting.claims import (
     preset_arm,
     verdict,
     welch_interval,
+    without_spread,
 )
 from sparse_runner.reporting.papers.correia2019.published import (
     CORREIA2019_TABLE1,
@@ -35,7 +36,7 @@ from sparse_runner.reporting.papers.correia2019.published import (
     TRANSLATION_MODEL_ROWS,
 )
 from sparse_runner.reporting.runs import RunRecord
-from sparse_runner.reporting.values import as_float
+from sparse_runner.reporting.values import as_float, finite
 
 CITATION = "Correia et al., EMNLP 2019"
 STUDY = "correia2019_study_cpu"
@@ -125,16 +126,18 @@ class PairedClaim:
         runs = self.arm.runs(records)
         pairs = [(a, b) for rec in runs if (a := self.first[1](rec)) is not None and (b := self.second[1](rec)) is not None]
         firsts, seconds = [a for a, _ in pairs], [b for _, b in pairs]
-        differences = [a - b for a, b in pairs]
-        diff, low, high = (differences[0] if differences else None), None, None
+        differences = finite(a - b for a, b in pairs)   # a pair with a value that is not finite: shown, left out
+        diff, low, high, note = (differences[0] if differences else None), None, None, None
         if not differences:
-            found = NOT_RUN
+            found, note = (INCONCLUSIVE, "no finite difference") if pairs else (NOT_RUN, None)
         elif len(differences) < MIN_RUNS:
             found = INCONCLUSIVE
+        elif without_spread(differences):
+            found, note = INCONCLUSIVE, "no interval: every seed gave the same difference"
         else:
             diff, low, high = welch_interval(differences, [0.0] * len(differences))
             found = verdict(self, low, high)   # type: ignore[arg-type]
-        shown = format_difference(diff, low, high)
+        shown = format_difference(diff, low, high, note)
         return ClaimRow(
             f"{self.arm.label}, {self.first[0]}: {mean_std(firsts) or 'no runs'}",
             f"{self.arm.label}, {self.second[0]}: {mean_std(seconds) or 'no runs'}",

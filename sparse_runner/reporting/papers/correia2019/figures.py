@@ -14,6 +14,7 @@ from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.papers.correia2019.picks import Picks, row_label
 from sparse_runner.reporting.papers.correia2019.published import TRANSLATION_COLUMNS
 from sparse_runner.reporting.runs import RunRecord
+from sparse_runner.reporting.sinks import mathtext
 from sparse_runner.reporting.values import slug
 
 # One model, one colour in every figure of a report, whichever models a figure shows (matplotlib's
@@ -62,6 +63,12 @@ def draw_comparison(attention: Mapping[str, dict], sparse_attention: Mapping[str
             for name, caption, plot, models in plans if models]
 
 
+def _as_drawn(block: Mapping[str, dict]) -> dict[str, dict]:
+    """An analysis block with its attention types (the figures' titles and legends) drawn as written: a run's
+    metrics.json names them, and matplotlib would parse a `$` in them as mathtext."""
+    return {mathtext(attention_type): entry for attention_type, entry in block.items()}
+
+
 def analysis_figures(picks: Picks, out_dir: Path) -> tuple[list[str], list[Path]]:
     """Draw the paper's analysis figures for every task+experiment whose runs have an analysis block, into
     `out_dir/figures`; returns the markdown sections that show them and the files written.
@@ -78,16 +85,16 @@ def analysis_figures(picks: Picks, out_dir: Path) -> tuple[list[str], list[Path]
         analysed = {row_label(model): rec for model, rec in runs.items() if rec.analysis("attention")}
         if not analysed:
             continue
-        attention = {label: rec.analysis("attention") for label, rec in analysed.items()}
+        attention = {label: _as_drawn(rec.analysis("attention")) for label, rec in analysed.items()}
         try:
             drawn = draw_comparison(
                 attention=attention,
                 sparse_attention={label: attention[label] for label, rec in analysed.items() if _is_sparse(rec)},
-                learned_alphas={label: rec.analysis("alpha") for label, rec in analysed.items()
+                learned_alphas={label: _as_drawn(rec.analysis("alpha")) for label, rec in analysed.items()
                                 if _learns_alpha(rec) and rec.analysis("alpha")},
                 folder=out_dir / "figures", stem=slug(f"{task}_{experiment}"),
             )
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
             warn(f"figures for task={task}, experiment={experiment} skipped: malformed analysis ({one_line(exc)})")
             continue
         written += [figure.path for figure in drawn]

@@ -19,15 +19,14 @@ from sparse_runner.reporting.papers.correia2019.published import (
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord
 from sparse_runner.reporting.seeds import SeedGroup, distinct
-from sparse_runner.reporting.values import as_float, as_str, fmt_number, number_format, score
+from sparse_runner.reporting.values import as_float, as_int, as_str, fmt_number, number_format, score
 
 
 def _steps(value: Any) -> str:
     """200000 -> `200k`, 1400 -> `1400`."""
-    number = as_float(value)
+    number = as_int(value)
     if number is None:
         return "?"
-    number = int(number)
     return f"{number // 1000}k" if number >= 10_000 and number % 1000 == 0 else str(number)
 
 
