@@ -34,7 +34,8 @@ def test_csv_cell_quotes_formulas_but_not_numbers() -> None:
 
 
 def test_markdown_escapes_raw_html() -> None:
-    assert sinks.markdown('<img src=x onerror="alert(1)"> & co') == '&lt;img src=x onerror="alert(1)"&gt; &amp; co'
+    assert sinks.markdown('<img src=x onerror="alert(1)"> & co') == '&lt;img src=x onerror="alert(1)"> &amp; co'
+    assert sinks.markdown("d_p >= n - 1") == "d_p >= n - 1"
 
 
 def test_mathtext_draws_dollars_as_written() -> None:

@@ -13,7 +13,6 @@ HTML and LaTeX have their escapers beside their renderers (html.esc, render.late
 
 from __future__ import annotations
 
-import html
 import re
 import unicodedata
 
@@ -45,9 +44,10 @@ def csv_cell(text: object) -> str:
 
 
 def markdown(text: object) -> str:
-    """Text for a Markdown file: control characters removed and `<`, `>`, `&` escaped, so that no raw HTML
-    is rendered by a Markdown viewer."""
-    return html.escape(terminal(text), quote=False)
+    """Text for a Markdown file: control characters removed and `&` and `<` escaped, so that no raw HTML (a
+    tag or an entity) is rendered by a Markdown viewer. `>` alone opens no tag, and kept as written it
+    leaves `d_p >= n - 1` readable in the plain file."""
+    return terminal(text).replace("&", "&amp;").replace("<", "&lt;")
 
 
 def mathtext(text: object) -> str:
