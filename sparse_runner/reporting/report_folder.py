@@ -85,7 +85,7 @@ def refusal(out_dir: Path, shown_as: str | None = None) -> str | None:
     listed = _listed(out_dir)
     if listed is None:
         return (f"{name} is not empty and holds no report of sparse-report (no {MANIFEST} in it); "
-                "choose a new or empty folder with --out")
+                f"choose a new or empty folder with --out, or remove {name} if it is a report of yours")
     foreign = sorted(present - listed - {MANIFEST})
     if foreign:
         more = f" and {len(foreign) - _SHOWN} more" if len(foreign) > _SHOWN else ""
