@@ -50,11 +50,14 @@ def finite(values: Iterable[float | None]) -> list[float]:
 
 
 def mean(values: Sequence[float]) -> float:
-    """The mean of finite `values` (at least one); where their sum overflows a float, summed in shares."""
+    """The mean of `values` (at least one; an average takes finite ones) without raising: where their sum
+    overflows a float, summed in shares; NaN for inf and -inf together."""
     try:
         return statistics.fmean(values)
     except OverflowError:   # 1e308 + 1e308: each value's share of the mean is finite
         return math.fsum(value / len(values) for value in values)
+    except ValueError:      # math.fsum refuses inf + -inf
+        return math.nan
 
 
 def stdev(values: Sequence[float]) -> float:

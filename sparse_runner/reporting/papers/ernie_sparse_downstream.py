@@ -19,7 +19,6 @@ run of one of these tasks or their offline substitutes (a part of the paper `ern
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 from sparse_runner.reporting import seeds
@@ -27,7 +26,7 @@ from sparse_runner.reporting.presets import CONF_DIR, Preset, match, model_names
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord
 from sparse_runner.reporting.seeds import SeedGroup, best_group, seed_groups
-from sparse_runner.reporting.values import number_format, pct
+from sparse_runner.reporting.values import mean, number_format, pct
 
 CITATION = "Liu et al., arXiv 2203.12276, 2022"
 SUBSTITUTE = "†"
@@ -147,7 +146,7 @@ def average(row: OurRow, tasks: dict[str, str]) -> str:
         if value is None:
             return ""
         means.append(100 * value if METRICS[task] == ACCURACY else value)
-    return f"{statistics.fmean(means):.2f}" + (f" {SUBSTITUTE}" if any(row.cells[t].substitute for t in tasks) else "")
+    return f"{mean(means):.2f}" + (f" {SUBSTITUTE}" if any(row.cells[t].substitute for t in tasks) else "")
 
 
 def our_cell(row: OurRow, task: str) -> str:

@@ -17,7 +17,6 @@ Two tables:
 
 from __future__ import annotations
 
-import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +45,7 @@ from sparse_runner.reporting.presets import Match, Preset, agrees, closest_model
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord, completed
 from sparse_runner.reporting.seeds import SeedGroup, best_group, cell_seed_groups
-from sparse_runner.reporting.values import pct
+from sparse_runner.reporting.values import mean, pct
 
 OTHER = "other"   # the rows of runs that are no preset, after the settings' rows
 # What an experiment fixes whatever the model preset: a run is compared key by key only with the presets of the
@@ -257,7 +256,7 @@ def group_cell(group: SeedGroup, metric: str = METRIC) -> str:
 def avg_value(cells: dict[str, SeedGroup]) -> float | None:
     """The mean of the five cell means, only when all five are there (the paper's Avg has five terms)."""
     means = [cells[column].mean(METRIC) if column in cells else None for column in COLUMNS.values()]
-    return None if None in means else statistics.fmean(means)
+    return None if None in means else mean(means)
 
 
 def avg_cell(cells: dict[str, SeedGroup]) -> str:
