@@ -99,24 +99,29 @@ def test_a_config_with_aliases_or_nested_too_deep_is_one_warning(tmp_path: Path,
 
 
 def test_a_run_value_never_reaches_hydra_as_an_interpolation(tmp_path: Path, monkeypatch, capsys):
-    """The paper modules compose the sweep job a run belongs to from the run's own values (the LM head sweep's
-    width and heads, the BERT tables' swept key): a value that is an interpolation is no job, and never given to
-    Hydra, which would resolve it (`${oc.env:...}`)."""
+    """The paper modules compose the job a run belongs to from the run's own values (the LM head sweep's width
+    and heads, the BERT tables' swept key, the ERNIE-Sparse variant's regulariser): a value that is an
+    interpolation is no job, and never given to Hydra, which would resolve it (`${oc.env:...}`)."""
     from sparse_runner.reporting import presets
+    from sparse_runner.reporting.papers import lra
     from test_report_bhojanapalli2020_bert import write_bert_run
     from test_report_bhojanapalli2020_lm import write_lm_run
+    from test_report_ernie_sparse import MODELS, write_run as write_lra_run
 
     monkeypatch.setenv("MY_SECRET", SECRET)
+    monkeypatch.setattr(lra, "runner_has_model", lambda name: name in MODELS)
     composed: list[tuple[str, ...]] = []
     compose = presets.compose
     monkeypatch.setattr(presets, "compose", lambda overrides: composed.append(overrides) or compose(overrides))
     runs = tmp_path / "runs"
     interpolation = "${oc.env:MY_SECRET}"
-    for run_dir, key in ((write_lm_run(runs / "lm", heads=4, head_size=None, ppl=80.0), "d_model"),
+    for run_dir, key in ((write_lm_run(runs / "lm", heads=4, head_size=None, ppl=80.0), "model.d_model"),
                          (write_bert_run(runs / "squad", "squad", experiment="bhojanapalli2020_table1_cpu", heads=4),
-                          "num_heads")):
+                          "model.num_heads"),
+                         (write_lra_run(runs, "ernie", model="ernie_sparse", block=8), "trainer.regulariser")):
         data = json.loads((run_dir / "metrics.json").read_text())
-        data["config"]["model"][key] = interpolation
+        group, name = key.split(".")
+        data["config"][group][name] = interpolation
         (run_dir / "metrics.json").write_text(json.dumps(data))
     markdown, err = report(runs, tmp_path / "report", capsys)
     assert composed and not [overrides for overrides in composed if any("${" in item for item in overrides)]

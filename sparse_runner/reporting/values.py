@@ -14,6 +14,7 @@ import re
 import statistics
 from typing import Any, Callable, Iterable, Sequence
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")   # what Hydra's override grammar reads as a plain string
 NOT_FINITE_NOTE = ("`nan`, `inf`, `-inf`: a value the run recorded as not a number or infinite, or too large for a "
                    "float; shown as it reads, never averaged.")
 
@@ -74,15 +75,18 @@ def number_text(value: float) -> str:
 
 
 def override_value(value: Any) -> str | None:
-    """`value` as the value of a Hydra override when Hydra can read it only as itself: a number, a boolean or
-    null (`4`, `0.5`, `true`, `null`); None for anything else. A run's string may be an interpolation
-    (`${oc.env:...}`) that composing the override would resolve, reading the reader's environment."""
+    """`value` as the value of a Hydra override when Hydra can read it only as itself: a number, a boolean,
+    null or a name (`4`, `0.5`, `true`, `null`, `rdrop`); None for anything else. A run's string may be an
+    interpolation (`${oc.env:...}`) that composing the override would resolve, reading the reader's environment,
+    or a sweep (`a,b`)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
         return str(value)
+    if isinstance(value, str) and _NAME.fullmatch(value):
+        return value
     return None
 
 

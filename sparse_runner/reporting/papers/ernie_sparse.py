@@ -51,7 +51,7 @@ from sparse_runner.reporting.presets import RECIPE_PARTS, recipe_agreement
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord, completed
 from sparse_runner.reporting.seeds import SeedGroup, summary
-from sparse_runner.reporting.values import as_int, as_str, pct
+from sparse_runner.reporting.values import as_int, as_str, override_value, pct
 
 CITATION = "Liu et al., arXiv 2203.12276, 2022"
 PUBLISHED = "published: Liu et al. 2022"
@@ -159,6 +159,8 @@ def file_variant(rec: RunRecord) -> tuple[Variant, Filing] | None:
     if not in_study(rec):
         return None
     regulariser = regulariser_of(rec)
+    if override_value(regulariser) is None:   # no name (an interpolation, say): never given to Hydra
+        return None
     extra = () if regulariser == NO_REGULARISER else (f"trainer.regulariser={regulariser}",)
     filing = lra.file_run(rec, study_models(), extra)
     if filing is None:
