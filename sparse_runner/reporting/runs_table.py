@@ -149,6 +149,6 @@ def _runs_table(task: str, runs: list[RunRecord]) -> Table:
     label = "unknown task (no readable config)" if task == _UNKNOWN_TASK else f"task={task}"
     grouped = any(len(group.runs) > 1 or group.repeats for group in groups)
     not_finite = any(_NOT_FINITE.search(row[column]) for row in rows for column in numeric)
-    notes = [seeds.NOTE] if grouped else [NOT_FINITE_NOTE] if not_finite else []
+    notes = ([seeds.NOTE] if grouped else []) + ([NOT_FINITE_NOTE] if not_finite else [])
     return Table(slug=f"runs_{slug(task)}", title=f"Runs: {label}", headers=headers, rows=rows, numeric=numeric,
                  notes=notes)

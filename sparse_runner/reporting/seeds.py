@@ -15,14 +15,14 @@ from typing import Any, Callable, Iterable, Sequence
 
 from sparse_runner.reporting.presets import EXECUTION_KEYS, STAGE_INIT_FROM, pretrains
 from sparse_runner.reporting.runs import RunRecord, is_noise, pick_best, ranking
-from sparse_runner.reporting.values import NOT_FINITE_NOTE, as_float, as_str, finite, fmt_value, mean, number_text, stdev
+from sparse_runner.reporting.values import as_float, as_str, finite, fmt_value, mean, number_text, stdev
 
 SEED_KEY = "seed"
 
 # The legend of every table whose cells may summarise several runs.
 NOTE = ("`mean ± std (n=k)`: the mean and the sample standard deviation (ddof=1) over k completed runs that differ "
         "only in their seed; one run shows its value alone. A seed run twice counts once (its best run on "
-        "validation). Failed, diverged and unfinished runs are never averaged in. " + NOT_FINITE_NOTE)
+        "validation). Failed, diverged and unfinished runs are never averaged in.")
 
 # What a cell reads from a run: a metric name (`test/bleu`) or a function of the run.
 Read = str | Callable[[RunRecord], Any]
