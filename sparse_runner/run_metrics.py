@@ -118,7 +118,7 @@ _MAX_INT_DIGITS = 4000
 
 class UnreadableFile(ValueError):
     """A metrics.json that cannot be used; its message says why (`cannot be read: permission denied`,
-    `not valid JSON: ...`, `nested deeper than 100 levels`)."""
+    `not valid JSON (...)`, `nested deeper than 100 levels`)."""
 
 
 def nesting_depth(value: Any) -> int:

@@ -151,8 +151,11 @@ def ranking(minimises: bool, validation: float | None, test: float | None) -> tu
     chosen on the test set.
     """
     sign = -1.0 if minimises else 1.0
-    return tuple(sign * value if value is not None and math.isfinite(value) else -math.inf  # type: ignore[return-value]
-                 for value in (validation, test))
+
+    def scored(value: float | None) -> float:
+        return sign * value if value is not None and math.isfinite(value) else -math.inf
+
+    return scored(validation), scored(test)
 
 
 def pick_best(candidates: list[RunRecord]) -> RunRecord:
@@ -203,13 +206,13 @@ def _load_hydra(run_dir: Path) -> tuple[dict | None, list[str] | None]:
         try:
             config = _read_yaml(config_file)
         except ValueError as exc:
-            warn(f"{config_file}: cannot read ({exc})")
+            warn(f"{config_file}: cannot read ({one_line(exc)})")
     if overrides_file.is_file():
         try:
             loaded = _read_yaml(overrides_file)
             overrides = [str(item) for item in loaded] if isinstance(loaded, list) else None
         except ValueError as exc:
-            warn(f"{overrides_file}: cannot read ({exc})")
+            warn(f"{overrides_file}: cannot read ({one_line(exc)})")
     return (config if isinstance(config, dict) else None), overrides
 
 
