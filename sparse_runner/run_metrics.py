@@ -139,12 +139,18 @@ def _parse_int(text: str) -> int | float:
 
 def read(path: str | Path) -> dict[str, Any]:
     """A metrics.json as a dict. Raises UnreadableFile (a ValueError) saying why the file cannot be used: it
-    cannot be read, is not UTF-8, not valid JSON, not an object, or nested deeper than MAX_DEPTH."""
+    cannot be read, or `parse` refuses its bytes."""
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise UnreadableFile(f"cannot be read: {reason[:1].lower()}{reason[1:]}") from exc
+    return parse(raw)
+
+
+def parse(raw: bytes) -> dict[str, Any]:
+    """The bytes of a metrics.json as a dict. Raises UnreadableFile saying why they cannot be used: not
+    UTF-8, not valid JSON, not an object, or nested deeper than MAX_DEPTH."""
     try:
         data = json.loads(raw.decode("utf-8"), parse_int=_parse_int)
     except UnicodeDecodeError as exc:

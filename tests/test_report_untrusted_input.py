@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -220,14 +221,14 @@ def test_an_unreadable_metrics_json_says_why(tmp_path: Path, monkeypatch, capsys
     (runs / "latin1").mkdir()
     (runs / "latin1" / "metrics.json").write_bytes(b'{"status": "compl\xe9ted"}')
     # The tests may run as root, whom chmod does not stop: the file refuses to open as an unreadable one does.
-    open_file = Path.open
+    open_fd = os.open
 
-    def refusing_open(self, *args, **kwargs):
-        if self == locked:
-            raise PermissionError(13, "Permission denied", str(self))
-        return open_file(self, *args, **kwargs)
+    def refusing_open(path, *args, **kwargs):
+        if Path(path) == locked.resolve():
+            raise PermissionError(13, "Permission denied", str(path))
+        return open_fd(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "open", refusing_open)
+    monkeypatch.setattr(os, "open", refusing_open)
     markdown, err = report(runs, tmp_path / "report", capsys)
     warnings = {name: [line for line in err.splitlines() if f"/{name}/metrics.json" in line]
                 for name in ("locked", "truncated", "latin1")}

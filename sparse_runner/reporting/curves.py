@@ -15,10 +15,13 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from sparse_runner.run_metrics import validation_metric
+from sparse_runner.reporting import run_files
+from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.runs import RunRecord, sort_key
 from sparse_runner.reporting.runs_table import varying_keys
 from sparse_runner.reporting.seeds import SEED_KEY, SeedGroup, seed_groups
@@ -29,6 +32,8 @@ TRAIN_LOSS = "train/loss"
 MAX_GROUPS = 8        # lines of completed groups per figure: more is a legend nobody reads
 MAX_UNFINISHED = 4    # dashed lines of runs that did not complete
 LABEL_CHARS = 70
+# 6,000 logged steps are 0.2 MB; a million are tens of MB. Beyond this a log is not a run's (run_files).
+MAX_LOG_BYTES = 256 * run_files.MB
 SMOOTH_ABOVE, SMOOTH_WINDOW = 100, 9   # a training loss logged at more steps is drawn as a running mean
 # The largest magnitude drawn: matplotlib's axis arithmetic overflows on a span from -1e308 to 1e308.
 DRAWABLE = 1e300
@@ -53,13 +58,14 @@ def monitored_metric(rec: RunRecord) -> str:
 
 
 def read_log(path: Path, keys: tuple[str, ...]) -> dict[str, Curve]:
-    """`keys` against the step from a log.jsonl; a step logged twice (a resumed run) keeps its last value,
+    """`keys` against the step from a log.jsonl of the run folder it is in (run_files.read_bytes); a step logged twice (a resumed run) keeps its last value,
     a line that is not JSON (a run killed mid-write) or nested too deep to parse is skipped, a value that is not
     finite or beyond ±DRAWABLE is a gap (NaN)."""
     curves: dict[str, Curve] = {key: {} for key in keys}
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        text = run_files.read_bytes(path, path.parent, MAX_LOG_BYTES).decode("utf-8", errors="replace")
+    except run_files.NotShown as exc:
+        warn(f"{path}: not read ({exc}); its run has no learning curve")
         return curves
     for line in text.splitlines():
         if not any(key in line for key in keys):   # most lines hold no key asked for: skip the parse
@@ -174,7 +180,7 @@ def task_curves(records: list[RunRecord]) -> list[CurveFigure]:
     """One figure per (task, experiment) whose runs have a log.jsonl."""
     by_key: dict[tuple[str, str], list[RunRecord]] = {}
     for rec in records:
-        if (rec.path / "log.jsonl").is_file():
+        if os.path.lexists(rec.path / "log.jsonl"):   # read_log names a link out or a FIFO
             by_key.setdefault((rec.task or "(unknown)", rec.experiment or "(none)"), []).append(rec)
     figures = []
     for (task, experiment), runs in sorted(by_key.items()):

@@ -15,13 +15,12 @@ import base64
 import html
 import os
 import re
-import stat
 from pathlib import Path
 from urllib.parse import quote
 
-from sparse_runner.checks import one_line
 from sparse_runner.reporting.filled import FILL, is_fill, is_published_row
 from sparse_runner.reporting.render import Table
+from sparse_runner.reporting.run_files import MB, NotShown, read_bytes
 
 _CODE = re.compile(r"`([^`]+)`")
 _IMAGE = re.compile(r"^!\[([^\]]*)\]\(([^)]+)\)$")
@@ -101,59 +100,14 @@ def href(target: Path, base: Path) -> str:
 
 # The runner's figures are a few hundred kB. 20 MB takes any real figure, keeps a page of inlined figures
 # (base64: 4/3 of their size) one a browser opens, and bounds what a huge file could make the report read.
-MAX_FIGURE_BYTES = 20 * 1024 * 1024
+MAX_FIGURE_BYTES = 20 * MB
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_FILE_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-               stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
-
-
-class NotShown(Exception):
-    """A file the page neither inlines nor links; its message says why, in a few words."""
-
-
-def _not_regular(mode: int) -> str | None:
-    if stat.S_ISREG(mode):
-        return None
-    return f"not a regular file ({_FILE_KINDS.get(stat.S_IFMT(mode), 'a special file')})"
-
-
-def file_problem(path: Path, folder: Path, where: str = "run") -> str | None:
-    """Why `path` is not a file of `folder` the page may show or link, in a few words: it cannot be
-    resolved, it resolves outside `folder` (a link out of it), or it is not a regular file; None when
-    it is one (links within `folder` are followed). Reads nothing of the file."""
-    try:
-        resolved = path.resolve(strict=True)
-        mode = resolved.stat().st_mode
-        inside = resolved.is_relative_to(folder.resolve(strict=True))
-    except (OSError, RuntimeError) as exc:   # RuntimeError: a loop of links
-        return f"cannot be read ({one_line(exc)})"
-    if not inside:
-        return f"a link to a file outside the {where} folder"
-    return _not_regular(mode)
 
 
 def read_png(path: Path, folder: Path, where: str = "run") -> bytes:
-    """The bytes of the PNG at `path`: a regular file inside `folder` (file_problem) of at most
-    MAX_FIGURE_BYTES that starts with PNG's signature. Raises NotShown saying which it is not, before
-    reading anything of a file that is not one."""
-    problem = file_problem(path, folder, where)
-    if problem:
-        raise NotShown(problem)
-    try:
-        # O_NONBLOCK: should a FIFO take the file's place after the check, opening it does not wait
-        fd = os.open(path.resolve(), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            problem = _not_regular(info.st_mode)
-            if problem is None and info.st_size > MAX_FIGURE_BYTES:
-                problem = f"{info.st_size:,} bytes, over the limit of {MAX_FIGURE_BYTES // 2**20} MB"
-            if problem:
-                raise NotShown(problem)
-            data = handle.read(MAX_FIGURE_BYTES + 1)
-    except OSError as exc:
-        raise NotShown(f"cannot be read ({one_line(exc)})") from None
-    if len(data) > MAX_FIGURE_BYTES:   # it grew after fstat
-        raise NotShown(f"over the limit of {MAX_FIGURE_BYTES // 2**20} MB")
+    """The bytes of the PNG at `path`: a regular file inside `folder` of at most MAX_FIGURE_BYTES
+    (run_files.read_bytes) that starts with PNG's signature. Raises NotShown saying which it is not."""
+    data = read_bytes(path, folder, MAX_FIGURE_BYTES, where)
     if not data.startswith(PNG_SIGNATURE):
         raise NotShown("not a PNG (its first bytes are not PNG's signature)")
     return data

@@ -10,7 +10,7 @@
    runs drew (alpha trajectories, Pathfinder examples, then each run's analysis figures).
 
 A table wider than the page scrolls inside its own box; notes fold under one line. A run's file is linked
-or inlined only when it is a regular file inside the run folder (html.file_problem, html.read_png); any
+or inlined only when it is a regular file inside the run folder (run_files.file_problem, html.read_png); any
 other is named with the reason.
 """
 
@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparse_runner.reporting import html
+from sparse_runner.reporting import html, run_files
 from sparse_runner.reporting.claims import NOT_RUN
 from sparse_runner.reporting.curves import CurveFigure
 from sparse_runner.reporting.filled import Filled
@@ -82,7 +82,7 @@ def _examples(rec: RunRecord) -> Path | None:
 
 def _file_link(rec: RunRecord, path: Path, out_dir: Path) -> str:
     name = path.relative_to(rec.path).as_posix()
-    problem = html.file_problem(path, rec.path)
+    problem = run_files.file_problem(path, rec.path)
     if problem:
         return f'<span class="skipped">{html.esc(name)} (not linked: {html.esc(problem)})</span>'
     return f'<a href="{html.href(path, out_dir)}">{html.esc(name)}</a>'
@@ -131,7 +131,7 @@ def _figure_file(rec: RunRecord, path: Path, caption: str) -> str:
     """The run's figure at `path` inlined, or the line that names it and says why it is not."""
     try:
         return html.figure(html.read_png(path, rec.path), caption)
-    except html.NotShown as exc:
+    except run_files.NotShown as exc:
         return html.skipped(f"{rec.display}/{path.relative_to(rec.path).as_posix()}", str(exc))
 
 

@@ -21,12 +21,18 @@ import yaml  # PyYAML, which omegaconf reads YAML with
 
 from sparse_runner import identity, run_metrics
 from sparse_runner.checks import one_line
+from sparse_runner.reporting import run_files
 from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.presets import Keys
 from sparse_runner.reporting.values import as_float, as_str, finite, mean
 
 # Folders that never contain runs of their own; hidden folders (.hydra, .git, ...) are skipped as well.
 SKIP_DIRS = {"checkpoints", "tb"}
+
+# What the report reads of one run at most (run_files.read_bytes): a metrics.json of the runner is tens of
+# kB and a config a few; the limits are far above that and keep a crafted file from exhausting memory.
+MAX_METRICS_BYTES = 64 * run_files.MB
+MAX_CONFIG_BYTES = 8 * run_files.MB
 
 # Display status -> sort rank: finished work first, then work that stopped, then what never ran. `diverged`:
 # the loss became non-finite, a failure of the training itself rather than of the machinery.
@@ -181,19 +187,19 @@ def _yaml_problem(text: str) -> str | None:
     return None
 
 
-def _read_yaml(path: Path) -> Any:
+def _read_yaml(path: Path, run_dir: Path) -> Any:
     """A YAML file's data as written: no interpolation is resolved (`${oc.env:...}` stays text). Raises
     ValueError saying why a file cannot be read."""
     from omegaconf import OmegaConf  # imported here: only runs without a usable metrics.json need it
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        text = path.read_text(encoding="utf-8")
+        text = run_files.read_bytes(path, run_dir, MAX_CONFIG_BYTES).decode("utf-8")
         problem = _yaml_problem(text)
         if problem:
             raise ValueError(problem)
         return OmegaConf.to_container(OmegaConf.load(io.StringIO(text)), resolve=False)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, OmegaConfBaseException) as exc:
+    except (run_files.NotShown, UnicodeDecodeError, yaml.YAMLError, OmegaConfBaseException) as exc:
         raise ValueError(one_line(exc)) from exc
 
 
@@ -202,14 +208,14 @@ def _load_hydra(run_dir: Path) -> tuple[dict | None, list[str] | None]:
     where missing or unreadable (one warning each)."""
     config = overrides = None
     config_file, overrides_file = run_dir / ".hydra" / "config.yaml", run_dir / ".hydra" / "overrides.yaml"
-    if config_file.is_file():
+    if os.path.lexists(config_file):
         try:
-            config = _read_yaml(config_file)
+            config = _read_yaml(config_file, run_dir)
         except ValueError as exc:
             warn(f"{config_file}: cannot read ({one_line(exc)})")
-    if overrides_file.is_file():
+    if os.path.lexists(overrides_file):
         try:
-            loaded = _read_yaml(overrides_file)
+            loaded = _read_yaml(overrides_file, run_dir)
             overrides = [str(item) for item in loaded] if isinstance(loaded, list) else None
         except ValueError as exc:
             warn(f"{overrides_file}: cannot read ({one_line(exc)})")
@@ -229,12 +235,12 @@ def read_run(run_dir: Path, display: str) -> RunRecord:
     metrics_file = run_dir / "metrics.json"
     data: dict[str, Any] = {}
     problem = None
-    if metrics_file.is_file():
+    if os.path.lexists(metrics_file):   # a link or a FIFO is named unreadable, not skipped
         try:
-            data = run_metrics.read(metrics_file)
+            data = run_metrics.parse(run_files.read_bytes(metrics_file, run_dir, MAX_METRICS_BYTES))
             raw_status = as_str(data.get("status"))
             status = {"running": "unfinished", None: "unknown"}.get(raw_status, raw_status)
-        except ValueError as exc:  # run_metrics.UnreadableFile: its message says why
+        except (run_files.NotShown, ValueError) as exc:  # both say why in their message
             problem = one_line(exc)
             warn(f"{metrics_file}: {problem}; listed as unreadable")
             status = "unreadable"
@@ -274,7 +280,7 @@ def collect_runs(paths: Iterable[str | os.PathLike]) -> list[RunRecord]:
             # Prune in place so os.walk never descends into these.
             dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
             run_dir = Path(dirpath)
-            if "metrics.json" not in filenames and not (run_dir / ".hydra" / "config.yaml").is_file():
+            if "metrics.json" not in filenames and not os.path.lexists(run_dir / ".hydra" / "config.yaml"):
                 continue
             key = run_dir.resolve()
             if key in seen:  # overlapping paths (outputs and outputs/runs): report each run once
