@@ -168,7 +168,7 @@ def preflight(overrides: list[str], multirun: bool, *, check_resources: bool = T
                 if check_resources:
                     check_job_resources(typed, cfg.hydra, job)
                     if not multirun:
-                        check_explicit_run_dir(job)
+                        check_run_dir(cfg)
             if multirun:
                 # Hydra first composes a multirun's base config from the defaults and the fixed overrides
                 # alone (a swept group at its default); an override that only exists under some swept
@@ -210,7 +210,7 @@ def check_job_resources(cfg: DictConfig, hydra_cfg: Any, job: list[str]) -> None
             raise ConfigError(f"trainer.device: {cfg.trainer.device!r} requested but CUDA is not available on this machine; valid: auto, cpu")
     if not _local_launcher(hydra_cfg):
         return  # the cluster's file systems are not this machine's
-    explicit = _explicit_overrides(job)
+    explicit = {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in job if "=" in o}
     places = [("paths.cache_dir", cfg.paths.cache_dir), ("paths.output_dir", cfg.paths.output_dir)]
     places += [(key, explicit[key]) for key in ("hydra.run.dir", "hydra.sweep.dir") if key in explicit and "$" not in explicit[key]]
     for key, value in places:
@@ -220,20 +220,28 @@ def check_job_resources(cfg: DictConfig, hydra_cfg: Any, job: list[str]) -> None
             raise ConfigError(f"{key}: {value} {problem}{hint}")
 
 
-def _explicit_overrides(job: list[str]) -> dict[str, str]:
-    """The keys a job's overrides set, with their values as written (`+key=` and `++key=` as `key`)."""
-    return {o.split("=", 1)[0].lstrip("+"): o.split("=", 1)[1] for o in job if "=" in o}
+def hydra_run_dir(cfg: DictConfig) -> Path | None:
+    """The directory Hydra will run a single job of `cfg` (composed with its hydra node) in: hydra.run.dir
+    resolved as Hydra resolves it (hydra.core.utils.run_job); None if it does not resolve (Hydra then says why)."""
+    instance = HydraConfig.instance()
+    saved = instance.cfg
+    try:
+        instance.set_config(cfg)
+        return Path(str(OmegaConf.select(cfg, "hydra.run.dir")))
+    except Exception:
+        return None
+    finally:
+        instance.cfg = saved
 
 
-def check_explicit_run_dir(job: list[str]) -> None:
-    """Refuse, before Hydra writes its files there, a hydra.run.dir given on the command line that is a folder
-    of the user's, not a run directory of sparse-run (run.check_run_directory: ForeignDirectory)."""
-    value = _explicit_overrides(job).get("hydra.run.dir")
-    if value is None or "$" in value:
-        return  # a run directory that Hydra names is checked by the run itself (run.run)
-    from sparse_runner.run import check_run_directory
+def check_run_dir(cfg: DictConfig) -> None:
+    """Refuse, before Hydra writes its files there, a run directory that is a folder of the user's, not a
+    run directory of sparse-run (run.check_run_directory: ForeignDirectory)."""
+    run_dir = hydra_run_dir(cfg)
+    if run_dir is not None:
+        from sparse_runner.run import check_run_directory
 
-    check_run_directory(Path(os.path.expanduser(value)))
+        check_run_directory(run_dir)
 
 
 def unusable_directory(path: Path, *, writable: bool = True) -> str | None:

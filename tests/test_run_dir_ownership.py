@@ -70,6 +70,19 @@ def test_s4_a_users_folder_as_hydra_run_dir_is_refused_in_one_line_and_left_as_i
     assert snapshot(folder) == before  # not even Hydra's .hydra/ or its log
 
 
+def test_a_run_directory_that_hydra_names_is_checked_before_hydra_writes_there(tmp_path, cache_dir):
+    """hydra.run.dir as an interpolation, as the default one is (paths.output_dir/runs/<name>): resolved as
+    Hydra resolves it, and refused before Hydra writes .hydra/ and its log there."""
+    folder = tmp_path / "out" / "mine"
+    folder.mkdir(parents=True)
+    (folder / "notes.txt").write_text("mine")
+    result = sparse_run([*TINY, f"paths.output_dir={tmp_path / 'out'}", "hydra.run.dir=${paths.output_dir}/mine"], cwd=tmp_path, cache_dir=cache_dir)
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = terminal_lines(result)
+    assert f"{folder} is not a run directory of sparse-run: it holds 'notes.txt'" in line, line
+    assert snapshot(folder) == {"notes.txt": b"mine"}
+
+
 def test_run_refuses_a_users_folder_before_touching_it(tiny_config, tmp_path):
     """The same rule for every caller of run() (a Hydra-named directory, a script): checked before the lock
     file, the stale-temporary cleanup or any write."""
