@@ -23,6 +23,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from sparse_runner import run_metrics
 from sparse_runner.cli import unusable_directory
 from sparse_runner.io import atomic_directory, atomic_open, atomic_write_text
 
@@ -41,13 +42,12 @@ def completed_runs(run_dirs: list[Path]) -> tuple[list[tuple[Path, dict]], list[
             continue
         seen.add(run_dir.resolve())
         try:
-            data = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            skipped.append(f"{run_dir}: no readable metrics.json ({type(exc).__name__})")
+            data = run_metrics.read(run_dir / "metrics.json")
+        except ValueError as exc:   # run_metrics.UnreadableFile: its message says why
+            skipped.append(f"{run_dir}: metrics.json {exc}")
             continue
-        if not isinstance(data, dict) or data.get("status") != "completed":
-            status = data.get("status") if isinstance(data, dict) else None
-            skipped.append(f"{run_dir}: status {status!r}, not completed")
+        if data.get("status") != "completed":
+            skipped.append(f"{run_dir}: status {data.get('status')!r}, not completed")
             continue
         chosen.append((run_dir, data))
     return chosen, skipped

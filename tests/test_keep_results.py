@@ -149,3 +149,14 @@ def test_a_write_that_fails_midway_is_one_line_and_leaves_the_earlier_keep(tmp_p
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "No space left on device" in err, err
     assert {name: (dest / name).read_bytes() for name in files(dest)} == before and list(dest.iterdir()) == [dest / "x"]
+
+
+def test_a_metrics_json_nested_too_deep_is_skipped_with_its_reason(tmp_path):
+    deep = tmp_path / "runs" / "deep"
+    deep.mkdir(parents=True)
+    (deep / "metrics.json").write_text('{"status": "completed", "x": ' + "[" * 5000 + "]" * 5000 + "}")
+    good = a_run(tmp_path / "runs" / "good")
+    result = keep(tmp_path / "kept", deep, good)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert any(str(deep) in line and "nested deeper than" in line for line in lines(result)), lines(result)
+    assert files(tmp_path / "kept") == ["good/metrics.json"]
