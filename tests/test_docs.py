@@ -395,3 +395,39 @@ def test_the_package_configs_and_scripts_point_only_inside_the_repository():
     assert shipped
     problems = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in shipped for m in outside.finditer(p.read_text(encoding="utf-8"))]
     assert not problems, problems
+
+
+def _brace_expand(text: str) -> list[str]:
+    """`a_{b,c}_d` -> [a_b_d, a_c_d] (one level per group, groups expanded left to right)."""
+    match = re.search(r"\{([^{}]*)\}", text)
+    if not match:
+        return [text]
+    return [word for option in match.group(1).split(",")
+            for word in _brace_expand(text[:match.start()] + option + text[match.end():])]
+
+
+def test_readme_lists_every_experiment_preset():
+    """README's `experiment=` row names every file of conf/experiment (brace groups and "their `_cpu` versions"
+    expanded), and nothing else."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("| `experiment=` |"))
+    cell = row.split("|")[2]
+    named: set[str] = set()
+    # items are separated by , or ; outside code spans; "X and their `_cpu` versions" is one item
+    for item in re.split(r"[,;](?=(?:[^`]*`[^`]*`)*[^`]*$)", cell):
+        codes = re.findall(r"`([^`]+)`", item.replace("their `_cpu` versions", ""))
+        names = [word for code in codes for word in _brace_expand(code)]
+        named |= set(names)
+        if "their `_cpu` versions" in item:
+            named |= {f"{name}_cpu" for name in names}
+    presets = {path.stem for path in (ROOT / "conf" / "experiment").glob("*.yaml")}
+    assert presets - named == set(), f"README's experiment row lacks {sorted(presets - named)}"
+    assert named - presets == set(), f"README's experiment row names what is no preset: {sorted(named - presets)}"
+
+
+def test_readme_links_every_doc():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Documentation", 1)[1]
+    linked = set(re.findall(r"\]\((docs/[^)#]+\.md)\)", section))
+    docs = {f"docs/{path.name}" for path in (ROOT / "docs").glob("*.md")}
+    assert docs - linked == set(), f"README's documentation list lacks {sorted(docs - linked)}"
