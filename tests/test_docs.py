@@ -431,3 +431,12 @@ def test_readme_links_every_doc():
     linked = set(re.findall(r"\]\((docs/[^)#]+\.md)\)", section))
     docs = {f"docs/{path.name}" for path in (ROOT / "docs").glob("*.md")}
     assert docs - linked == set(), f"README's documentation list lacks {sorted(docs - linked)}"
+
+
+def test_the_guide_names_exactly_the_execution_keys_the_report_ignores():
+    from sparse_runner.reporting.presets import EXECUTION_KEYS
+
+    guide = " ".join((ROOT / "docs" / "guide.md").read_text(encoding="utf-8").split())
+    listed = re.search(r"how it was executed: ([^)]*)\)", guide)
+    assert listed, "docs/guide.md does not list the execution keys"
+    assert set(re.findall(r"`([^`]+)`", listed.group(1))) == set(EXECUTION_KEYS)
