@@ -9,8 +9,8 @@ what is wrong and the valid choices; the CLI prints it and exits with status 2.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
-from typing import Any, Optional
+from dataclasses import dataclass, fields
+from typing import Any, Optional, get_type_hints
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -18,9 +18,9 @@ from omegaconf.errors import OmegaConfBaseException
 from sparse_runner.checks import ConfigError, choice, fail, in_unit_interval, positive
 from sparse_runner.models.config import ModelConfig, block_pattern_names, check_attention_layers, check_model_config, check_model_keys
 from sparse_runner.identity import CONF_DIR, register_resolvers
-from sparse_runner.run_metrics import flatten
 from sparse_runner.tasks import Task, task_families
 from sparse_runner.training.regularisers import RDROP_TASK_LOSSES, REGULARISERS
+from sparse_runner.training.trainer import PRECISIONS
 
 
 
@@ -28,50 +28,52 @@ register_resolvers()  # conf/hydra/default.yaml reads them; registered wherever 
 
 
 # ----------------------------------------------------------------------------------------- schema
+# Types only: every default is written once, in conf/ (conf/trainer/default.yaml, conf/config.yaml ...), and
+# `identity.default_values` reads them from the composed default config.
 @dataclass
 class TrainerConfig:
-    device: str = "auto"
-    precision: str = "fp32"
-    activation_checkpointing: bool = False  # recompute each layer's activations in backward (less memory, more time)
-    compile: bool = False
-    num_threads: Optional[int] = None
-    cpu_block_cache_mb: int = 2048  # freed CPU blocks of >= 1 MiB kept for reuse (sparse_runner/training/cpu_block_cache.py)
-    deterministic: bool = True
-    max_steps: int = 1000
-    batch_size: int = 32
-    batch_tokens: Optional[int] = None
-    accumulate: int = 1
-    bucket_size: int = 50
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    alpha_lr_scale: float = 1.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    schedule: str = "linear"
-    warmup_steps: int = 100
-    min_lr_ratio: float = 0.0
-    clip_grad_norm: Optional[float] = 1.0
-    label_smoothing: float = 0.0
-    eval_every: int = 200
-    eval_max_batches: Optional[int] = None
-    analysis_max_batches: Optional[int] = None
-    monitor: str = "auto"
-    monitor_mode: str = "auto"
-    patience: Optional[int] = None
-    analysis: bool = True
-    log_every: int = 20
-    progress: str = "auto"
-    progress_every_s: Optional[float] = 60.0  # without a progress bar: a plain progress line at most this often (null: every log_every steps)
-    resume: bool = True
-    regulariser: str = "none"
-    regulariser_weight: float = 1.0
-    rdrop_task_loss: str = "both"  # R-Drop's task loss: both passes' mean (the paper) | first (the first pass's alone)
-    test_topology_shift: int = 0  # > 0: also test with every block boundary moved this far (test_shifted/*)
+    device: str
+    precision: str
+    activation_checkpointing: bool
+    compile: bool
+    num_threads: Optional[int]
+    cpu_block_cache_mb: int
+    deterministic: bool
+    max_steps: int
+    batch_size: int
+    batch_tokens: Optional[int]
+    accumulate: int
+    bucket_size: int
+    lr: float
+    weight_decay: float
+    alpha_lr_scale: float
+    betas: list[float]
+    schedule: str
+    warmup_steps: int
+    min_lr_ratio: float
+    clip_grad_norm: Optional[float]
+    label_smoothing: float
+    eval_every: int
+    eval_max_batches: Optional[int]
+    analysis_max_batches: Optional[int]
+    monitor: str
+    monitor_mode: str
+    patience: Optional[int]
+    analysis: bool
+    log_every: int
+    progress: str
+    progress_every_s: Optional[float]
+    resume: bool
+    regulariser: str
+    regulariser_weight: float
+    rdrop_task_loss: str
+    test_topology_shift: int
 
 
 @dataclass
 class PathsConfig:
-    output_dir: str = "outputs"
-    cache_dir: str = "~/.cache/sparse_runner"
+    output_dir: str
+    cache_dir: str
 
 
 @dataclass
@@ -79,32 +81,27 @@ class PretrainConfig:
     """A pre-training stage run before this run (conf/pretrain/): same model, its own task and trainer.
 
     With a task, the run first trains (or finds finished) the pre-training run of this model, then
-    starts from its encoder, as `model.init_from` would (run.py `pretrain_stage`)."""
+    starts from its encoder, as `model.init_from` would (run.py `pretrain_stage`). Without one (pretrain=none)
+    both are null."""
 
-    task: Any = None  # a pre-training task node (family mlm); None = no pre-training stage
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    task: Any  # a pre-training task node (family mlm)
+    trainer: Optional[TrainerConfig]
 
 
 @dataclass
 class RunConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    task: Any = None  # checked against the schema its task.family registered (tasks/registry.py)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
-    seed: int = 0
+    model: ModelConfig
+    task: Any  # checked against the schema its task.family registered (tasks/registry.py)
+    trainer: TrainerConfig
+    paths: PathsConfig
+    pretrain: PretrainConfig
+    seed: int
 
 
 # numpy's generator takes seeds in [0, 2**32): one range for every library the run seeds.
 SEED_RANGE = (0, 2**32 - 1)
 
 
-def schema_defaults() -> dict[str, Any]:
-    """Default of every model / trainer / paths key, flattened ('trainer.regulariser': 'none', ...)."""
-    return flatten(OmegaConf.to_container(OmegaConf.structured(RunConfig)))
-
-
-PRECISIONS = ("fp32", "bf16", "fp16")
 SCHEDULES = ("constant", "linear", "inverse_sqrt", "cosine")
 PROGRESS = ("auto", "true", "false")
 MONITOR_MODES = ("auto", "min", "max")
@@ -146,7 +143,9 @@ def pretrain_config(cfg: DictConfig) -> DictConfig:
     with the stage's task and trainer. Untyped; `validate` it."""
     plain = OmegaConf.to_container(cfg, resolve=True)
     model = {**plain["model"], "init_from": None}
-    return OmegaConf.create({"model": model, "task": plain["pretrain"]["task"], "trainer": plain["pretrain"]["trainer"], "paths": plain["paths"], "seed": plain["seed"]})
+    no_stage = {"task": None, "trainer": None}  # a stage has no stage of its own (conf/pretrain/none.yaml)
+    return OmegaConf.create({"model": model, "task": plain["pretrain"]["task"], "trainer": plain["pretrain"]["trainer"], "paths": plain["paths"],
+                             "pretrain": no_stage, "seed": plain["seed"]})
 
 
 def _check_pretrain(cfg: DictConfig) -> None:
@@ -256,11 +255,19 @@ def valid_keys(full_key: str, family: str | None = None) -> list[str]:
         if part == "task":
             node = task_families().get(family or "", task_families()["listops"]).config_class
             continue
-        hint = {f.name: f for f in fields(node)}.get(part) if hasattr(node, "__dataclass_fields__") else None
-        if hint is None or not hasattr(hint.default_factory, "__dataclass_fields__"):
+        hint = _dataclass_in(get_type_hints(node).get(part)) if hasattr(node, "__dataclass_fields__") else None
+        if hint is None:
             return []
-        node = hint.default_factory
+        node = hint
     return [f.name for f in fields(node)] if hasattr(node, "__dataclass_fields__") else []
+
+
+def _dataclass_in(hint: Any) -> type | None:
+    """The dataclass a field's type names (`TrainerConfig`, `Optional[TrainerConfig]`), else None."""
+    for candidate in (hint, *getattr(hint, "__args__", ())):
+        if hasattr(candidate, "__dataclass_fields__"):
+            return candidate
+    return None
 
 
 def group_options(group: str) -> list[str]:

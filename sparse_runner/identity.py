@@ -12,6 +12,7 @@ report reads the same functions from metrics.json's `config`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -112,6 +113,38 @@ def run_dir_name(override_dirname: str, *, _root_: Any) -> str:
               for key in _root_ if key != "hydra"}  # resolving `hydra` would resolve this very name
     shared = [item.replace("/", "_") for item in override_dirname.split(",") if item.split("=", 1)[0] in NON_RESULT_KEYS]
     return "_".join([run_name(config), *shared])
+
+
+# The nodes whose every key has a default a run may be compared against (`task` is the task family's own).
+DEFAULT_NODES = ("model", "trainer", "paths")
+
+
+@functools.lru_cache(maxsize=None)
+def default_config() -> dict[str, Any]:
+    """conf/config.yaml composed with no override and resolved, without its `hydra` node: the one place a
+    default is written (the dataclasses of config.py carry types, not values). Cached: composed once per process."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    register_resolvers()
+    running = get_gh_backup()  # the Hydra of a running job or of the CLI's checks, set up again afterwards
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sparse_run_defaults"):
+            config = compose(config_name="config")
+    finally:
+        restore_gh_from_backup(running)
+    return {key: value for key, value in OmegaConf.to_container(config, resolve=True).items() if key != "hydra"}
+
+
+def default_values() -> dict[str, Any]:
+    """The default of every model / trainer / paths key, flattened (`trainer.max_steps`: 4000), from
+    `default_config`; a pre-training stage's trainer key defaults like the run's own (`pretrain.trainer.lr` as
+    `trainer.lr`: conf/pretrain/*.yaml start from conf/trainer/default.yaml). What the resume check takes a key
+    that a checkpoint lacks to hold, and what the report takes a key that a run's config lacks to hold."""
+    flat = flatten({node: default_config()[node] for node in DEFAULT_NODES})
+    return {**flat, **{f"pretrain.{key}": value for key, value in flat.items() if key.startswith("trainer.")}}
 
 
 def register_resolvers() -> None:

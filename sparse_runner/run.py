@@ -26,7 +26,7 @@ from sparse_runner.attention import attention_backends
 from sparse_runner.checks import ConfigError, DataError, one_line
 from sparse_runner.io import atomic_write_text, is_temporary, temporary_target
 from sparse_runner import run_metrics
-from sparse_runner.config import schema_defaults
+from sparse_runner.identity import default_values
 from sparse_runner.pretrained import load_encoder
 from sparse_runner.run_metrics import NON_RESULT_KEYS, MetricsFile, flatten, now
 from sparse_runner.tasks import build_task, task_families
@@ -383,7 +383,7 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
             torch.manual_seed(hash((cfg.seed, distributed.rank())) % 2**63)
         pretrained = getattr(task, "pretrained", None)
         pretraining = load_encoder(model, pretrained, fingerprint(cfg)) if pretrained is not None else None
-        trainer = Trainer(cfg, task, model, run_dir, device, fingerprint=fingerprint(cfg), fingerprint_defaults=schema_defaults(), stop=stop, started=started)
+        trainer = Trainer(cfg, task, model, run_dir, device, fingerprint=fingerprint(cfg), fingerprint_defaults=default_values(), stop=stop, started=started)
         trainer.restore()  # refuses another config's checkpoint
         if is_main():  # the directory is this config's run, and rank 0 holds it: what a killed run left can go
             remove_stale_temporaries(run_dir)

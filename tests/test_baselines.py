@@ -21,7 +21,7 @@ from sparse_runner.attention.block_sparse import count_scores
 from sparse_runner.attention.layout import shifted_blocks
 from sparse_runner.checks import ConfigError
 from sparse_runner.models import build_classifier
-from sparse_runner.models.config import ModelConfig
+from sparse_runner.models.config import default_model
 from sparse_runner.tasks import build_task
 from sparse_runner.training.regularisers import r_drop, symmetric_kl
 from sparse_runner.training.trainer import Trainer
@@ -125,7 +125,7 @@ def test_per_head_row_groups_give_the_statistics_of_dense_weights():
 
 
 def tiny_classifier(dropout: float = 0.0, **options) -> torch.nn.Module:
-    m = ModelConfig(d_model=12, num_layers=2, num_heads=H, ffn_dim=24, dropout=dropout, pattern="bigbird", pattern_options=options)
+    m = default_model(d_model=12, num_layers=2, num_heads=H, ffn_dim=24, dropout=dropout, pattern="bigbird", pattern_options=options)
     torch.manual_seed(0)
     return build_classifier(m, vocab_size=20, num_classes=3, max_length=40, pad_id=0)
 

@@ -14,7 +14,7 @@ import torch
 from sparse_runner.attention.layout import SequenceLayout, layouts, shifted_blocks
 from sparse_runner.checks import ConfigError
 from sparse_runner.models import build_classifier
-from sparse_runner.models.config import ModelConfig
+from sparse_runner.models.config import default_model
 from sparse_runner.run import run
 from sparse_runner.tasks.base import StepOutput
 from sparse_runner.training.regularisers import sar
@@ -49,7 +49,7 @@ def test_layout_round_trip_keeps_every_token(representatives, shift):
 
 
 def tiny_classifier(pattern: str, dropout: float = 0.0, **options) -> torch.nn.Module:
-    m = ModelConfig(d_model=16, num_layers=2, num_heads=2, ffn_dim=32, dropout=dropout, pattern=pattern, pattern_options=options)
+    m = default_model(d_model=16, num_layers=2, num_heads=2, ffn_dim=32, dropout=dropout, pattern=pattern, pattern_options=options)
     torch.manual_seed(0)
     return build_classifier(m, vocab_size=20, num_classes=3, max_length=40, pad_id=0)
 

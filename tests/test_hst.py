@@ -14,7 +14,7 @@ from sparse_runner.attention import AttentionSpec, MultiHeadAttention, build_nor
 from sparse_runner.attention.block_sparse import count_scores
 from sparse_runner.attention.multihead import _LayerProjections
 from sparse_runner.models import build_classifier
-from sparse_runner.models.config import ModelConfig
+from sparse_runner.models.config import default_model
 from tests.test_block_patterns import dense_weights
 
 NORMALISERS = ["softmax", "sparsemax", "entmax15", "alpha_entmax"]
@@ -169,7 +169,7 @@ def test_cost_grows_linearly(options):
 
 # ----------------------------------------------------------------------------- representatives
 def one_layer_classifier(**options) -> torch.nn.Module:
-    m = ModelConfig(d_model=16, num_layers=1, num_heads=2, ffn_dim=32, dropout=0.0, pattern="hst", pattern_options={"block_size": 4, **options})
+    m = default_model(d_model=16, num_layers=1, num_heads=2, ffn_dim=32, dropout=0.0, pattern="hst", pattern_options={"block_size": 4, **options})
     torch.manual_seed(0)
     return build_classifier(m, vocab_size=20, num_classes=3, max_length=40, pad_id=0).eval()
 

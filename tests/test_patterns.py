@@ -23,7 +23,7 @@ from sparse_runner.attention import (
 )
 from sparse_runner.checks import ConfigError
 from sparse_runner.models import CLASSIFIER_KEYS, SEQ2SEQ_KEYS, build_classifier, build_seq2seq
-from sparse_runner.models.config import MODEL_KEYS, ModelConfig
+from sparse_runner.models.config import MODEL_KEYS, default_model
 from sparse_runner.models.encoder import EncoderClassifier, TransformerEncoder
 from sparse_runner.models.seq2seq import TransformerSeq2Seq
 from tests.test_block_patterns import dense_weights
@@ -155,7 +155,7 @@ def test_registered_pattern_works_through_multihead_attention_and_models(band):
     assert torch.all(seen["w"][..., ~band_pairs] == 0)
     assert torch.equal(seen["valid"], allowed & pad[:, None, :, None])  # padded queries count no pairs
 
-    m = ModelConfig(d_model=16, num_layers=1, num_heads=2, ffn_dim=32, pattern="band", pattern_options={"width": 2, "side": "left"})
+    m = default_model(d_model=16, num_layers=1, num_heads=2, ffn_dim=32, pattern="band", pattern_options={"width": 2, "side": "left"})
     check_attention_config(m)
     model = build_classifier(m, vocab_size=10, num_classes=3, max_length=8, pad_id=0)
     assert model.encoder.layers[0].attn.pattern.options == BandOptions(width=2, side="left")
@@ -163,7 +163,7 @@ def test_registered_pattern_works_through_multihead_attention_and_models(band):
 
 
 def test_seq2seq_encoder_takes_the_configured_pattern_decoder_causal_context_dense(band):
-    m = ModelConfig(d_model=16, num_layers=1, num_heads=2, ffn_dim=32, pooling="cls", pattern="band", pattern_options={"width": 3})
+    m = default_model(d_model=16, num_layers=1, num_heads=2, ffn_dim=32, pooling="cls", pattern="band", pattern_options={"width": 3})
     model = build_seq2seq(m, vocab_size=20, max_positions=16, pad_id=0)
     patterns = {layer.key: layer.pattern for layer in model.modules() if isinstance(layer, MultiHeadAttention)}
     assert type(patterns[("encoder_self", 0)]) is BandPattern and patterns[("encoder_self", 0)].options.width == 3
@@ -194,7 +194,7 @@ BAD_OPTIONS = {
 def test_bad_pattern_options_are_one_clear_line(band, case):
     pattern, options, parts = BAD_OPTIONS[case]
     with pytest.raises(ConfigError) as info:
-        check_attention_config(ModelConfig(pattern=pattern, pattern_options=options))
+        check_attention_config(default_model(pattern=pattern, pattern_options=options))
     message = str(info.value)
     assert "\n" not in message and message.startswith(parts[0])
     for part in parts:
@@ -203,7 +203,7 @@ def test_bad_pattern_options_are_one_clear_line(band, case):
 
 def test_good_pattern_options_pass(band):
     for pattern, options in [("dense", {}), ("band", {}), ("band", {"width": 0, "side": "left"})]:
-        check_attention_config(ModelConfig(pattern=pattern, pattern_options=options))
+        check_attention_config(default_model(pattern=pattern, pattern_options=options))
 
 
 def test_a_bad_pattern_option_on_the_command_line_is_one_line():
@@ -241,17 +241,17 @@ class Reads:
 
 
 def test_builders_read_exactly_their_declared_keys():
-    m = Reads(ModelConfig(d_model=16, num_layers=1, num_heads=2, ffn_dim=32))
+    m = Reads(default_model(d_model=16, num_layers=1, num_heads=2, ffn_dim=32))
     build_classifier(m, vocab_size=10, num_classes=3, max_length=8, pad_id=0)
     assert m.keys == CLASSIFIER_KEYS - {"sar"}  # SAR is the trainer's to read; these models honour it
-    m = Reads(ModelConfig(d_model=16, num_layers=1, num_heads=2, ffn_dim=32))
+    m = Reads(default_model(d_model=16, num_layers=1, num_heads=2, ffn_dim=32))
     build_seq2seq(m, vocab_size=10, max_positions=16, pad_id=0)
     assert m.keys == SEQ2SEQ_KEYS - {"sar"}
     from sparse_runner.models import BERT_KEYS
     from sparse_runner.models.bert import build_masked_lm, build_pair_classifier, build_span_extractor
 
     for build, extra in ((build_masked_lm, {}), (build_span_extractor, {}), (build_pair_classifier, {"num_classes": 3})):
-        m = Reads(ModelConfig(d_model=16, num_layers=1, num_heads=2, ffn_dim=32))
+        m = Reads(default_model(d_model=16, num_layers=1, num_heads=2, ffn_dim=32))
         build(m, vocab_size=10, max_length=8, pad_id=0, **extra)
         assert m.keys == BERT_KEYS - {"sar", "init_from"}  # init_from: the task reads it (tasks/bert_text.py)
     assert CLASSIFIER_KEYS | SEQ2SEQ_KEYS | BERT_KEYS == set(MODEL_KEYS) - {"name"}  # every key is read by some model

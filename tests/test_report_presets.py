@@ -67,8 +67,8 @@ def test_how_a_run_was_executed_does_not_decide_its_cell() -> None:
 
 
 def test_a_key_only_the_run_has_agrees_unless_it_sits_under_a_preset_leaf() -> None:
-    # The schema's pre-training trainer under `pretrain: none`: the YAML leaves it to the schema's default.
-    run = preset_config("experiment=lra_listops_cpu", **{"pretrain.trainer.lr": 0.001, "pretrain.trainer.max_steps": 1000})
+    # A pre-training trainer without a stage (`pretrain.task: null`, kept evidence holds them) trains nothing.
+    run = preset_config("experiment=lra_listops_cpu", **{"pretrain.trainer": {"lr": 0.001, "max_steps": 1000}})
     assert differences(keys(run), CPU_LISTOPS.keys) == {}
     # A pre-training stage where the preset has none (`pretrain.task: null`) is a difference, key by key.
     run = preset_config("experiment=lra_listops_cpu", **{"pretrain.task": {"name": "mlm_sotu", "family": "mlm"}})

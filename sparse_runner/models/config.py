@@ -7,8 +7,10 @@ override on top of any preset (`model=entmax model.pattern=causal`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Optional
+
+from omegaconf import OmegaConf
 
 from sparse_runner.checks import choice, fail, in_unit_interval, positive
 
@@ -27,29 +29,38 @@ class SARConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = "softmax"
-    d_model: int = 128
-    num_layers: int = 2
-    num_heads: int = 4
-    head_size: Optional[int] = None
-    qkv_dim: Optional[int] = None  # standard heads: qkv_dim / num_heads each (LRA's qkv_dim); None = d_model
-    ffn_dim: int = 256
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    attention_impl: str = "auto"
-    memory_efficient_from: Any = "auto"  # an int (keys) or "auto" (attention/memory_efficient.py); Any: OmegaConf has no int | str
-    normaliser: str = "softmax"
-    alpha: Optional[float] = None
-    alpha_init: Any = "random"
-    pattern: str = "dense"
-    pattern_options: dict[str, Any] = field(default_factory=dict)  # fields of the pattern's Options (attention/patterns.py)
-    pooling: str = "cls"
-    positions: str = "sinusoidal"
-    norm_first: bool = True
-    decoder_layers: Optional[int] = None  # encoder-decoder models; None = num_layers
-    share_embeddings: bool = True  # encoder-decoder models: one matrix for source, target and output
-    sar: SARConfig = field(default_factory=SARConfig)
-    init_from: Optional[str] = None  # fine-tuning: a finished pre-training run (directory or .pt) whose encoder weights start this model
+    """The keys of the `model` node and their types; their defaults are in conf/ (`default_model`)."""
+
+    name: str
+    d_model: int
+    num_layers: int
+    num_heads: int
+    head_size: Optional[int]
+    qkv_dim: Optional[int]
+    ffn_dim: int
+    dropout: float
+    attention_dropout: float
+    attention_impl: str
+    memory_efficient_from: Any  # an int (keys) or "auto" (attention/memory_efficient.py); Any: OmegaConf has no int | str
+    normaliser: str
+    alpha: Optional[float]
+    alpha_init: Any
+    pattern: str
+    pattern_options: dict[str, Any]  # fields of the pattern's Options (attention/patterns.py)
+    pooling: str
+    positions: str
+    norm_first: bool
+    decoder_layers: Optional[int]
+    share_embeddings: bool
+    sar: SARConfig
+    init_from: Optional[str]
+
+
+def default_model(**overrides: Any) -> ModelConfig:
+    """The `model` node of the default config (`identity.default_config`) with `overrides`, as a ModelConfig."""
+    from sparse_runner.identity import default_config
+
+    return ModelConfig(**{**default_config()["model"], **overrides})
 
 
 MODEL_KEYS = tuple(f.name for f in fields(ModelConfig))
@@ -118,14 +129,14 @@ def check_sar_config(m: Any) -> None:
 def check_model_keys(m: Any, honoured: frozenset[str] | set[str], who: str) -> None:
     """A model key that `who` (a task family's model) does not use must stay at its default: setting it
     would otherwise be silently ignored."""
-    defaults = ModelConfig()
+    from sparse_runner.identity import default_config
+
+    defaults = default_config()["model"]
     for key in MODEL_KEYS:
         if key in honoured or key == "name":
             continue
-        value, default = m[key], getattr(defaults, key)
-        plain = dict(value) if hasattr(value, "items") else value
-        if is_dataclass(default):
-            default = asdict(default)
+        value, default = m[key], defaults[key]
+        plain = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
         if plain != default:
             fail(
                 f"model.{key}",

@@ -9,9 +9,10 @@ the nearest one, as the `key=value` overrides that turn the preset into the run 
 
 Rules where the two configs are not alike (`differences`):
 - a key only the preset has (the schema gained it after the run was written) agrees when the preset holds its
-  default, as the trainer's resume check does (training/trainer.py `fingerprint_difference`);
-- a key only the run has agrees: the preset's YAML leaves it to the schema default, which the run holds
-  unless `+key=...` said otherwise (today: `pretrain.trainer.*` of runs without a pre-training stage);
+  default (`identity.default_values`), as the trainer's resume check does (training/trainer.py
+  `fingerprint_difference`);
+- a key only the run has agrees, unless the preset holds a node there or a leaf above it (a run's
+  `pretrain.trainer.*` against a preset's `pretrain.trainer: null` follows the pre-training rule below);
 - `trainer.monitor: auto` and `trainer.monitor_mode: auto` are what the runner resolves them to (config.py
   `_resolve_monitor`): the task's headline validation metric, maximised unless it is a loss or perplexity;
 - `pretrain.trainer.*` counts only when both sides have a pre-training stage (`pretrain.task`): without one
@@ -19,8 +20,8 @@ Rules where the two configs are not alike (`differences`):
 - `*.data_dir` never counts: it says where a task's files are, not what they are (task_info.data does);
 - EXECUTION_KEYS (`trainer.precision` ...) never count: they change how a run was executed, not its setup.
 
-Torch-free: the schema (config.py) imports torch, so the defaults are those of the YAML files
-(`conf/config.yaml` with no override), which agree with the schema's on every key added so far.
+Torch-free: the defaults are those of `conf/config.yaml` composed with no override (`identity.default_values`),
+the only place they are written.
 """
 
 from __future__ import annotations
@@ -48,8 +49,6 @@ LOCATION_SUFFIXES = (".data_dir",)
 # paper cell is the paper's setup however it was executed; run directories still tell these apart.
 EXECUTION_KEYS = ("trainer.precision", "trainer.compile", "trainer.activation_checkpointing", "model.attention_impl",
                   "model.memory_efficient_from")
-# The nodes the schema gives defaults to (config.py RunConfig; `task` is the task family's own).
-_SCHEMA_NODES = ("model.", "trainer.", "paths.", "pretrain.trainer.")
 
 
 class _Absent:
@@ -133,19 +132,8 @@ def _preset_keys(overrides: tuple[str, ...]) -> Keys | None:
     return None if config is None else Keys.of(config)
 
 
-@functools.lru_cache(maxsize=None)
-def yaml_defaults() -> dict[str, Any]:
-    """The default of every model / trainer / paths key, as the schema's stand-in: conf/config.yaml with no
-    override (a key of a pre-training stage's trainer defaults like the run's own: `pretrain.trainer.lr` as
-    `trainer.lr`)."""
-    keys = _preset_keys(())
-    values = keys.values if keys else {}
-    defaults = {k: v for k, v in values.items() if k.startswith(_SCHEMA_NODES)}
-    defaults.update({f"pretrain.{k}": v for k, v in values.items() if k.startswith("trainer.")})
-    return defaults
-
-
-_STAGE_TRAINER = "pretrain.trainer."
+# A pre-training stage's trainer: a node, or null without a stage (`pretrain=none`).
+_STAGE_TRAINER = "pretrain.trainer"
 # With a pre-training stage, model.init_from is where run.py put the stage's weights (with_init_from), a path
 # that holds the seed: the stage's own config says what the weights are, so the path is no difference.
 STAGE_INIT_FROM = "model.init_from"
@@ -185,7 +173,9 @@ def differences(run: Keys, preset: Keys, *, primary_metric: str | None = None,
     keys only one side has."""
     ignored = set(ignore)
     # A pre-training stage's trainer changes nothing unless both sides pre-train (then it is compared).
-    inert = () if pretrains(run) and pretrains(preset) else (_STAGE_TRAINER,)
+    inert = () if pretrains(run) and pretrains(preset) else (f"{_STAGE_TRAINER}.",)
+    if inert:
+        ignored.add(_STAGE_TRAINER)
     if pretrains(run) and pretrains(preset):
         ignored.add(STAGE_INIT_FROM)
     out: dict[str, Any] = {}
@@ -199,7 +189,7 @@ def differences(run: Keys, preset: Keys, *, primary_metric: str | None = None,
         elif key in run.nodes or run.leaf_above(key):
             continue   # a node here, or a leaf above: the run's side reports it below
         else:
-            defaults = yaml_defaults()
+            defaults = identity.default_values()
             if key in BEHAVIOUR_WITHOUT_KEY:
                 have = value_without_key(key, run.values, defaults)
                 if not _same(have, want):
@@ -267,7 +257,7 @@ def match(keys: Keys, candidates: Iterable[Preset], *, primary_metric: str | Non
 
 def cache_clear() -> None:
     """Forget every composed preset (a long-lived process whose conf/ changed; tests counting compositions)."""
-    for cached in (compose, _preset_keys, yaml_defaults, model_recipe, _model_names):
+    for cached in (compose, _preset_keys, identity.default_config, model_recipe, _model_names):
         cached.cache_clear()
 
 

@@ -33,9 +33,9 @@ EvalSums = dict[str, Any]  # name -> number (added over batches) or list (concat
 class TaskConfig:
     """Keys every task family has; a family's schema extends this dataclass."""
 
-    name: str = "task"
-    family: str = "task"
-    max_length: int = 100
+    name: str
+    family: str
+    max_length: int
 
 
 @dataclass

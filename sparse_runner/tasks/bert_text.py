@@ -41,8 +41,8 @@ class FineTuningDataConfig(TextTaskConfig):
     """The keys SQuAD and MNLI share: where the data come from (a family adds its own offline
     substitute as a `source` and its `hf_splits`) and the tokenizer used without a pre-trained run."""
 
-    source: str = "hf"
-    tokenizer: Optional[str] = None  # a sentencepiece .model to use instead of training one
+    source: str
+    tokenizer: Optional[str]  # a sentencepiece .model to use instead of training one
 
 
 def check_fine_tuning_data(t: Any, *, sources: Sequence[str], files: str, hub_example: str, splits: Sequence[str]) -> None:

@@ -40,14 +40,11 @@ EXAMPLES = ("blocks", "lines")
 
 @dataclass
 class LanguageModelingTaskConfig(DocumentSourceConfig):
-    name: str = "sotu_en"
-    family: str = "lm"
-    examples: str = "blocks"
-    block_size: int = 256
-    max_length: int = 256
-    sample_tokens: int = 100
-    sample_prompt: str = ""
-    sample_seed: int = 0
+    examples: str
+    block_size: int
+    sample_tokens: int
+    sample_prompt: str
+    sample_seed: int
 
 
 @register_task("lm", config=LanguageModelingTaskConfig)

@@ -9,7 +9,7 @@ distinct trees satisfy, with a `ConfigError` naming `task.generator`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from sparse_runner.checks import ConfigError, DataError, existing_dir, fail, positive
@@ -22,23 +22,20 @@ from sparse_runner.tasks.registry import register_task
 
 @dataclass
 class ListOpsGeneratorConfig:
-    num_train: int = 20000
-    num_val: int = 1000
-    num_test: int = 1000
-    min_length: int = 10
-    max_length: int = 100
-    max_depth: int = 10
-    max_args: int = 10
-    seed: int = 0
+    num_train: int
+    num_val: int
+    num_test: int
+    min_length: int
+    max_length: int
+    max_depth: int
+    max_args: int
+    seed: int
 
 
 @dataclass
 class ListOpsTaskConfig(TaskConfig):
-    name: str = "listops"
-    family: str = "listops"
-    data_dir: Optional[str] = None
-    max_length: int = 100
-    generator: ListOpsGeneratorConfig = field(default_factory=ListOpsGeneratorConfig)
+    data_dir: Optional[str]
+    generator: ListOpsGeneratorConfig
 
 
 RELEASE_FILES = "a folder with basic_{train,val,test}.tsv, or null to generate"

@@ -27,7 +27,7 @@ fitted on train reading the first `max_length * CHARS_PER_PIECE` characters (abo
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -78,19 +78,17 @@ OFFICIAL = {
 
 @dataclass
 class LongDocumentTaskConfig(FineTuningDataConfig):
-    name: str = "imdb_long"
-    family: str = "long_document"
-    dataset: str = "imdb"  # imdb | hyperpartisan | arxiv | sotu_era (source sotu_era only)
-    hf_path: Optional[str] = "stanfordnlp/imdb"
-    hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "test": "test"})  # val / test may be absent
-    hf_text_field: str = "text"
-    hf_label_field: str = "label"
-    hf_title_field: Optional[str] = None  # put in front of the text when the rows have it (Hyperpartisan's title)
-    max_length: int = 4096  # ids per document, [CLS] and [SEP] included
-    val_fraction: float = 0.1  # of train held out for checkpoint selection when the source has no validation split
-    test_fraction: float = 0.1  # of all documents held out as test when the source has no test split
-    split_seed: int = 0  # which documents are held out
-    max_train_examples: Optional[int] = None  # only the first N training documents (quick experiments)
+    dataset: str  # imdb | hyperpartisan | arxiv | sotu_era (source sotu_era only)
+    hf_path: Optional[str]
+    hf_splits: dict[str, str]  # val / test may be absent
+    hf_text_field: str
+    hf_label_field: str
+    hf_title_field: Optional[str]  # put in front of the text when the rows have it (Hyperpartisan's title)
+    max_length: int  # ids per document, [CLS] and [SEP] included
+    val_fraction: float  # of train held out for checkpoint selection when the source has no validation split
+    test_fraction: float  # of all documents held out as test when the source has no test split
+    split_seed: int  # which documents are held out
+    max_train_examples: Optional[int]  # only the first N training documents (quick experiments)
 
 
 @register_task("long_document", config=LongDocumentTaskConfig)

@@ -27,7 +27,7 @@ Metrics, per split (KL in nats, mean over the n queries of a head):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -42,15 +42,13 @@ from sparse_runner.tasks.registry import register_task
 
 @dataclass
 class LowRankTaskConfig(TaskConfig):
-    name: str = "lowrank"
-    family: str = "lowrank"
-    max_length: int = 32  # unused: the sequence length is seq_len
-    seq_len: int = 32  # n: keys and queries
-    d_model: int = 64  # d: rows of X (d >= n for Theorem 1's full column rank)
-    head_sizes: Optional[list[int]] = None  # the d_p sweep; null = 1 .. 2n
-    num_heads: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])  # h of the multi-head comparison
-    target_scale: float = 1.0  # standard deviation of the target logits
-    seed: int = 0  # draws X and the targets
+    max_length: int  # unused: the sequence length is seq_len
+    seq_len: int  # n: keys and queries
+    d_model: int  # d: rows of X (d >= n for Theorem 1's full column rank)
+    head_sizes: Optional[list[int]]  # the d_p sweep; null = 1 .. 2n
+    num_heads: list[int]  # h of the multi-head comparison
+    target_scale: float  # standard deviation of the target logits
+    seed: int  # draws X and the targets
 
 
 SPLITS = ("train", "val", "test")

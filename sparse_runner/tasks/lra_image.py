@@ -19,7 +19,7 @@ Sources (`task.source`):
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -65,16 +65,13 @@ class ImageClassificationTask(SequenceClassificationTask):
 
 @dataclass
 class LraImageTaskConfig(DataSourceConfig):
-    name: str = "lra_image"
-    family: str = "lra_image"
-    source: str = "hf"
-    file_format: str = "cifar10"
-    hf_path: Optional[str] = "uoft-cs/cifar10"
-    hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "test": "test"})
-    hf_image_field: str = "img"
-    hf_label_field: str = "label"
-    val_fraction: float = 0.1  # validation = the last 10 % of the training split, as in LRA
-    max_length: int = IMAGE_SIZE * IMAGE_SIZE
+    source: str
+    file_format: str
+    hf_path: Optional[str]
+    hf_splits: dict[str, str]
+    hf_image_field: str
+    hf_label_field: str
+    val_fraction: float  # validation = the last 10 % of the training split, as in LRA
 
 
 @register_task("lra_image", config=LraImageTaskConfig)

@@ -72,16 +72,14 @@ class PairSplit:
 
 @dataclass
 class LraRetrievalTaskConfig(TaskConfig):
-    name: str = "lra_retrieval"
-    family: str = "lra_retrieval"
-    source: str = "files"
-    data_dir: Optional[str] = None
-    max_length: int = 4000  # bytes per document
-    pairing: str = "halves"  # bbc_pairs: halves (same article?) | topic (same topic?)
-    num_train: int = 20000  # bbc_pairs: pairs per split
-    num_val: int = 2000
-    num_test: int = 2000
-    seed: int = 0  # bbc_pairs: which articles are paired (and the article split)
+    source: str
+    data_dir: Optional[str]
+    max_length: int  # bytes per document
+    pairing: str  # bbc_pairs: halves (same article?) | topic (same topic?)
+    num_train: int  # bbc_pairs: pairs per split
+    num_val: int
+    num_test: int
+    seed: int  # bbc_pairs: which articles are paired (and the article split)
 
 
 @register_task("lra_retrieval", config=LraRetrievalTaskConfig)

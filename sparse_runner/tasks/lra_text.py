@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -46,17 +46,14 @@ _FORMAT_VERSION = 1
 
 @dataclass
 class LraTextTaskConfig(DataSourceConfig):
-    name: str = "lra_text"
-    family: str = "lra_text"
-    source: str = "hf"
-    hf_path: Optional[str] = "stanfordnlp/imdb"
-    hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "val": "test", "test": "test"})
-    hf_text_field: str = "text"
-    hf_label_field: str = "label"
-    classes: list[str] = field(default_factory=lambda: ["neg", "pos"])
-    max_length: int = 1000
-    substitute_split: list[float] = field(default_factory=lambda: [0.1, 0.1])  # bbc_news: val, test fractions
-    substitute_seed: int = 0
+    source: str
+    hf_path: Optional[str]
+    hf_splits: dict[str, str]
+    hf_text_field: str
+    hf_label_field: str
+    classes: list[str]
+    substitute_split: list[float]  # bbc_news: val, test fractions
+    substitute_seed: int
 
 
 @register_task("lra_text", config=LraTextTaskConfig)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -44,14 +44,12 @@ EVAL_SPLITS = ("val", "test")
 
 @dataclass
 class MaskedLMTaskConfig(DocumentSourceConfig):
-    name: str = "mlm_sotu"
-    family: str = "mlm"
-    tokenizer: Optional[str] = None  # a sentencepiece .model to use instead of training one
-    max_length: int = 128  # ids per example, [CLS] and [SEP] included (the paper pre-trains at 128)
-    max_positions: Optional[int] = None  # learned position table (BERT: 512, for longer fine-tuning inputs); None = max_length
-    mask_prob: float = 0.15
-    mask_replace: list[float] = field(default_factory=lambda: [0.8, 0.1])  # of the chosen: -> [MASK], -> random piece
-    eval_mask_seed: int = 0
+    tokenizer: Optional[str]  # a sentencepiece .model to use instead of training one
+    max_length: int  # ids per example, [CLS] and [SEP] included (the paper pre-trains at 128)
+    max_positions: Optional[int]  # learned position table (BERT: 512, for longer fine-tuning inputs); None = max_length
+    mask_prob: float
+    mask_replace: list[float]  # of the chosen: -> [MASK], -> random piece
+    eval_mask_seed: int
 
 
 def mask_tokens(

@@ -52,14 +52,11 @@ FILES = "a folder with multinli_1.0_{train,dev_matched,dev_mismatched}.jsonl or 
 
 @dataclass
 class MnliTaskConfig(FineTuningDataConfig):
-    name: str = "mnli"
-    family: str = "mnli"
-    hf_path: Optional[str] = "nyu-mll/multi_nli"
-    hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "matched": "validation_matched", "mismatched": "validation_mismatched"})
-    max_length: int = 128
-    val_size: int = 2000  # training pairs held out for checkpoint selection (the test splits stay untouched)
-    max_train_examples: Optional[int] = None  # use only the first N training pairs (quick experiments)
-    split_seed: int = 0  # which training pairs are held out; the substitute's pairs too
+    hf_path: Optional[str]
+    hf_splits: dict[str, str]
+    val_size: int  # training pairs held out for checkpoint selection (the test splits stay untouched)
+    max_train_examples: Optional[int]  # use only the first N training pairs (quick experiments)
+    split_seed: int  # which training pairs are held out; the substitute's pairs too
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -29,17 +29,14 @@ RELEASE_FOLDER = "LRA's pathfinder32 folder (or one difficulty folder in it) wit
 
 @dataclass
 class PathfinderTaskConfig(TaskConfig):
-    name: str = "pathfinder"
-    family: str = "pathfinder"
-    data_dir: Optional[str] = None  # LRA release; null = generate
-    difficulty: str = "hard"
-    resolution: int = 32
-    num_train: int = 160000
-    num_val: int = 20000
-    num_test: int = 20000
-    seed: int = 0
-    workers: int = 1  # processes generating images (the output does not depend on it)
-    max_length: int = 1024
+    data_dir: Optional[str]  # LRA release; null = generate
+    difficulty: str
+    resolution: int
+    num_train: int
+    num_val: int
+    num_test: int
+    seed: int
+    workers: int  # processes generating images (the output does not depend on it)
 
 
 @register_task("pathfinder", config=PathfinderTaskConfig)

@@ -42,7 +42,7 @@ official evaluation script reads).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -79,22 +79,20 @@ DATASETS = {
 
 @dataclass
 class SquadTaskConfig(FineTuningDataConfig):
-    name: str = "squad"
-    family: str = "squad"
-    dataset: str = "squad"  # squad | triviaqa | hotpotqa: the reader of source=hf|files and the official metric
-    hf_path: Optional[str] = "rajpurkar/squad"
-    hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "test": "validation"})
-    max_length: int = 128  # tokens per window, question and 3 special tokens included
-    doc_stride: int = 48  # tokens between the starts of consecutive context windows
-    max_query_length: int = 32  # the question is cut to this many tokens
-    max_answer_length: int = 30  # tokens of a predicted answer at most
-    val_size: int = 20  # training articles (titles) held out for checkpoint selection
-    max_train_examples: Optional[int] = None  # only the first N training questions (quick experiments)
-    split_seed: int = 0  # which articles are held out; the cloze questions too
-    passage_sentences: Optional[int] = 5  # cloze: sentences per passage; None: whole speeches (cut to max_context_words)
-    questions_per_passage: int = 2  # cloze: questions per passage
-    max_context_words: Optional[int] = None  # triviaqa: evidence cut after this many words; cloze over whole speeches: their word budget
-    train_segments: Optional[int] = 1  # cloze over whole speeches: consecutive max_context_words segments per training speech (None: all); validation and test keep the first
+    dataset: str  # squad | triviaqa | hotpotqa: the reader of source=hf|files and the official metric
+    hf_path: Optional[str]
+    hf_splits: dict[str, str]
+    max_length: int  # tokens per window, question and 3 special tokens included
+    doc_stride: int  # tokens between the starts of consecutive context windows
+    max_query_length: int  # the question is cut to this many tokens
+    max_answer_length: int  # tokens of a predicted answer at most
+    val_size: int  # training articles (titles) held out for checkpoint selection
+    max_train_examples: Optional[int]  # only the first N training questions (quick experiments)
+    split_seed: int  # which articles are held out; the cloze questions too
+    passage_sentences: Optional[int]  # cloze: sentences per passage; None: whole speeches (cut to max_context_words)
+    questions_per_passage: int  # cloze: questions per passage
+    max_context_words: Optional[int]  # triviaqa: evidence cut after this many words; cloze over whole speeches: their word budget
+    train_segments: Optional[int]  # cloze over whole speeches: consecutive max_context_words segments per training speech (None: all); validation and test keep the first
 
 
 def cloze_baselines(examples: Sequence[QAExample]) -> dict[str, float]:

@@ -6,7 +6,7 @@ A family's schema extends one of them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from sparse_runner.checks import choice, existing_dir, fail, positive
@@ -18,30 +18,30 @@ SOURCES: tuple[str, ...] = ("embedded", "files", "hf")
 
 @dataclass
 class DataSourceConfig(TaskConfig):
-    source: str = "embedded"  # embedded | files (data_dir) | hf (Hugging Face datasets); a family may name others
-    data_dir: Optional[str] = None
-    hf_path: Optional[str] = None
-    hf_name: Optional[str] = None
-    hf_revision: Optional[str] = None
-    hf_data_dir: Optional[str] = None
-    hf_data_files: Optional[dict[str, Any]] = None
-    hf_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "val": "validation", "test": "test"})
+    source: str  # embedded | files (data_dir) | hf (Hugging Face datasets); a family may name others
+    data_dir: Optional[str]
+    hf_path: Optional[str]
+    hf_name: Optional[str]
+    hf_revision: Optional[str]
+    hf_data_dir: Optional[str]
+    hf_data_files: Optional[dict[str, Any]]
+    hf_splits: dict[str, str]
 
 
 @dataclass
 class TextTaskConfig(DataSourceConfig):
-    vocab_size: int = 8000
-    character_coverage: float = 1.0
+    vocab_size: int
+    character_coverage: float
 
 
 @dataclass
 class DocumentSourceConfig(TextTaskConfig):
     """Where a text task's documents come from (TextTaskConfig's source keys) and how much of them."""
 
-    source: str = "embedded"
-    hf_text_field: str = "text"
-    val_size: Optional[int] = None  # hold out the last N training lines as validation (hub sets without one)
-    max_train_lines: Optional[int] = None  # only the first N training lines (quick experiments)
+    source: str
+    hf_text_field: str
+    val_size: Optional[int]  # hold out the last N training lines as validation (hub sets without one)
+    max_train_lines: Optional[int]  # only the first N training lines (quick experiments)
 
 
 def check_source(t: Any, *, files: str, hub_example: str, sources: tuple[str, ...] = SOURCES) -> None:

@@ -8,7 +8,7 @@ decodes (greedy or beam) and scores the detokenised output against the raw refer
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -34,24 +34,21 @@ SPLITS = ("train", "val", "test")
 
 @dataclass
 class DecodingConfig:
-    beam_size: int = 4
-    length_penalty: float = 1.0
-    max_len_a: float = 1.5
-    max_len_b: int = 10
+    beam_size: int
+    length_penalty: float
+    max_len_a: float
+    max_len_b: int
 
 
 @dataclass
 class TranslationTaskConfig(TextTaskConfig):
-    name: str = "bible_es_en"
-    family: str = "translation"
-    src_lang: str = "es"
-    tgt_lang: str = "en"
-    file_format: str = "auto"
-    max_length: int = 128
-    max_train_pairs: Optional[int] = None
-    max_eval_pairs: Optional[int] = None
-    val_beam_size: int = 1
-    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    src_lang: str
+    tgt_lang: str
+    file_format: str
+    max_train_pairs: Optional[int]
+    max_eval_pairs: Optional[int]
+    val_beam_size: int
+    decoding: DecodingConfig
 
 
 PARALLEL_FILES = "a folder with {train,valid,test}.{src,tgt} files, {split}.tsv or {split}.jsonl"

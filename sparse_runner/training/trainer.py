@@ -30,7 +30,7 @@ from sparse_runner.checks import ConfigError, fail
 from sparse_runner.models.encoder import set_activation_checkpointing
 from sparse_runner.run_metrics import LABEL_KEYS, NON_RESULT_KEYS, value_without_key
 from sparse_runner.tasks.base import EvalSums, StepOutput, Task
-from sparse_runner.training import checkpoint as ckpt
+from sparse_runner import checkpoint as ckpt
 from sparse_runner.training import distributed
 from sparse_runner.training.regularisers import REGULARISERS, Regularised, sar
 from sparse_runner.training.run_log import NullLog, ProgressLines, RunLog
@@ -103,6 +103,10 @@ def optimizer_groups(model: torch.nn.Module, lr: float, weight_decay: float, alp
     return groups
 
 
+# trainer.precision -> the dtype autocast computes in (None: fp32, no autocast).
+PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype of trainer.precision on `device` (None: fp32, no autocast).
 
@@ -110,7 +114,7 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     them; no gradient scaler: its exponent range is fp32's). On CPU it measured no faster than fp32 for
     the small CPU presets (scripts/bench_cpu_precision.py), so fp32 stays the default. fp16 is GPU-only:
     it needs the gradient scaler, which is CUDA's here, and CPUs without AVX-512-FP16 emulate it."""
-    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    dtype = PRECISIONS[precision]
     if dtype == torch.float16 and device.type != "cuda":
         fail("trainer.precision", f"fp16 runs on GPU only, and this run is on {device}", "fp32, bf16")
     return dtype

@@ -1,0 +1,102 @@
+"""Every default is written once, in conf/: the schema carries types, and every reader of defaults (the resume
+check, the report's preset matching, the model-key check) sees the values a run composes."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from sparse_runner import identity
+from sparse_runner.config import RunConfig
+from sparse_runner.run_metrics import flatten
+from sparse_runner.tasks import task_families
+from tests.conftest import compose_config
+
+
+def composed_defaults() -> dict:
+    """Every model / trainer / paths key of the default config (paths.cache_dir aside: it reads the environment)."""
+    config = OmegaConf.to_container(compose_config([], tiny=False), resolve=True)
+    return {key: value for key, value in flatten({node: config[node] for node in ("model", "trainer", "paths")}).items()
+            if key != "paths.cache_dir"}
+
+
+def test_the_defaults_every_reader_sees_are_the_composed_ones():
+    composed = composed_defaults()
+    seen = identity.default_values()
+    assert {key: seen[key] for key in composed} == composed
+    # a pre-training stage's trainer starts from conf/trainer/default.yaml too
+    assert {key: seen[f"pretrain.{key}"] for key in composed if key.startswith("trainer.")} == {
+        key: value for key, value in composed.items() if key.startswith("trainer.")}
+    assert (seen["trainer.max_steps"], seen["trainer.warmup_steps"], seen["trainer.eval_every"]) == (
+        composed["trainer.max_steps"], composed["trainer.warmup_steps"], composed["trainer.eval_every"])
+
+
+def test_the_schema_holds_no_default():
+    """A value in a dataclass would be a second copy of the YAML's: every leaf of the schemas is '???'."""
+    run = flatten(OmegaConf.to_container(OmegaConf.structured(RunConfig)))
+    assert set(run.values()) == {"???"}, {k: v for k, v in run.items() if v != "???"}
+    for family, task in task_families().items():
+        leaves = flatten(OmegaConf.to_container(OmegaConf.structured(task.config_class)))
+        assert set(leaves.values()) <= {"???"}, (family, {k: v for k, v in leaves.items() if v != "???"})
+
+
+def test_the_resume_check_reads_the_composed_defaults(tiny_config, tmp_path, monkeypatch):
+    """run.py hands the trainer the defaults a checkpoint without a key is taken to hold."""
+    from sparse_runner import run as run_module
+
+    seen = {}
+
+    class Captured(Exception):
+        pass
+
+    def trainer(*args, fingerprint_defaults, **kwargs):
+        seen.update(fingerprint_defaults)
+        raise Captured
+
+    monkeypatch.setattr(run_module, "Trainer", trainer)
+    with pytest.raises(Captured):
+        run_module.run(tiny_config(), tmp_path / "run")
+    composed = composed_defaults()
+    assert {key: seen[key] for key in composed} == composed
+
+
+def test_the_report_takes_a_missing_key_to_hold_the_composed_default():
+    """A run written before a key existed is the preset when the preset holds the key's default."""
+    from sparse_runner.reporting import presets
+
+    preset = presets.Preset(())
+    run_keys = dict(preset.keys.values)
+    for key in ("trainer.max_steps", "trainer.warmup_steps", "trainer.eval_every"):
+        del run_keys[key]
+    assert presets.differences(presets.Keys.of(OmegaConf.to_container(OmegaConf.create(unflatten(run_keys)))), preset.keys) == {}
+
+
+def unflatten(flat: dict) -> dict:
+    nested: dict = {}
+    for key, value in flat.items():
+        node = nested
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
+def test_a_model_key_a_family_does_not_read_must_hold_the_composed_default(tiny_config):
+    """The model-key check compares with the default model (conf/), not with a second copy."""
+    from sparse_runner.models.config import default_model
+
+    defaults = composed_defaults()
+    model = default_model()
+    assert all(getattr(model, key.split(".", 1)[1]) == value for key, value in defaults.items()
+               if key.startswith("model.") and key.count(".") == 1)
+
+
+def test_precision_names_are_the_trainers():
+    from sparse_runner.config import ConfigError
+    from sparse_runner.training.trainer import PRECISIONS
+
+    with pytest.raises(ConfigError, match=rf"valid: {', '.join(PRECISIONS)}$"):
+        from sparse_runner.config import validate
+
+        validate(compose_config(["trainer.precision=fp8"]))
