@@ -31,10 +31,10 @@ from typing import IO, Any
 import torch
 from omegaconf import OmegaConf
 
+from sparse_runner import checkpoint as ckpt
 from sparse_runner import run_metrics
 from sparse_runner.checks import ConfigError, one_line
 from sparse_runner.run_metrics import flatten
-from sparse_runner.training import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
 

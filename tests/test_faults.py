@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 import torch
 
+from sparse_runner import checkpoint as ckpt
 from sparse_runner.checks import ConfigError, DataError
 from sparse_runner.run import directory_lock, run
 from sparse_runner.tasks.listops import ListOpsTask
-from sparse_runner.training import checkpoint as ckpt
 from sparse_runner.training.stopping import Preempted
 from sparse_runner.training.trainer import Diverged, Trainer
 from tests.conftest import TINY, on_train_batch, sparse_run

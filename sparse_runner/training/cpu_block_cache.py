@@ -21,6 +21,8 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
+from sparse_runner.cpp_build import failure_reason
+
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("cpu_block_cache.cpp")
@@ -55,9 +57,7 @@ def _load() -> ModuleType | None:
 
             _module = load(name="sparse_runner_cpu_block_cache", sources=[str(SOURCE)], extra_cflags=["-O2"], verbose=False)
         except Exception as exc:  # no compiler, no ninja, headers missing, ...
-            from sparse_runner.attention.kernels import _short_reason
-
-            _status = f"unavailable: {_short_reason(exc)}"
+            _status = f"unavailable: {failure_reason(exc)}"
             log.warning("sparse_runner: CPU block cache unavailable, PyTorch's allocator stays (%s)", _status)
         return _module
 

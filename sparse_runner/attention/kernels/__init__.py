@@ -24,6 +24,8 @@ from types import ModuleType
 
 import torch
 
+from sparse_runner.cpp_build import failure_reason
+
 log = logging.getLogger(__name__)
 
 ENTMAX_SOURCE = Path(__file__).with_name("entmax_cpu.cpp")
@@ -83,20 +85,10 @@ def load_entmax_cpu() -> ModuleType | None:
             _module = module
             _status = f"ok ({compiled})"
         except Exception as exc:  # compiler missing, headers missing, link error, ...
-            reason = _short_reason(exc)
+            reason = failure_reason(exc)
             _status = f"unavailable: {reason}"
             log.warning("sparse_runner: C++ entmax kernels unavailable, using the PyTorch backend (%s)", reason)
         return _module
-
-
-def _short_reason(exc: Exception) -> str:
-    """One line out of a (possibly long) build log: the first line that says what went wrong."""
-    lines = [" ".join(line.split()) for line in str(exc).splitlines() if line.strip()]
-    telling = ("error:", "not found", "fatal", "no such file", "undefined reference", "permission denied")
-    pick = next((line for line in lines[1:] if any(t in line.lower() for t in telling) and " -isystem " not in line), None)
-    head = lines[0].split(":")[0] if lines else ""
-    text = f"{head}: {pick}" if pick else (lines[0] if lines else "")
-    return f"{type(exc).__name__}: {text[:240]}"
 
 
 def entmax_cpu_status() -> str:

@@ -153,7 +153,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         cuda = state["cuda"]
-        if isinstance(cuda, (list, tuple)):  # older checkpoints: one state per visible GPU
+        if isinstance(cuda, (list, tuple)):  # a state per visible GPU: take this process's
             cuda = cuda[torch.cuda.current_device()] if torch.cuda.current_device() < len(cuda) else None
         if cuda is not None:
             torch.cuda.set_rng_state(cuda)
