@@ -32,7 +32,7 @@ from torch.utils import benchmark  # noqa: E402
 
 from sparse_runner.attention import AttentionSpec, MultiHeadAttention  # noqa: E402
 from sparse_runner.attention import entmax  # noqa: E402
-from sparse_runner.benchmarking import training_markdown, training_throughput, write_benchmark  # noqa: E402
+from benchmarking import training_markdown, training_throughput, write_benchmark  # noqa: E402
 
 NORMALISERS = ["softmax", "sparsemax", "entmax15", "alpha_entmax"]
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 import os
 import sys
 
-from sparse_runner.benchmarking import MEMORY_ALLOCATOR, reexec_with_tuned_allocator
+from benchmarking import MEMORY_ALLOCATOR, reexec_with_tuned_allocator
 
 _CHILD_FLAG = "--memory-child"
 
@@ -67,7 +67,7 @@ from torch import nn  # noqa: E402
 from sparse_runner.attention import AttentionSpec, MultiHeadAttention  # noqa: E402
 from sparse_runner.attention import entmax  # noqa: E402
 from sparse_runner.attention.layout import SequenceLayout  # noqa: E402
-from sparse_runner.benchmarking import (  # noqa: E402
+from benchmarking import (  # noqa: E402
     allocator_description,
     cpu_model,
     git_state,
@@ -199,7 +199,7 @@ def make_step(module, forward, xs, gs):
 # ----------------------------------------------------------------------------- peak memory
 def memory_child(row: str, n: int, inputs: int) -> dict:
     """Peak extra resident memory of one forward+backward step, in this (fresh) process: see
-    `sparse_runner.benchmarking.peak_step_memory` (the warm-up step also covers HF's numpy plan)."""
+    `peak_step_memory` in scripts/benchmarking.py (the warm-up step also covers HF's numpy plan)."""
     positions = []
 
     def make():

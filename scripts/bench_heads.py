@@ -3,7 +3,7 @@
 same d_model, next to the ratio of training FLOPs that the two models should cost.
 
 For each number of heads both models train the same LM batches with the minimal PyTorch loop
-(`sparse_runner.benchmarking.train_minimal`, no runner bookkeeping); rounds alternate the models so
+(`train_minimal` in scripts/benchmarking.py, no runner bookkeeping); rounds alternate the models so
 that machine noise hits them alike, and medians are compared. FLOPs per token are counted from the
 model's shapes (`train_flops_per_token`): 6 x (weights touched per token) for the matrix products
 plus the attention scores and their weighted sum (2 x 2 x n x h x d_p per layer forward, x3 with the
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
-from sparse_runner.benchmarking import train_minimal, write_benchmark
+from benchmarking import train_minimal, write_benchmark
 from sparse_runner.config import CONF_DIR, validate
 from sparse_runner.tasks import build_task
 

@@ -14,7 +14,7 @@ The targets, measured side by side in one run (2-core CPU):
 
 Writes <out-dir>/long_attention.json and .md (default out-dir: outputs/bench/long_attention).
 
-Method (that of scripts/bench_block_sparse.py; helpers in sparse_runner/benchmarking.py):
+Method (that of scripts/bench_block_sparse.py; helpers in scripts/benchmarking.py):
 * Every row is one whole attention layer on x (1, N, 512) float32: Q/K/V projections, attention, output
   projection: `MultiHeadAttention(512, AttentionSpec(8 heads x 64, normaliser, pattern "dense", impl))`.
   sdpa_softmax: softmax, which the dense pattern sends to F.scaled_dot_product_attention (the baseline of
@@ -38,7 +38,7 @@ Method (that of scripts/bench_block_sparse.py; helpers in sparse_runner/benchmar
 * Allocator: the timing process re-executes itself with glibc's MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_
   fixed (freed blocks are reused instead of page-faulted again; see docs/benchmarks.md), and records them.
 * Peak memory: one fresh subprocess per row and length, after all the timings (`memory_child`; method in
-  `sparse_runner.benchmarking.peak_step_memory`), each under resource.setrlimit(RLIMIT_AS,
+  `peak_step_memory` in scripts/benchmarking.py), each under resource.setrlimit(RLIMIT_AS,
   --memory-limit-gib). Untimed explicit cells are not measured, except the rows of --attempt-memory
   (default explicit_alpha_entmax), whose child is run anyway: at 16384 it is expected to fail to allocate.
 * Load average (1 min) is recorded before and after each length: another process on the 2 cores halves
@@ -50,7 +50,7 @@ from __future__ import annotations
 import os
 import sys
 
-from sparse_runner.benchmarking import MEMORY_ALLOCATOR, reexec_with_tuned_allocator
+from benchmarking import MEMORY_ALLOCATOR, reexec_with_tuned_allocator
 
 _CHILD_FLAG = "--memory-child"
 
@@ -72,7 +72,7 @@ import torch  # noqa: E402
 from sparse_runner.attention import AttentionSpec, MultiHeadAttention  # noqa: E402
 from sparse_runner.attention import entmax  # noqa: E402
 from sparse_runner.attention.memory_efficient import count_skipped_blocks  # noqa: E402
-from sparse_runner.benchmarking import (  # noqa: E402
+from benchmarking import (  # noqa: E402
     allocator_description,
     cpu_model,
     git_state,
@@ -184,7 +184,7 @@ def warm_up(row: str, module, step, xs) -> dict:
 # ----------------------------------------------------------------------------- peak memory
 def memory_child(row: str, n: int) -> dict:
     """Peak extra resident memory of one forward+backward step, in this (fresh) process (see
-    `sparse_runner.benchmarking.peak_step_memory`)."""
+    `peak_step_memory` in scripts/benchmarking.py)."""
 
     def make():
         module, forward, xs, gs, _ = build_case(row, n, 1)
@@ -311,7 +311,7 @@ def markdown(meta: dict, results: dict, memory: dict, rows: list[str], lengths: 
         f"Medians of {meta['rounds']} round-robin rounds (blocked_autorange, min_run_time {meta['min_run_time']} s); "
         "x SDPA = ratio to SDPA softmax in the same rounds; MiB = peak extra resident memory of one step, "
         f"measured in a fresh process per cell under RLIMIT_AS {meta['memory_limit_gib']:g} GiB "
-        "(VmHWM - VmRSS, see peak_step_memory in sparse_runner/benchmarking.py).",
+        "(VmHWM - VmRSS, see peak_step_memory in scripts/benchmarking.py).",
         "",
         "## Time, ratio to SDPA softmax, peak memory",
         "",

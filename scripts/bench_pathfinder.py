@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sparse_runner.benchmarking import write_benchmark
+from benchmarking import write_benchmark
 from sparse_runner.data.pathfinder_generator import CHUNK_SIZE, generate_pathfinder
 from sparse_runner.data.pathfinder_params import DIFFICULTIES
 

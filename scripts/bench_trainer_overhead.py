@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
-from sparse_runner.benchmarking import minimal_training_tokens_per_s
+from benchmarking import minimal_training_tokens_per_s
 from sparse_runner.config import CONF_DIR, validate
 from sparse_runner.io import atomic_write_json, atomic_write_text
 from sparse_runner.run import fingerprint, seed_everything

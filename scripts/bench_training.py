@@ -4,7 +4,7 @@
 For each experiment of --experiments, the same model is trained with `model=softmax` and with each model of
 --models (default `entmax`: alpha-entmax with a learned alpha per head); rounds alternate between them so
 that a change of machine load hits all alike, and the medians of training tokens/s are compared as
-ratios to softmax. The loop is `sparse_runner.benchmarking.train_minimal`: forward, backward, clipping,
+ratios to softmax. The loop is `train_minimal` in scripts/benchmarking.py: forward, backward, clipping,
 AdamW and the schedule of the experiment's config, no evaluation, logging or checkpoints, so the ratio
 is the models' and not the trainer's (scripts/bench_trainer_overhead.py measures the trainer's cost).
 
@@ -26,7 +26,7 @@ import platform
 
 import torch
 
-from sparse_runner.benchmarking import training_throughput, write_benchmark
+from benchmarking import training_throughput, write_benchmark
 from sparse_runner.training import cpu_block_cache
 
 TARGETS = {"lra_text_4k_cpu": 0.5, "lra_text_cpu": 0.8, "mt_cpu": 0.8}

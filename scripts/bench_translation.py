@@ -26,7 +26,7 @@ import time
 import torch
 from hydra import compose, initialize_config_dir
 
-from sparse_runner.benchmarking import train_minimal, training_markdown, training_throughput, write_benchmark
+from benchmarking import train_minimal, training_markdown, training_throughput, write_benchmark
 from sparse_runner.config import CONF_DIR, validate
 from sparse_runner.decoding import beam_search, greedy_search
 from sparse_runner.tasks import build_task

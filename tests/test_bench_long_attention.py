@@ -20,6 +20,8 @@ ROWS = ["sdpa_softmax", "explicit_alpha_entmax", "memeff_alpha_entmax"]
 
 
 def load_script():
+    if str(SCRIPT.parent) not in sys.path:  # its helpers (benchmarking.py) are found beside it, as when it runs
+        sys.path.insert(0, str(SCRIPT.parent))
     spec = importlib.util.spec_from_file_location("bench_long_attention", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # not __main__: no re-exec, no run

@@ -11,15 +11,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sparse_runner"
 # Lowest first. A module belongs to the longest prefix listed; it may import its own layer and those below.
 LAYERS: list[tuple[str, ...]] = [
     ("sparse_runner", "sparse_runner.checks", "sparse_runner.io", "sparse_runner.registry", "sparse_runner.run_metrics",
-     "sparse_runner.identity"),                                     # torch-free basics, the run record, naming
+     "sparse_runner.identity", "sparse_runner.cpp_build"),          # torch-free basics, the run record, naming
     ("sparse_runner.attention",),                                   # normaliser × pattern × geometry
     ("sparse_runner.data", "sparse_runner.tokenization", "sparse_runner.metrics"),   # sources, pieces, scores
     ("sparse_runner.models", "sparse_runner.analysis"),             # networks built from attention; statistics
-    ("sparse_runner.decoding", "sparse_runner.training.checkpoint", "sparse_runner.pretrained"),
+    ("sparse_runner.decoding", "sparse_runner.checkpoint", "sparse_runner.pretrained"),   # checkpoints, fine-tuning
     ("sparse_runner.tasks",),                                       # task families: data -> batches -> losses, metrics
     ("sparse_runner.training",),                                    # the loop, regularisers, DDP
     ("sparse_runner.config",),                                      # the typed schema and validation
-    ("sparse_runner.run", "sparse_runner.benchmarking", "sparse_runner.cluster"),
+    ("sparse_runner.run", "sparse_runner.cluster"),
     ("sparse_runner.cli",),
 ]
 # Beside the stack: the report reads metrics.json and must not import torch, so only the basics and the
@@ -46,12 +46,23 @@ def imports(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("sparse_runner"):
-            # `from sparse_runner.training import checkpoint` imports the submodule, not the package's layer
+            # `from sparse_runner import checkpoint` imports the submodule, not the package's layer
             found |= {f"{node.module}.{a.name}" if layer(f"{node.module}.{a.name}") is not None and
                       (PACKAGE.parent / f"{node.module}.{a.name}".replace(".", "/")).with_suffix(".py").exists()
                       else node.module for a in node.names}
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("sparse_runner")}
+    return found
+
+
+def private_imports(path: Path, module: str) -> list[str]:
+    """The private names (`_name`) that the module at `path` imports from a module outside its own package."""
+    package = module.rpartition(".")[0] if path.name != "__init__.py" else module
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("sparse_runner"):
+            outside = node.module != package and not node.module.startswith(package + ".")
+            found += [f"{module} -> {node.module}.{a.name}" for a in node.names if outside and a.name.startswith("_")]
     return found
 
 
@@ -77,3 +88,24 @@ def test_the_check_finds_an_upward_import(tmp_path):
     source = tmp_path / "m.py"
     source.write_text("def f():\n    from sparse_runner.run import run\n")
     assert layer("sparse_runner.data.corpora") < layer(next(iter(imports(source))))
+
+
+def test_no_layer_takes_a_module_out_of_a_package_in_another_layer():
+    """A layer names whole packages: a module listed apart from its package's layer would be an exception."""
+    prefixes = [(prefix, index) for index, names in enumerate(LAYERS) for prefix in names if prefix != "sparse_runner"]
+    carved = [f"{inner} (layer {i}) inside {outer} (layer {o})" for inner, i in prefixes for outer, o in prefixes
+              if inner.startswith(outer + ".") and i != o]
+    assert carved == []
+
+
+def test_no_module_imports_a_private_name_from_another_package():
+    """What two packages share is public: a `_name` is its own package's business."""
+    found = [line for path in sorted(PACKAGE.rglob("*.py")) for line in private_imports(path, module_name(path))]
+    assert found == []
+
+
+def test_the_check_finds_a_private_import(tmp_path):
+    source = tmp_path / "cache.py"
+    source.write_text("def f():\n    from sparse_runner.attention.kernels import _helper\n")
+    assert private_imports(source, "sparse_runner.training.cache") == ["sparse_runner.training.cache -> sparse_runner.attention.kernels._helper"]
+    assert private_imports(source, "sparse_runner.attention.kernels.cache") == []

@@ -1,7 +1,8 @@
-"""Helpers shared by the benchmark scripts in scripts/ (timing only; nothing here is used by a run).
+"""Helpers shared by the benchmark scripts beside it (timing only; no run uses them, so the package does not ship them).
 
-Importing this module is cheap (no torch at import time): the layer benchmarks call
-`reexec_with_tuned_allocator` from it before they import torch.
+A script run as `python scripts/bench_*.py` has this folder on its path and imports it as `benchmarking`.
+Importing it is cheap (no torch at import time): the layer benchmarks call `reexec_with_tuned_allocator` from it
+before they import torch.
 """
 
 from __future__ import annotations
