@@ -2,7 +2,9 @@
 AdaSplash backend (attention/kernels/adasplash_backend.py) against dense attention.
 
 Reference: `alpha_entmax(scale * q k^T masked with -inf, alpha) @ v` from sparse_runner.attention.entmax
-(torch backend, float64, autograd), on the same inputs upcast to float64.
+(torch backend, float64, autograd), on the same inputs upcast to float64.  With attention dropout the
+reference drops the pairs the kernel drops (`dropout_keep_mask` of the seed the kernel drew), so
+it is exact too; the masks themselves are checked statistically (rate, independence, expectation).
 
 Two ways to run the kernels:
 * Triton's interpreter (numpy, CPU): without CUDA this module sets TRITON_INTERPRET=1 before triton
@@ -67,32 +69,50 @@ def visible_keys(B, Nq, Nk, key_padding_mask=None, causal=False, device="cpu"):
     return vis
 
 
-def dense_reference(q, k, v, alpha, *, scale=None, key_padding_mask=None, causal=False):
-    """Explicit attention in float64 with autograd: alpha-entmax(scale q k^T masked) v."""
+def dense_reference(q, k, v, alpha, *, scale=None, key_padding_mask=None, causal=False, dropout_keep=None, dropout_p=0.0):
+    """Explicit attention in float64 with autograd: alpha-entmax(scale q k^T masked) v, or with
+    dropout_keep ((B, H, Nq, Nk) bool) (alpha-entmax(...) * dropout_keep / (1 - dropout_p)) v."""
     B, H, Nq, D = q.shape
     Nk = k.shape[2]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     s = scale * q @ k.transpose(-1, -2)
     s = s.masked_fill(~visible_keys(B, Nq, Nk, key_padding_mask, causal, q.device), float("-inf"))
     a = alpha.reshape(1, -1, 1, 1) if torch.is_tensor(alpha) else alpha
-    return alpha_entmax(s, a, backend="torch") @ v
+    p = alpha_entmax(s, a, backend="torch")
+    if dropout_keep is not None:
+        p = p * dropout_keep / (1.0 - dropout_p)
+    return p @ v
 
 
-def run_both(q, k, v, alpha, *, dtype=torch.float32, scale=None, key_padding_mask=None, causal=False, seed=0):
+def kernel_keep_mask(q, k, dropout_p, torch_seed):
+    """The pairs entmax_attention(q, k, ...) keeps when called right after torch.manual_seed(torch_seed)."""
+    torch.manual_seed(torch_seed)
+    seed = T.dropout_seed(q.device)
+    return T.dropout_keep_mask(seed, q.shape[0], q.shape[1], q.shape[2], k.shape[2], dropout_p)
+
+
+def run_both(q, k, v, alpha, *, dtype=torch.float32, scale=None, key_padding_mask=None, causal=False, seed=0, dropout_p=0.0):
     """(kernel, reference) results: outputs then gradients wrt q, k, v (and alpha when a tensor),
     for one random output gradient.  The kernel runs on `dtype` copies; the reference on float64
     copies of those same (rounded) values, and the output gradient is rounded to `dtype` too (the
-    kernel's backward reads it in that dtype)."""
+    kernel's backward reads it in that dtype).  With dropout_p, the kernel runs after
+    torch.manual_seed(seed) and the reference drops the pairs it drops (`kernel_keep_mask`)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     grad_out = torch.randn(q.shape[:3] + (v.shape[-1],), generator=g, dtype=torch.float64).to(dtype).double().to(q.device)
+    kernel_extra, reference_extra = {}, {}
+    if dropout_p:
+        kernel_extra = dict(dropout_p=dropout_p)
+        reference_extra = dict(dropout_p=dropout_p, dropout_keep=kernel_keep_mask(q, k, dropout_p, seed))
     results = []
-    for run_dtype, fn in ((dtype, T.entmax_attention), (torch.float64, dense_reference)):
+    for run_dtype, fn, extra in ((dtype, T.entmax_attention, kernel_extra), (torch.float64, dense_reference, reference_extra)):
         leaves = [x.detach().to(dtype).to(run_dtype).requires_grad_() for x in (q, k, v)]
         a = alpha
         if torch.is_tensor(alpha):  # the kernel computes with float32 alphas: the reference gets those values
             a = alpha.detach().float().to(torch.float64 if run_dtype == torch.float64 else torch.float32).requires_grad_()
             leaves.append(a)
-        out = fn(*leaves[:3], a, scale=scale, key_padding_mask=key_padding_mask, causal=causal)
+        if dropout_p:
+            torch.manual_seed(seed)  # the kernel's dropout seed is the generator's next draw
+        out = fn(*leaves[:3], a, scale=scale, key_padding_mask=key_padding_mask, causal=causal, **extra)
         grads = torch.autograd.grad((out.to(torch.float64) * grad_out).sum(), leaves)
         results.append([out.detach().double(), *[x.double() for x in grads]])
     return results
@@ -282,6 +302,131 @@ def test_interpreter_output_dtype_and_empty_inputs():
     no_keys.sum().backward()
 
 
+# ------------------------------------------------------------------------------------------------
+# Interpreter: attention dropout
+# ------------------------------------------------------------------------------------------------
+
+
+@interpreter
+@pytest.mark.parametrize(
+    "alpha, Nq, Nk, pad, causal, dropout_p",
+    [
+        (LEARNED, 37, 45, True, False, 0.3),
+        (1.5, 41, 19, True, True, 0.1),  # Nq > Nk, causal: the first 22 rows see no key
+    ],
+)
+def test_interpreter_dropout_matches_explicit_with_the_same_mask(alpha, Nq, Nk, pad, causal, dropout_p):
+    """Output and every gradient (dq, dk, dv, dalpha) against the float64 explicit path that drops
+    the pairs the kernel drops: the backward regenerates the forward's mask, in both its kernels."""
+    q, k, v = random_inputs(2, 2, Nq, Nk, 16, spread=1.5)
+    kpm = padding(2, Nk) if pad else None
+    got, want = run_both(q, k, v, alpha_for(alpha, 2), key_padding_mask=kpm, causal=causal, dropout_p=dropout_p, seed=3)
+    assert_matches(got, want, TOL32)
+    no_dropout = dense_reference(*(x.float().double() for x in (q, k, v)), alpha_for(alpha, 2), key_padding_mask=kpm, causal=causal)
+    assert (want[0] - no_dropout).abs().max() > 0.1  # the mask matters for this comparison
+
+
+def identity_values(B, H, N):
+    """v with v[b, h, j] = e_j: attention's output row i is then the weight row p_i (N = D keys)."""
+    return torch.eye(N, dtype=torch.float64).expand(B, H, N, N)
+
+
+def assert_binomial_rate(dropped, n, rate, sigmas=4.0):
+    """dropped out of n independent draws is rate * n within `sigmas` binomial standard deviations."""
+    sigma = math.sqrt(rate * (1 - rate) / n)
+    assert abs(dropped / n - rate) <= sigmas * sigma, f"dropped {dropped / n:.5f} of {n}, expected {rate} +- {sigmas * sigma:.5f}"
+
+
+@interpreter
+def test_interpreter_dropout_rate_is_dropout_p():
+    """With v = identity the output is p * z: among the pairs with p > 0 the dropped fraction is
+    dropout_p within 4 binomial standard deviations, the kept ones are scaled by 1 / (1 - dropout_p),
+    and the dropped pairs are those of dropout_keep_mask, whose rate over 2^18 pairs is dropout_p
+    to 4 standard deviations (1.4 % of 0.25, 5 % of 0.02: the kernel's few thousand pairs alone
+    would let a threshold 10 % off pass)."""
+    B, H, Nq, N, dropout_p = 2, 2, 64, 32, 0.25
+    q, k, _ = random_inputs(B, H, Nq, N, N, seed=21)
+    v = identity_values(B, H, N)
+    alpha = alpha_for(LEARNED, H).float()
+    p = T.entmax_attention(q.float(), k.float(), v.float(), alpha).double()
+    torch.manual_seed(5)
+    dropped_p = T.entmax_attention(q.float(), k.float(), v.float(), alpha, dropout_p=dropout_p).double()
+    keep = kernel_keep_mask(q, k, dropout_p, 5)
+    support = p > 0
+    assert 0.2 < support.double().mean() < 0.9  # a softmax head (all keys) and a sparse one
+    assert_binomial_rate((support & (dropped_p == 0)).sum().item(), support.sum().item(), dropout_p)
+    assert torch.equal(support & (dropped_p != 0), support & keep)
+    assert torch.allclose(dropped_p, p * keep / (1 - dropout_p), rtol=1e-6, atol=0)
+    for rate in (dropout_p, 0.02):
+        many = T.dropout_keep_mask(T.dropout_seed("cpu"), 2, 2, 256, 256, rate)
+        assert_binomial_rate((~many).sum().item(), many.numel(), rate)
+
+
+@interpreter
+def test_interpreter_dropout_seeds():
+    """Same torch seed: the same output, bit for bit.  Another seed, or the next call: another mask.
+    Each (batch, head) draws its own mask, and the draws of one mask are independent of the pair's
+    position (rows and columns drop at the rate overall)."""
+    B, H, N = 2, 2, 40
+    q, k, v = (x.float() for x in random_inputs(B, H, N, N, 16, seed=2))
+
+    def run(torch_seed=None):
+        if torch_seed is not None:
+            torch.manual_seed(torch_seed)
+        return T.entmax_attention(q, k, v, 1.0, dropout_p=0.5)
+
+    first = run(0)
+    assert torch.equal(first, run(0))
+    assert not torch.equal(first, run(1))
+    assert not torch.equal(run(0), run())  # the second call of a seeded sequence draws a new seed
+    keep, other = kernel_keep_mask(q, k, 0.5, 0), kernel_keep_mask(q, k, 0.5, 1)
+    assert (keep != other).double().mean() > 0.4
+    flat = keep.reshape(B * H, N, N)
+    for i in range(B * H):
+        for j in range(i):
+            assert (flat[i] != flat[j]).double().mean() > 0.4
+    sigma = math.sqrt(0.25 / (B * H * N))  # per query row and per key column: B H N draws each
+    assert (keep.double().mean((0, 1, 3)) - 0.5).abs().max() < 4.5 * sigma
+    assert (keep.double().mean((0, 1, 2)) - 0.5).abs().max() < 4.5 * sigma
+
+
+@interpreter
+def test_interpreter_dropout_expectation_is_the_output_without_dropout():
+    """One batch of 64 copies of the same inputs (each copy draws its own masks): the mean output is
+    the output without dropout, within 5 standard deviations of the mean elementwise
+    (Var(sum_j p_j z_j v_j) = dropout_p / (1 - dropout_p) sum_j p_j^2 v_j^2 per copy).  Softmax
+    (every p_j > 0, and no threshold passes: the interpreter's time goes to the dropout)."""
+    copies, Nq, Nk, dropout_p = 64, 12, 20, 0.2
+    q, k, v = random_inputs(1, 1, Nq, Nk, 16, seed=8)
+    q, k, v = (x.expand(copies, 1, -1, -1).float() for x in (q, k, v))
+    torch.manual_seed(0)
+    mean = T.entmax_attention(q, k, v, 1.0, dropout_p=dropout_p).double().mean(0)
+    exact = T.entmax_attention(q[:1], k[:1], v[:1], 1.0).double()[0]
+    weights = torch.softmax(q[0].double() @ k[0].double().transpose(-1, -2) / math.sqrt(16), -1)
+    variance = dropout_p / (1 - dropout_p) * (weights**2) @ (v[0].double() ** 2) / copies
+    assert ((mean - exact).abs() <= 5 * variance.sqrt() + 1e-6).all()
+    assert (mean - exact).abs().max() > 0  # the copies did drop
+
+
+@interpreter
+def test_interpreter_dropout_rate_zero_is_the_kernel_without_dropout():
+    """dropout_p = 0, or training=False: bit-identical output and gradients to a call without
+    dropout, and torch's generator is not drawn from."""
+    q, k, v = (x.float() for x in random_inputs(2, 2, 23, 30, 16, seed=4))
+    alpha = alpha_for(LEARNED, 2).float()
+
+    def results(**dropout):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v, alpha)]
+        out = T.entmax_attention(*leaves, key_padding_mask=padding(2, 30), causal=True, **dropout)
+        return [out, *torch.autograd.grad(out.square().sum(), leaves)]
+
+    plain = results()
+    state = torch.get_rng_state()
+    for dropout in (dict(dropout_p=0.0), dict(dropout_p=0.5, training=False)):
+        assert all(torch.equal(a, b) for a, b in zip(results(**dropout), plain))
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 @pytest.mark.skipif(_INTERPRETED, reason="the interpreter checks run in this process")
 def test_interpreter_in_fresh_process():
     """The default interpreter subset in a process that sets TRITON_INTERPRET=1 before importing triton."""
@@ -313,13 +458,16 @@ def test_interpreter_in_fresh_process():
         (dict(q=torch.zeros(1, 2, 5, 16, dtype=torch.float64)), TypeError, "not supported"),
         (dict(key_padding_mask=torch.ones(1, 6, dtype=torch.bool)), ValueError, "key_padding_mask must be"),
         (dict(q=torch.zeros(1, 2, 5, 256), k=torch.zeros(1, 2, 7, 256), v=torch.zeros(1, 2, 7, 256)), ValueError, "head dim 256"),
+        (dict(dropout_p=1.0), ValueError, r"dropout_p must be a number in \[0, 1\), got 1.0"),
+        (dict(dropout_p=-0.1), ValueError, r"dropout_p must be a number in \[0, 1\)"),
+        (dict(dropout_p=True), ValueError, r"dropout_p must be a number in \[0, 1\)"),
     ],
 )
 def test_bad_arguments_are_refused(change, error, match):
-    args = dict(q=torch.zeros(1, 2, 5, 16), k=torch.zeros(1, 2, 7, 16), v=torch.zeros(1, 2, 7, 16), alpha=1.5, key_padding_mask=None)
+    args = dict(q=torch.zeros(1, 2, 5, 16), k=torch.zeros(1, 2, 7, 16), v=torch.zeros(1, 2, 7, 16), alpha=1.5, key_padding_mask=None, dropout_p=0.0)
     args.update(change)
     with pytest.raises(error, match=match):
-        T.entmax_attention(args["q"], args["k"], args["v"], args["alpha"], key_padding_mask=args["key_padding_mask"])
+        T.entmax_attention(args["q"], args["k"], args["v"], args["alpha"], key_padding_mask=args["key_padding_mask"], dropout_p=args["dropout_p"])
 
 
 def test_available_follows_triton_and_device():
@@ -347,16 +495,19 @@ block_m, block_n, block_d, warps = T._blocks(head_dim, dtype)
 pointers = {name: "*" + dtype_name for name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")}
 pointers.update({name: "*fp32" for name in ("M", "U", "FS", "C", "DALPHA", "ALPHA")})
 pointers["KPM"] = "*u8" if masked else "*fp32"
-common = dict(HAS_KPM=masked, CAUSAL=masked, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+pointers["SEED"] = "*i64" if masked else "*fp32"  # the masked builds carry dropout too
+pointers["KEEP"] = "*u8"
+common = dict(HAS_KPM=masked, CAUSAL=masked, DROPOUT=masked, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
               SOFT_THRESHOLD=T.ALPHA_SOFTMAX_THRESHOLD, DOT_PRECISION=T._DOT_PRECISION)
 kernels = [
     (T._fwd_kernel, dict(TOL_F=T.TOL, STALL=T.STALL, MAX_ITER_N=T.MAX_ITER)),
     (T._bwd_dq_kernel, dict(NEED_DALPHA=True, PSI_SWITCH=T._PSI_SWITCH)),
     (T._bwd_dkdv_kernel, {}),
+    (T._keep_mask_kernel, dict(BLOCK_M=64, BLOCK_N=64)),
 ]
 for fn, extra in kernels:
-    consts = dict(common, **extra)
-    signature = {name: "constexpr" if name in consts else pointers.get(name, "fp32" if name == "scale" else "i32")
+    consts = {name: value for name, value in dict(common, **extra).items() if name in fn.arg_names}
+    signature = {name: "constexpr" if name in consts else pointers.get(name, "fp32" if name in ("scale", "keep_scale") else "i32")
                  for name in fn.arg_names}
     source = ASTSource(fn=fn, signature=signature,
                        constexprs={(fn.arg_names.index(name),): value for name, value in consts.items()})
@@ -369,8 +520,9 @@ for fn, extra in kernels:
 @pytest.mark.slow
 @pytest.mark.parametrize("arch, dtype, head_dim, masked", [(90, "fp32", 64, True), (90, "bf16", 128, False), (80, "fp16", 32, True)])
 def test_kernels_compile_to_cubin(arch, dtype, head_dim, masked):
-    """Forward and both backward kernels compile for sm_90 (H100/H200) / sm_80 (A100) at the launch
-    configuration entmax_attention uses (~10-60 s on 2 CPU cores)."""
+    """Forward and both backward kernels (with dropout where masked) and the keep-mask kernel compile
+    for sm_90 (H100/H200) / sm_80 (A100) at the launch configuration entmax_attention uses (~10-60 s
+    on 2 CPU cores)."""
     import subprocess
 
     pytest.importorskip("triton.backends.nvidia")
@@ -381,7 +533,7 @@ def test_kernels_compile_to_cubin(arch, dtype, head_dim, masked):
         env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("shared memory") == 3
+    assert result.stdout.count("shared memory") == 4
 
 
 # ------------------------------------------------------------------------------------------------
@@ -410,6 +562,20 @@ def test_gpu_matches_dense(N, dtype, alpha, pad, causal):
     kpm = padding(B, N, seed=N, device="cuda") if pad else None
     got, want = run_both(q, k, v, alpha_for(alpha, H, "cuda"), dtype=dtype, key_padding_mask=kpm, causal=causal)
     assert_matches(got, want, TOL32 if dtype == torch.float32 else 3e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA or T._interpreting(), reason="needs a CUDA device (and TRITON_INTERPRET unset)")
+@pytest.mark.parametrize("dtype, alpha, causal", [(torch.float32, LEARNED, True), (torch.bfloat16, 1.5, False)])
+def test_gpu_dropout_matches_explicit_with_the_same_mask(dtype, alpha, causal):
+    """Compiled kernels with dropout: output and gradients against the explicit path with the
+    kernel's mask, and the dropped fraction of a large mask within 4 binomial standard deviations."""
+    B, H, N, D, dropout_p = 2, 4, 1000, 64, 0.1
+    q, k, v = random_inputs(B, H, N, N, D, seed=N, spread=1.5, device="cuda")
+    got, want = run_both(q, k, v, alpha_for(alpha, H, "cuda"), dtype=dtype, key_padding_mask=padding(B, N, device="cuda"), causal=causal, dropout_p=dropout_p)
+    assert_matches(got, want, TOL32 if dtype == torch.float32 else 3e-2)
+    keep = T.dropout_keep_mask(T.dropout_seed("cuda"), 8, 8, 1024, 1024, dropout_p)
+    assert_binomial_rate((~keep).sum().item(), keep.numel(), dropout_p)
 
 
 @pytest.mark.gpu

@@ -13,7 +13,9 @@ sparsemax row with |m| = 100 over 65536 near-tied keys has a max error of 1.5e-5
 
 Public API:
     available() -> bool
-    entmax_attention(q, k, v, alpha, *, scale=None, key_padding_mask=None, causal=False) -> Tensor
+    entmax_attention(q, k, v, alpha, *, scale=None, key_padding_mask=None, causal=False,
+                     dropout_p=0.0, training=True) -> Tensor
+    dropout_seed(device) -> Tensor;  dropout_keep_mask(seed, B, H, Nq, Nk, dropout_p) -> Tensor
 
 Conventions (the same as `sparse_runner.attention.entmax`, whose module docstring has the maths):
 with a1 = alpha - 1 and scores s_j of one query row,
@@ -50,6 +52,17 @@ limits (s = p, psi = 1/2), as the torch backend does.  Two kernels: `_bwd_dq_ker
 tile: one pass for c and dalpha, one for dQ) and `_bwd_dkdv_kernel` (per key tile, over the query
 tiles that can see it; it reads c).  Every gradient tile is written by exactly one program: no
 atomics, deterministic results.
+
+Attention dropout (as FlashAttention does it): the normalised weights are dropped before p v,
+    out_i = sum_j p_ij z_ij v_j,   z_ij = keep_ij / (1 - dropout_p),
+with keep_ij from a counter-based RNG: Philox-4x32-10 (`tl.philox`) keyed by a 64-bit seed, on the
+counter (query i, key j, batch * H + head, 0); key j is dropped when the first 32-bit output, shifted
+to 31 bits, is below round(dropout_p 2^31).  Nothing is stored: the backward draws the same keep_ij
+again.  The seed is one draw of torch's generator for the device per forward (`dropout_seed`), so
+`torch.manual_seed` and a restored RNG state give the same masks; `dropout_keep_mask` materialises
+them for a seed.  The backward is the one above with the dropped weights: dV = (p z)^T dO, and
+dP_ij = z_ij dO_i . v_j in dS, c and dalpha.  dropout_p = 0 (or training=False) compiles the kernels
+without any of this (the DROPOUT constexpr) and draws no seed.
 
 Shapes and masks:
 * q (B, H, Nq, D); k, v (B, H, Nk, D); any Nq, Nk >= 0 (no multiple of the tile needed); D <= 128
@@ -90,7 +103,7 @@ except ImportError:  # pragma: no cover - exercised where triton is absent
 
 from sparse_runner.attention.entmax import ALPHA_SOFTMAX_THRESHOLD
 
-__all__ = ["available", "entmax_attention", "MAX_HEAD_DIM"]
+__all__ = ["available", "entmax_attention", "dropout_seed", "dropout_keep_mask", "MAX_HEAD_DIM"]
 
 Alpha = Union[float, torch.Tensor]
 
@@ -174,6 +187,21 @@ if triton is not None:
         return vis
 
     @_helper
+    def _dropout_scale(seed, bh, q_idx, k_idx, drop_below, keep_scale):
+        """Float tile z = keep / (1 - dropout_p): 0 where (query, key) is dropped, keep_scale elsewhere.
+
+        q_idx, k_idx: 2-D index tensors broadcasting to the tile (as for `_visible`); bh: the program's
+        batch * H + head; seed: int64 scalar.  The Philox counter is (q, k, bh, 0) whatever the tile
+        layout, so every kernel draws the same keep for a pair.  Kept when the first output's top 31
+        bits are >= drop_below = round(dropout_p 2^31) (P(drop) = drop_below / 2^31).
+        """
+        c0 = q_idx + k_idx * 0  # broadcast both indices to the full tile
+        c1 = k_idx + q_idx * 0
+        c2 = c0 * 0 + bh
+        r, _, _, _ = tl.philox(seed, c0, c1, c2, c2 * 0)
+        return tl.where((r >> 1).to(tl.int32, bitcast=True) >= drop_below, keep_scale, 0.0)
+
+    @_helper
     def _scores(q, k_ptrs, kv_mask, scale, DOT_PRECISION: tl.constexpr):
         """(BLOCK_M, BLOCK_N) float32 scores scale * q k^T for one key tile (k rows at k_ptrs)."""
         k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
@@ -199,10 +227,10 @@ if triton is not None:
 
     @triton.jit
     def _fwd_kernel(
-        Q, K, V, O, M, U, FS, ALPHA, KPM,
+        Q, K, V, O, M, U, FS, ALPHA, KPM, SEED,
         sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, skpm,
-        H, Nq, Nk, D, scale,
-        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr,
+        H, Nq, Nk, D, scale, drop_below, keep_scale,
+        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         SOFT_THRESHOLD: tl.constexpr, TOL_F: tl.constexpr, STALL: tl.constexpr, MAX_ITER_N: tl.constexpr,
         DOT_PRECISION: tl.constexpr,
@@ -280,10 +308,13 @@ if triton is not None:
             busy = tl.sum((~done & row_ok).to(tl.int32), 0)
             it += 1
 
-        # Last pass: acc = sum_j p~_j v_j and F = sum_j p~_j (p~ unnormalised), out = acc / F.
+        # Last pass: acc = sum_j p~_j z_j v_j and F = sum_j p~_j (p~ unnormalised; z the dropout
+        # scale, 1 without dropout), out = acc / F.
         acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
         f = tl.zeros((BLOCK_M,), tl.float32)
         zero_log_f = tl.zeros((BLOCK_M,), tl.float32)
+        if DROPOUT:
+            seed = tl.load(SEED)
         for start_n in range(0, n_end, BLOCK_N):
             offs_n = start_n + arange_n
             kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
@@ -292,6 +323,8 @@ if triton is not None:
             log_p, support = _log_p(s, m[:, None], u[:, None], zero_log_f[:, None], a1_eff, is_soft, vis)
             p = tl.where(support, tl.exp(log_p), 0.0)
             f += tl.sum(p, 1)
+            if DROPOUT:
+                p = p * _dropout_scale(seed, pid_bh, offs_m[:, None], offs_n[None, :], drop_below, keep_scale)
             v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
             acc += tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         f = tl.where(f > 0.0, f, 1.0)  # fully masked rows: acc = 0, and F = 1 keeps the backward finite
@@ -304,10 +337,10 @@ if triton is not None:
 
     @triton.jit
     def _bwd_dq_kernel(
-        Q, K, V, DO, DQ, M, U, FS, C, DALPHA, ALPHA, KPM,
+        Q, K, V, DO, DQ, M, U, FS, C, DALPHA, ALPHA, KPM, SEED,
         sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm, skpm,
-        H, Nq, Nk, D, scale,
-        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, NEED_DALPHA: tl.constexpr,
+        H, Nq, Nk, D, scale, drop_below, keep_scale,
+        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, NEED_DALPHA: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         SOFT_THRESHOLD: tl.constexpr, PSI_SWITCH: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ):  # fmt: skip
@@ -340,8 +373,10 @@ if triton is not None:
         n_end = Nk
         if CAUSAL:
             n_end = tl.minimum(Nk, (pid_m + 1) * BLOCK_M + Nk - Nq)
+        if DROPOUT:
+            seed = tl.load(SEED)
 
-        # Pass 1: c = sum s dP / sum s and the alpha sums, dP_j = dO . v_j.
+        # Pass 1: c = sum s dP / sum s and the alpha sums, dP_j = z_j dO . v_j (z: the dropout scale).
         sum_s = tl.zeros((BLOCK_M,), tl.float32)
         sum_sdp = tl.zeros((BLOCK_M,), tl.float32)
         sum_a = tl.zeros((BLOCK_M,), tl.float32)
@@ -355,6 +390,8 @@ if triton is not None:
             sw = tl.where(support, tl.exp((1.0 - a1_eff) * log_p), 0.0)  # s_j = p_j^(2 - alpha)
             v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
             dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+            if DROPOUT:
+                dp = dp * _dropout_scale(seed, pid_bh, offs_m[:, None], offs_n[None, :], drop_below, keep_scale)
             sum_s += tl.sum(sw, 1)
             sum_sdp += tl.sum(sw * dp, 1)
             if NEED_DALPHA:
@@ -382,6 +419,8 @@ if triton is not None:
             sw = tl.where(support, tl.exp((1.0 - a1_eff) * log_p), 0.0)
             v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
             dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+            if DROPOUT:
+                dp = dp * _dropout_scale(seed, pid_bh, offs_m[:, None], offs_n[None, :], drop_below, keep_scale)
             ds = sw * (dp - c[:, None])
             dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
         dq = dq * scale
@@ -389,11 +428,11 @@ if triton is not None:
 
     @triton.jit
     def _bwd_dkdv_kernel(
-        Q, K, V, DO, DK, DV, M, U, FS, C, ALPHA, KPM,
+        Q, K, V, DO, DK, DV, M, U, FS, C, ALPHA, KPM, SEED,
         sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
         sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, skpm,
-        H, Nq, Nk, D, scale,
-        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr,
+        H, Nq, Nk, D, scale, drop_below, keep_scale,
+        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         SOFT_THRESHOLD: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ):  # fmt: skip
@@ -422,6 +461,8 @@ if triton is not None:
         m_start = 0
         if CAUSAL:
             m_start = tl.maximum(pid_n * BLOCK_N - (Nk - Nq), 0) // BLOCK_M * BLOCK_M
+        if DROPOUT:
+            seed = tl.load(SEED)
 
         dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
         dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
@@ -443,13 +484,28 @@ if triton is not None:
             log_p, support = _log_p(s_t, m[None, :], u[None, :], log_f[None, :], a1_eff, is_soft, vis)
             p_t = tl.where(support, tl.exp(log_p), 0.0)
             sw_t = tl.where(support, tl.exp((1.0 - a1_eff) * log_p), 0.0)
+            if DROPOUT:  # dV takes the dropped weights p z, dS the dropped dP z
+                z_t = _dropout_scale(seed, pid_bh, offs_m[None, :], offs_n[:, None], drop_below, keep_scale)
+                p_t = p_t * z_t
             dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)
             dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+            if DROPOUT:
+                dp_t = dp_t * z_t
             ds_t = sw_t * (dp_t - c[None, :])
             dk += tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), input_precision=DOT_PRECISION)
         dk = dk * scale
         tl.store(DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=kv_mask)
         tl.store(DV + b * sdvb + h * sdvh + offs_n[:, None] * sdvn + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+    @triton.jit
+    def _keep_mask_kernel(SEED, KEEP, Nq, Nk, drop_below, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """KEEP[bh, i, j] = 1 where the kernels above keep (query i, key j) of (batch * H + head) bh."""
+        pid_bh = tl.program_id(2)
+        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        z = _dropout_scale(tl.load(SEED), pid_bh, offs_m[:, None], offs_n[None, :], drop_below, 1.0)
+        index = (pid_bh.to(tl.int64) * Nq + offs_m[:, None]) * Nk + offs_n[None, :]
+        tl.store(KEEP + index, (z != 0.0).to(tl.uint8), mask=(offs_m < Nq)[:, None] & (offs_n < Nk)[None, :])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -484,22 +540,49 @@ _INTERPRETER_TILES = (16, 16)
 _DOT_PRECISION = "ieee"
 
 
+def _drop_below(dropout_p: float) -> int:
+    """The kernels' integer dropout threshold: a pair is dropped when its 31 random bits are below it."""
+    return min(round(dropout_p * 2.0**31), 2**31 - 1)
+
+
+def dropout_seed(device: torch.device | str) -> torch.Tensor:
+    """A fresh dropout seed: a (1,) int64 tensor on `device`, one draw of torch's generator for that
+    device.  A forward with dropout draws its seed this way before anything else, so after
+    `torch.manual_seed(s)` this call returns the seed of the next such forward."""
+    return torch.randint(1 << 62, (1,), dtype=torch.int64, device=device)
+
+
+def dropout_keep_mask(seed: torch.Tensor, batch: int, heads: int, n_queries: int, n_keys: int, dropout_p: float) -> torch.Tensor:
+    """(batch, heads, n_queries, n_keys) bool on seed's device: True where entmax_attention with this
+    seed and dropout_p keeps a (query, key) pair (the same counter-based draws as the kernels)."""
+    if not available():
+        raise RuntimeError("dropout_keep_mask needs the `triton` package and a CUDA device (or TRITON_INTERPRET=1)")
+    keep = torch.empty((batch, heads, n_queries, n_keys), dtype=torch.uint8, device=seed.device)
+    if keep.numel():
+        grid = (triton.cdiv(n_queries, 64), triton.cdiv(n_keys, 64), batch * heads)
+        _keep_mask_kernel[grid](seed, keep, n_queries, n_keys, _drop_below(dropout_p), BLOCK_M=64, BLOCK_N=64)
+    return keep.bool()
+
+
 def _row_stride_ok(x: torch.Tensor) -> torch.Tensor:
     """x with a contiguous last dimension (the kernels index it with stride 1)."""
     return x if x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
 
 
 class _EntmaxAttention(Function):
-    """q, k, v (B, H, N, D), alpha (H,) float32-castable tensor -> out (B, H, Nq, D)."""
+    """q, k, v (B, H, N, D), alpha (H,) float32-castable tensor -> out (B, H, Nq, D); dropout_p in [0, 1)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, alpha, scale, key_padding_mask, causal):
+    def forward(ctx, q, k, v, alpha, scale, key_padding_mask, causal, dropout_p):
         B, H, Nq, D = q.shape
         Nk = k.shape[2]
         q, k, v = _row_stride_ok(q), _row_stride_ok(k), _row_stride_ok(v)
         alpha32 = alpha.detach().to(torch.float32).contiguous()
         has_kpm = key_padding_mask is not None
         kpm = key_padding_mask.to(torch.uint8).contiguous() if has_kpm else alpha32  # dummy pointer when absent
+        dropout = dropout_p > 0.0
+        seed = dropout_seed(q.device) if dropout else alpha32  # dummy pointer without dropout
+        dropout_args = (_drop_below(dropout_p), 1.0 / (1.0 - dropout_p)) if dropout else (0, 1.0)
         out = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
         m = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
         u = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
@@ -508,11 +591,11 @@ class _EntmaxAttention(Function):
             block_m, block_n, block_d, warps = _blocks(D, q.dtype)
             grid = (triton.cdiv(Nq, block_m), B * H)
             _fwd_kernel[grid](
-                q, k, v, out, m, u, f, alpha32, kpm,
+                q, k, v, out, m, u, f, alpha32, kpm, seed,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
                 kpm.stride(0) if has_kpm else 0,
-                H, Nq, Nk, D, float(scale),
-                HAS_KPM=has_kpm, CAUSAL=bool(causal),
+                H, Nq, Nk, D, float(scale), *dropout_args,
+                HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout,
                 BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
                 SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, TOL_F=TOL, STALL=STALL, MAX_ITER_N=MAX_ITER,
                 DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
@@ -522,20 +605,21 @@ class _EntmaxAttention(Function):
             m.zero_()
             u.zero_()
             f.fill_(1.0)
-        ctx.save_for_backward(q, k, v, alpha32, kpm, m, u, f)
+        ctx.save_for_backward(q, k, v, alpha32, kpm, m, u, f, seed)
         ctx.scale, ctx.has_kpm, ctx.causal = float(scale), has_kpm, bool(causal)
+        ctx.dropout, ctx.dropout_args = dropout, dropout_args
         ctx.alpha_dtype = alpha.dtype
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, alpha32, kpm, m, u, f = ctx.saved_tensors
+        q, k, v, alpha32, kpm, m, u, f, seed = ctx.saved_tensors
         B, H, Nq, D = q.shape
         Nk = k.shape[2]
         need_dalpha = ctx.needs_input_grad[3]
         if not (q.numel() and k.numel()):  # nothing was attended to: every gradient is zero
             dalpha = torch.zeros(H, dtype=ctx.alpha_dtype, device=q.device) if need_dalpha else None
-            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), dalpha, None, None, None
+            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), dalpha, None, None, None, None
         do = _row_stride_ok(grad_out.to(q.dtype))
         # Every element of these is written by exactly one program (masked stores cover Nq x D / Nk x D).
         dq = torch.empty_like(q)
@@ -543,28 +627,28 @@ class _EntmaxAttention(Function):
         dalpha_rows = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device) if need_dalpha else c  # c: unused pointer
         block_m, block_n, block_d, warps = _blocks(D, q.dtype)
         common = dict(
-            HAS_KPM=ctx.has_kpm, CAUSAL=ctx.causal, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+            HAS_KPM=ctx.has_kpm, CAUSAL=ctx.causal, DROPOUT=ctx.dropout, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
             SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
         )  # fmt: skip
         skpm = kpm.stride(0) if ctx.has_kpm else 0
         # Runs first even when only k or v need gradients: it writes c, which the key tiles read.
         _bwd_dq_kernel[(triton.cdiv(Nq, block_m), B * H)](
-            q, k, v, do, dq, m, u, f, c, dalpha_rows, alpha32, kpm,
+            q, k, v, do, dq, m, u, f, c, dalpha_rows, alpha32, kpm, seed,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3], skpm,
-            H, Nq, Nk, D, ctx.scale, NEED_DALPHA=need_dalpha, PSI_SWITCH=_PSI_SWITCH, **common,
+            H, Nq, Nk, D, ctx.scale, *ctx.dropout_args, NEED_DALPHA=need_dalpha, PSI_SWITCH=_PSI_SWITCH, **common,
         )  # fmt: skip
         dk = dv = None
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
             dk = torch.empty_like(k)
             dv = torch.empty_like(v)
             _bwd_dkdv_kernel[(triton.cdiv(Nk, block_n), B * H)](
-                q, k, v, do, dk, dv, m, u, f, c, alpha32, kpm,
+                q, k, v, do, dk, dv, m, u, f, c, alpha32, kpm, seed,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
                 *dk.stride()[:3], *dv.stride()[:3], skpm,
-                H, Nq, Nk, D, ctx.scale, **common,
+                H, Nq, Nk, D, ctx.scale, *ctx.dropout_args, **common,
             )  # fmt: skip
         dalpha = dalpha_rows.sum((0, 2)).to(ctx.alpha_dtype) if need_dalpha else None
-        return dq, dk, dv, dalpha, None, None, None
+        return dq, dk, dv, dalpha, None, None, None, None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -581,12 +665,16 @@ def entmax_attention(
     scale: float | None = None,
     key_padding_mask: torch.Tensor | None = None,
     causal: bool = False,
+    dropout_p: float = 0.0,
+    training: bool = True,
 ) -> torch.Tensor:
     """alpha-entmax attention, O(N) memory.  q (B, H, Nq, D), k / v (B, H, Nk, D) -> (B, H, Nq, D).
 
     alpha: float in [1, 2] or a tensor of shape (H,), (1, H, 1, 1) or () (gradients flow to it).
     scale: score scale, default 1 / sqrt(D).
     key_padding_mask: (B, Nk) bool, True = real key.  causal: query i sees keys j <= i + Nk - Nq.
+    dropout_p: attention dropout rate in [0, 1), applied when `training` (as F.dropout); each such
+    call draws its seed from torch's generator for the device (module docstring: Attention dropout).
     Autograd for q, k, v and a tensor alpha.  See the module docstring for dtypes and devices.
     """
     if not available():
@@ -594,13 +682,16 @@ def entmax_attention(
             "entmax_attention (Triton) needs the `triton` package and a CUDA device (or TRITON_INTERPRET=1 for the CPU interpreter)"
         )
     _check_inputs(q, k, v, key_padding_mask)
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"entmax_attention: dropout_p must be a number in [0, 1), got {dropout_p!r}")
     B, H, Nq, D = q.shape
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     alpha_t = _alpha_tensor(alpha, H, q.device)
     if key_padding_mask is not None:
         key_padding_mask = key_padding_mask.to(q.device)
-    return _EntmaxAttention.apply(q, k, v, alpha_t, float(scale), key_padding_mask, bool(causal))
+    rate = float(dropout_p) if training else 0.0
+    return _EntmaxAttention.apply(q, k, v, alpha_t, float(scale), key_padding_mask, bool(causal), rate)
 
 
 def _check_inputs(q, k, v, key_padding_mask) -> None:
