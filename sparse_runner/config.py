@@ -19,7 +19,7 @@ from sparse_runner.checks import ConfigError, choice, fail, in_unit_interval, po
 from sparse_runner.models.config import ModelConfig, block_pattern_names, check_attention_layers, check_model_config, check_model_keys
 from sparse_runner.identity import CONF_DIR, register_resolvers
 from sparse_runner.tasks import Task, task_families
-from sparse_runner.training.regularisers import RDROP_TASK_LOSSES, REGULARISERS
+from sparse_runner.training.regularisers import check_regulariser_config
 from sparse_runner.training.trainer import PRECISIONS
 
 
@@ -64,9 +64,6 @@ class TrainerConfig:
     progress: str
     progress_every_s: Optional[float]
     resume: bool
-    regulariser: str
-    regulariser_weight: float
-    rdrop_task_loss: str
     test_topology_shift: int
 
 
@@ -177,6 +174,7 @@ def _check_values(cfg: DictConfig, task_class: type[Task]) -> None:
     if not SEED_RANGE[0] <= cfg.seed <= SEED_RANGE[1]:
         fail("seed", f"must be an integer in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {cfg.seed}")
     check_model_config(m)
+    check_regulariser_config(m)
     check_model_keys(m, task_class.model_keys, f"task family {task_class.family!r}")
     check_attention_layers(m, task_class.model_keys)
     positive("task.max_length", t.max_length)
@@ -202,11 +200,6 @@ def _check_values(cfg: DictConfig, task_class: type[Task]) -> None:
     choice("trainer.precision", tr.precision, PRECISIONS)
     choice("trainer.schedule", tr.schedule, SCHEDULES)
     choice("trainer.monitor", tr.monitor, ("auto",) + monitor_choices(task_class))
-    choice("trainer.regulariser", tr.regulariser, sorted(REGULARISERS))
-    positive("trainer.regulariser_weight", tr.regulariser_weight, allow_zero=True)
-    choice("trainer.rdrop_task_loss", tr.rdrop_task_loss, RDROP_TASK_LOSSES)
-    if tr.rdrop_task_loss != "both" and tr.regulariser != "rdrop":
-        fail("trainer.rdrop_task_loss", f"is an option of R-Drop, and trainer.regulariser is {tr.regulariser!r}", "both (the default), or trainer.regulariser=rdrop")
     positive("trainer.test_topology_shift", tr.test_topology_shift, allow_zero=True)
     positive("trainer.progress_every_s", tr.progress_every_s, allow_none=True, allow_zero=True)
     if tr.test_topology_shift and m.pattern not in block_pattern_names():
@@ -227,15 +220,41 @@ def _resolve_monitor(cfg: DictConfig, task_class: type[Task]) -> None:
 
 
 # ------------------------------------------------------------------------------- error messages
+# Keys the schema does not have, and the key that holds each setting (the regulariser and the normaliser are
+# axes whose own options are checked by the registered class, as a pattern's are).
+RENAMED_KEYS = {
+    "model.sar": "regulariser=sar, with model.regulariser_options.weight / shift / random_shift",
+    "trainer.regulariser": "regulariser=NAME (model.regulariser)",
+    "trainer.regulariser_weight": "model.regulariser_options.weight",
+    "trainer.rdrop_task_loss": "model.regulariser_options.task_loss (regulariser=rdrop)",
+    "model.alpha": "model.normaliser_options.alpha (normaliser=alpha_entmax)",
+    "model.alpha_init": "model.normaliser_options.alpha_init (normaliser=alpha_entmax)",
+}
+
+
+def renamed_key(full_key: str) -> str | None:
+    """The key (or group choice) that holds the setting `full_key` names when it is one of RENAMED_KEYS (a
+    pre-training stage's `pretrain.trainer.*` as the run's own), else None."""
+    key = full_key.removeprefix("pretrain.")
+    for old, new in RENAMED_KEYS.items():
+        if key == old or key.startswith(old + "."):
+            return new
+    return None
+
+
 def describe_omegaconf_error(exc: OmegaConfBaseException, family: str | None = None) -> str:
     """One line from an OmegaConf error: the full key, the problem, and the valid keys if relevant."""
     full_key = getattr(exc, "full_key", None) or ""
     msg = str(exc).split("\n")[0].strip()
     missing = re.match(r"Key '([^']+)' (?:not in|is not in struct)", msg)
-    if missing and full_key.startswith("model.pattern_options."):
-        # A preset sets only some options: another one is a new key, which Hydra only adds with '+'
-        # ('++' adds or overrides, so it also works across a sweep of presets).
-        return f"{full_key}: a pattern option the preset does not set is a new key; add it with '++{full_key}=VALUE' (the pattern checks it)"
+    if missing and renamed_key(full_key):
+        return f"{full_key}: not a key; the setting is {renamed_key(full_key)}"
+    for options in ("pattern_options", "normaliser_options", "regulariser_options"):
+        if missing and full_key.startswith(f"model.{options}."):
+            # A preset sets only some options: another one is a new key, which Hydra only adds with '+'
+            # ('++' adds or overrides, so it also works across a sweep of presets).
+            owner = options.split("_")[0]
+            return f"{full_key}: a {owner} option the preset does not set is a new key; add it with '++{full_key}=VALUE' (the {owner} checks it)"
     if missing:
         return f"{full_key or missing.group(1)}: unknown key; valid keys: {', '.join(valid_keys(full_key, family))}"
     conversion = re.match(r"Value '(.*?)' (?:of type '(\w+)' )?could not be converted to (\w+)", msg)

@@ -46,7 +46,7 @@ class Axes:
     normaliser: str   # softmax | sparsemax | entmax15 | alpha_entmax (learned per head) | alpha_entmax(1.3) (fixed)
     pattern: str      # dense | causal | local | bigbird | hst
     geometry: str     # h4 (standard heads: d_model / heads each) | h8_qkv64 (standard, qkv_dim / heads) | h8_dp32 (fixed d_p = 32)
-    regulariser: str  # none | sar | rdrop | sar+rdrop
+    regulariser: str  # none | sar | rdrop
     pretrained: bool  # fine-tuned from a masked-LM pre-training (a stage or model.init_from)
 
     def label(self) -> str:
@@ -69,16 +69,14 @@ def _get(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
 def axes(config: Mapping[str, Any]) -> Axes:
     """The axes of a resolved config (a nested dict, as metrics.json's `config`)."""
     normaliser = str(_get(config, "model.normaliser", "softmax"))
-    alpha = _get(config, "model.alpha")
+    alpha = _get(config, "model.normaliser_options.alpha")
     if normaliser == "alpha_entmax" and alpha is not None:
         normaliser = f"alpha_entmax({float(alpha):g})"
     heads = _get(config, "model.num_heads")
     head_size = _get(config, "model.head_size")
     qkv_dim = _get(config, "model.qkv_dim")
     geometry = f"h{heads}" + (f"_dp{head_size}" if head_size is not None else f"_qkv{qkv_dim}" if qkv_dim is not None else "")
-    sar = float(_get(config, "model.sar.weight", 0.0) or 0.0) > 0
-    extra = str(_get(config, "trainer.regulariser", "none") or "none")
-    regulariser = "+".join([*(["sar"] if sar else []), *([extra] if extra != "none" else [])]) or "none"
+    regulariser = str(_get(config, "model.regulariser", "none") or "none")
     pretrained = _get(config, "pretrain.task") is not None or _get(config, "model.init_from") is not None
     return Axes(normaliser, str(_get(config, "model.pattern", "dense")), geometry, regulariser, bool(pretrained))
 

@@ -23,7 +23,7 @@ from sparse_runner.checks import ConfigError
 from sparse_runner.models import build_classifier
 from sparse_runner.models.config import default_model
 from sparse_runner.tasks import build_task
-from sparse_runner.training.regularisers import r_drop, symmetric_kl
+from sparse_runner.training.regularisers import symmetric_kl
 from sparse_runner.training.trainer import Trainer
 from tests.test_block_patterns import dense_weights, reference
 
@@ -224,7 +224,7 @@ def test_sar_s_second_pass_keeps_the_random_blocks_of_the_first():
 # ----------------------------------------------------------------------------- R-Drop: both task losses
 def rdrop_step(tiny_config, tmp_path, *overrides: str):
     """(trainer, task, model, batch): a float64 tiny ListOps model under R-Drop, and its first batch."""
-    cfg = tiny_config("trainer.regulariser=rdrop", "trainer.regulariser_weight=0.5", *overrides)
+    cfg = tiny_config("regulariser=rdrop", "model.regulariser_options.weight=0.5", *overrides)
     task = build_task(cfg)
     torch.manual_seed(0)
     model = task.build_model(cfg.model).double()
@@ -244,7 +244,7 @@ def by_hand(task, model, batch, seed: int, task_loss: str):
 
 def test_without_dropout_r_drop_is_the_task_loss(tiny_config, tmp_path):
     trainer, task, model, batch = rdrop_step(tiny_config, tmp_path, "model.dropout=0.0", "model.attention_dropout=0.0")
-    assert trainer.tcfg.rdrop_task_loss == "both"
+    assert trainer.regulariser.options.task_loss == "both"
     out = trainer.training_step(batch)
     assert float(out.stats["rdrop_kl"]) == pytest.approx(0.0, abs=1e-12)
     torch.testing.assert_close(out.loss, task.forward_loss(model, batch).loss)
@@ -252,7 +252,7 @@ def test_without_dropout_r_drop_is_the_task_loss(tiny_config, tmp_path):
 
 @pytest.mark.parametrize("task_loss", ["both", "first"])
 def test_r_drop_loss_and_gradient_are_the_papers(tiny_config, tmp_path, task_loss):
-    trainer, task, model, batch = rdrop_step(tiny_config, tmp_path, "model.dropout=0.3", f"trainer.rdrop_task_loss={task_loss}")
+    trainer, task, model, batch = rdrop_step(tiny_config, tmp_path, "model.dropout=0.3", f"model.regulariser_options.task_loss={task_loss}")
     torch.manual_seed(7)
     out = trainer.training_step(batch)
     grads = torch.autograd.grad(out.loss, list(model.parameters()), allow_unused=True)
@@ -266,16 +266,11 @@ def test_r_drop_loss_and_gradient_are_the_papers(tiny_config, tmp_path, task_los
     assert any(g is not None and not torch.allclose(g, o) for g, o in zip(grads, other)), "the second pass's task loss counts or not"
 
 
-def test_r_drop_refuses_an_unknown_task_loss():
-    with pytest.raises(ValueError, match="task_loss"):
-        r_drop(None, None, {}, None, task_loss="second")
-
-
 @pytest.mark.parametrize(
     "overrides, expected",
     [
-        (["trainer.regulariser=rdrop", "trainer.rdrop_task_loss=second"], "trainer.rdrop_task_loss: unknown value 'second'; valid: both, first"),
-        (["trainer.rdrop_task_loss=first"], "trainer.rdrop_task_loss: is an option of R-Drop, and trainer.regulariser is 'none'"),
+        (["regulariser=rdrop", "model.regulariser_options.task_loss=second"], "model.regulariser_options.task_loss: unknown value 'second'; valid: both, first"),
+        (["++model.regulariser_options.task_loss=first"], "model.regulariser_options.task_loss: regulariser 'none' takes no options"),
     ],
 )
 def test_a_bad_rdrop_task_loss_is_one_line(tiny_config, overrides, expected):
@@ -288,12 +283,12 @@ def test_rdrop_task_loss_is_a_result_key(tiny_config):
     from sparse_runner.identity import result_keys
     from sparse_runner.run_metrics import NON_RESULT_KEYS
 
-    assert "trainer.rdrop_task_loss" not in NON_RESULT_KEYS
-    cfg = tiny_config("regulariser=rdrop", "trainer.rdrop_task_loss=first")
-    assert cfg.trainer.rdrop_task_loss == "first"
+    assert "model.regulariser_options.task_loss" not in NON_RESULT_KEYS
+    cfg = tiny_config("regulariser=rdrop", "model.regulariser_options.task_loss=first")
+    assert cfg.model.regulariser_options.task_loss == "first"
     from omegaconf import OmegaConf
 
-    assert result_keys(OmegaConf.to_container(cfg))["trainer.rdrop_task_loss"] == "first"
+    assert result_keys(OmegaConf.to_container(cfg))["model.regulariser_options.task_loss"] == "first"
 
 
 # ----------------------------------------------------------------------------- runs written before rdrop_task_loss
@@ -312,9 +307,12 @@ def test_a_run_without_rdrop_task_loss_resumes_only_as_what_it_computed():
 
 def test_the_report_files_a_run_without_rdrop_task_loss_as_first_pass_r_drop():
     from sparse_runner.reporting.presets import Keys, differences
+    from sparse_runner.reporting.runs import current_keys
 
-    preset = Keys.of({"trainer.regulariser": "rdrop", "trainer.rdrop_task_loss": "both"})
-    old = Keys.of({"trainer.regulariser": "rdrop"})
-    assert differences(old, preset) == {"trainer.rdrop_task_loss": "first"}
-    plain = Keys.of({"trainer.regulariser": "none"})
-    assert "trainer.rdrop_task_loss" not in differences(plain, Keys.of({"trainer.regulariser": "none", "trainer.rdrop_task_loss": "both"}))
+    model = {"normaliser": "softmax", "alpha": None, "alpha_init": "random", "sar": {"weight": 0.0, "shift": 1, "random_shift": False}}
+    preset = Keys.of({"model": {"normaliser": "softmax", "normaliser_options": {}, "regulariser": "rdrop",
+                                "regulariser_options": {"weight": 1.0, "task_loss": "both"}}})
+    old = Keys.of(current_keys({"model": model, "trainer": {"regulariser": "rdrop", "regulariser_weight": 1.0}}))
+    assert differences(old, preset) == {"model.regulariser_options.task_loss": "first"}
+    both = Keys.of(current_keys({"model": model, "trainer": {"regulariser": "rdrop", "regulariser_weight": 1.0, "rdrop_task_loss": "both"}}))
+    assert differences(both, preset) == {}

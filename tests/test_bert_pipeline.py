@@ -356,7 +356,7 @@ def test_mnli_files_hold_matched_and_mismatched_test_pairs(data, cache_dir):
     ["model.positions=sinusoidal", "model.norm_first=false"],
 ])
 def test_bert_parameter_formula_counts_the_masked_lm(data, cache_dir, overrides):
-    from sparse_runner.reporting.papers.bhojanapalli2020_bert import bert_parameters
+    from sparse_runner.reporting.papers.bhojanapalli2020.bert import bert_parameters
 
     cfg = config(cache_dir, *MLM, f"task.data_dir={data['corpus']}", *overrides)
     m = cfg.model
@@ -388,7 +388,7 @@ def test_gpu_presets_have_the_published_parameter_counts(experiment, sweep, publ
 def test_rdrop_on_span_logits_stays_finite(pretrained, data, cache_dir, tmp_path):
     """R-Drop compares the two passes' start and end distributions over positions; padding must not
     turn the KL into NaN."""
-    cfg = config(cache_dir, *squad_args(data), f"model.init_from={pretrained}", "trainer.regulariser=rdrop", "trainer.max_steps=4")
+    cfg = config(cache_dir, *squad_args(data), f"model.init_from={pretrained}", "regulariser=rdrop", "trainer.max_steps=4")
     run(cfg, tmp_path)
     lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines() if "train/loss" in line]
     assert lines and all(np.isfinite(line["train/loss"]) and np.isfinite(line["train/rdrop_kl"]) for line in lines)

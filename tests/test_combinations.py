@@ -93,7 +93,7 @@ REFUSED = {
     ),
     "adasplash-learned-alpha": (
         ["normaliser=alpha_entmax", "model.attention_impl=adasplash"],
-        "model.attention_impl: 'adasplash' takes one fixed alpha in (1, 2], and 'alpha_entmax' learns one alpha per head (model.alpha is null); "
+        "model.attention_impl: 'adasplash' takes one fixed alpha in (1, 2], and 'alpha_entmax' learns one alpha per head (model.normaliser_options.alpha is null); "
         "valid with alpha_entmax: auto, explicit, memory_efficient, triton",
     ),
     "adasplash-softmax": (
@@ -125,7 +125,7 @@ WORKS = {
     # softmax trains through SDPA (with its dropout); the kernel only computes the analysis' weights.
     "softmax-dropout-triton": ["normaliser=softmax", "model.attention_dropout=0.1", "model.attention_impl=triton"],
     "learned-alpha-triton": ["normaliser=alpha_entmax", "model.attention_impl=triton"],
-    "fixed-alpha-adasplash": ["normaliser=alpha_entmax", "model.alpha=1.5", "model.attention_impl=adasplash"],
+    "fixed-alpha-adasplash": ["normaliser=alpha_entmax", "++model.normaliser_options.alpha=1.5", "model.attention_impl=adasplash"],
     # Refused only where the class says its alpha (Normaliser.constant_alpha): here it is known at run time.
     "unsaid-alpha-adasplash": ["model.normaliser=own_alpha", "model.attention_impl=adasplash"],
 }

@@ -64,8 +64,8 @@ BAD_OVERRIDES = {
     "model.head_size=0": ("model.head_size", "> 0"),
     "model.num_heads=3": ("model.num_heads", "does not divide"),
     "model.normaliser=sparsemaxx": ("model.normaliser", "valid: alpha_entmax, entmax15, softmax, sparsemax"),
-    "model.alpha=2.5": ("model.alpha", "[1, 2]"),
-    "model.alpha_init=big": ("model.alpha_init", "random"),
+    "model.normaliser_options.alpha=1.3": ("model.normaliser_options.alpha", "++model.normaliser_options.alpha=VALUE"),
+    "++model.normaliser_options.alpha=1.3": ("model.normaliser_options.alpha", "normaliser 'softmax' takes no options"),
     "model.pattern=diagonal": ("model.pattern", "valid: bigbird, causal, dense, hst, local"),
     "trainer.schedule=exp": ("trainer.schedule", "valid: constant, linear, inverse_sqrt, cosine"),
     "trainer.precision=fp8": ("trainer.precision", "valid: fp32, bf16, fp16"),
@@ -76,8 +76,10 @@ BAD_OVERRIDES = {
     "model.pattern_options.block_size=4": ("model.pattern_options.block_size", "+model.pattern_options.block_size=VALUE"),
     "+model.pattern_options.block_size=4": ("model.pattern_options.block_size", "pattern 'dense' takes no options"),
     "model.decoder_layers=2": ("model.decoder_layers", "task family 'listops' does not use this key"),
-    "trainer.regulariser=dropout": ("trainer.regulariser", "valid: none, rdrop"),
-    "trainer.regulariser_weight=-1": ("trainer.regulariser_weight", ">= 0"),
+    "regulariser=dropout": ("regulariser=dropout", "valid: none, rdrop, sar"),
+    "model.regulariser=dropout": ("model.regulariser", "valid: none, rdrop, sar"),
+    "regulariser=sar": ("model.regulariser", "SAR shifts block boundaries", "pattern 'dense' has none"),
+    "+model.regulariser_options.weight=1": ("model.regulariser_options.weight", "regulariser 'none' takes no options"),
     "model.num_heads=2,4": ("is a sweep", "-m"),
     "trainer.max_steps=[": ("trainer.max_steps", ""),
 }
@@ -89,6 +91,49 @@ def test_a_sweep_over_presets_needs_plus_plus_for_a_key_only_some_presets_have()
     with pytest.raises(ConfigError, match=r"model.pattern_options.block_size: a multirun first composes .* write it as \+\+model"):
         preflight(TINY + ["model=local,hst", "model.pattern_options.block_size=8"], multirun=True)
     preflight(TINY + ["model=local,hst", "++model.pattern_options.block_size=8"], multirun=True)
+
+
+# Bad values of an axis's own options, as the registered class checks them.
+BAD_OPTIONS = {
+    ("normaliser=alpha_entmax", "++model.normaliser_options.alpha=2.5"): ("model.normaliser_options.alpha", "[1, 2]"),
+    ("normaliser=alpha_entmax", "++model.normaliser_options.alpha_init=big"): ("model.normaliser_options.alpha_init", "random"),
+    ("regulariser=rdrop", "model.regulariser_options.weight=-1"): ("model.regulariser_options.weight", ">= 0"),
+    ("regulariser=rdrop", "model.regulariser_options.task_loss=last"): ("model.regulariser_options.task_loss", "valid: both, first"),
+    ("model=ernie_sparse", "model.regulariser_options.shift=64"): ("model.regulariser_options.shift", "[0, 64)"),
+}
+
+
+@pytest.mark.parametrize("overrides", list(BAD_OPTIONS))
+def test_bad_option_of_an_axis_is_one_clear_line(overrides):
+    with pytest.raises(ConfigError) as info:
+        preflight(TINY + list(overrides), multirun=False)
+    message = str(info.value)
+    assert "\n" not in message
+    for part in BAD_OPTIONS[overrides]:
+        assert part in message, message
+
+
+# Keys of settings that live elsewhere: one line naming where.
+RENAMED = {
+    "model.sar.weight=1": "regulariser=sar, with model.regulariser_options.weight",
+    "+model.sar.weight=1": "regulariser=sar, with model.regulariser_options.weight",
+    "trainer.regulariser=rdrop": "regulariser=NAME (model.regulariser)",
+    "trainer.regulariser_weight=0.5": "model.regulariser_options.weight",
+    "trainer.rdrop_task_loss=first": "model.regulariser_options.task_loss",
+    "model.alpha=1.3": "model.normaliser_options.alpha",
+    "model.alpha_init=1.5": "model.normaliser_options.alpha_init",
+    "+pretrain.trainer.regulariser=rdrop": "regulariser=NAME (model.regulariser)",
+}
+
+
+@pytest.mark.parametrize("override", list(RENAMED))
+def test_a_key_whose_setting_lives_elsewhere_is_refused_naming_the_new_key(override):
+    with pytest.raises(ConfigError) as info:
+        preflight(TINY + [override], multirun=False)
+    key = override.lstrip("+").split("=")[0]
+    message = str(info.value)
+    assert key.startswith(message.split(":")[0]) and f": not a key; the setting is {RENAMED[override]}" in message, message
+    assert "\n" not in message
 
 
 @pytest.mark.parametrize("override", list(BAD_OVERRIDES))

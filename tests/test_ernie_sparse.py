@@ -17,7 +17,7 @@ from sparse_runner.models import build_classifier
 from sparse_runner.models.config import default_model
 from sparse_runner.run import run
 from sparse_runner.tasks.base import StepOutput
-from sparse_runner.training.regularisers import sar
+from sparse_runner.training.regularisers import build_regulariser
 
 
 # ----------------------------------------------------------------------------- layout
@@ -88,7 +88,7 @@ def test_padding_does_not_change_a_sequence_s_output():
 
 # ----------------------------------------------------------------------------- SAR
 class ClassifierTask:
-    """The least of a task that `sar` needs: forward_loss over a batch of tokens."""
+    """The least of a task that SAR needs: forward_loss over a batch of tokens."""
 
     def forward_loss(self, model, batch):
         logits = model(batch["tokens"], batch["lengths"])
@@ -101,7 +101,8 @@ def sar_loss(model, shift, random_shift=False):
     batch = {"tokens": torch.randint(1, 20, (4, 30), generator=g), "lengths": torch.tensor([30, 21, 9, 14]), "labels": torch.tensor([0, 1, 2, 0])}
     task = ClassifierTask()
     first = task.forward_loss(model, batch)
-    return sar(shift, random_shift)(task, model, batch, first)
+    result = build_regulariser("sar", {"weight": 1.0, "shift": shift, "random_shift": random_shift})(task, model, batch, first)
+    return result.loss, result.stats
 
 
 def test_sar_is_zero_without_a_shift_and_without_dropout():
@@ -155,9 +156,9 @@ def test_presets_compose_with_every_normaliser_and_a_free_head_size(tiny_config,
 @pytest.mark.parametrize(
     "overrides, expected",
     [
-        (["model=softmax", "model.sar.weight=1.0"], "model.sar.weight: SAR shifts block boundaries, and pattern 'dense' has none"),
-        (["model=ernie_sparse", "model.sar.shift=64"], "model.sar.shift: must be in 0 .. block_size - 1 = 63"),
-        (["model=ernie_sparse", "model.sar.weight=-1"], "model.sar.weight"),
+        (["model=softmax", "regulariser=sar"], "model.regulariser: SAR shifts block boundaries, and pattern 'dense' has none"),
+        (["model=ernie_sparse", "model.regulariser_options.shift=64"], "model.regulariser_options.shift: must be in 0 .. block_size - 1 = 63"),
+        (["model=ernie_sparse", "model.regulariser_options.weight=-1"], "model.regulariser_options.weight"),
         (["model=softmax", "trainer.test_topology_shift=2"], "trainer.test_topology_shift: pattern 'dense' has no block boundaries"),
         (["model=hst", "model.pattern_options.representatives=mean"], "model.pattern_options.representatives"),
         (["model=bigbird", "model.pattern_options.window=2"], "model.pattern_options.window: bad value 2; valid: an odd int > 0"),

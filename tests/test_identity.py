@@ -55,7 +55,7 @@ def test_axes_of_recipes_and_overrides():
     assert axes(resolved("model=ernie_sparse", "normaliser=entmax15")).label() == "entmax15 · hst · h2 · sar"
     assert axes(resolved("model=hst", "regulariser=rdrop")).regulariser == "rdrop"
     assert axes(resolved("model=fixed_head", "model.num_heads=8")).geometry == "h8_dp32"
-    assert axes(resolved("normaliser=alpha_entmax", "model.alpha=1.5")).normaliser == "alpha_entmax(1.5)"
+    assert axes(resolved("normaliser=alpha_entmax", "++model.normaliser_options.alpha=1.5")).normaliser == "alpha_entmax(1.5)"
     assert axes(resolved("experiment=bhojanapalli2020_table2b_cpu", tiny=False)).pretrained
 
 

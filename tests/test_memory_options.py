@@ -37,7 +37,7 @@ def config(kind: str, data_dirs: dict[str, Path], cache_dir: Path, *extra: str):
     elif kind == "lm":
         overrides, tiny = [*TINY_LM, f"task.data_dir={data_dirs['lm']}", *extra], False
     elif kind == "sar":  # SAR's second pass with every block boundary moved 3 tokens
-        overrides, tiny = ["model=ernie_sparse", "model.pattern_options.block_size=8", "model.sar.shift=3", *extra], True
+        overrides, tiny = ["model=ernie_sparse", "model.pattern_options.block_size=8", "model.regulariser_options.shift=3", *extra], True
     else:
         overrides, tiny = list(extra), True
     return validate(compose_config(overrides, cache_dir=cache_dir, tiny=tiny))

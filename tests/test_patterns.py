@@ -243,15 +243,15 @@ class Reads:
 def test_builders_read_exactly_their_declared_keys():
     m = Reads(default_model(d_model=16, num_layers=1, num_heads=2, ffn_dim=32))
     build_classifier(m, vocab_size=10, num_classes=3, max_length=8, pad_id=0)
-    assert m.keys == CLASSIFIER_KEYS - {"sar"}  # SAR is the trainer's to read; these models honour it
+    assert m.keys == CLASSIFIER_KEYS
     m = Reads(default_model(d_model=16, num_layers=1, num_heads=2, ffn_dim=32))
     build_seq2seq(m, vocab_size=10, max_positions=16, pad_id=0)
-    assert m.keys == SEQ2SEQ_KEYS - {"sar"}
+    assert m.keys == SEQ2SEQ_KEYS
     from sparse_runner.models import BERT_KEYS
     from sparse_runner.models.bert import build_masked_lm, build_pair_classifier, build_span_extractor
 
     for build, extra in ((build_masked_lm, {}), (build_span_extractor, {}), (build_pair_classifier, {"num_classes": 3})):
         m = Reads(default_model(d_model=16, num_layers=1, num_heads=2, ffn_dim=32))
         build(m, vocab_size=10, max_length=8, pad_id=0, **extra)
-        assert m.keys == BERT_KEYS - {"sar", "init_from"}  # init_from: the task reads it (tasks/bert_text.py)
+        assert m.keys == BERT_KEYS - {"init_from"}  # init_from: the task reads it (tasks/bert_text.py)
     assert CLASSIFIER_KEYS | SEQ2SEQ_KEYS | BERT_KEYS == set(MODEL_KEYS) - {"name"}  # every key is read by some model

@@ -37,10 +37,10 @@ def write_run(root: Path, name: str, family: str = "listops", *, experiment: str
               lr: float | None = None, block: int | None = None, status: str = "completed",
               data: dict | None = None) -> Path:
     """An LRA run of `model` (CPU preset of `family` unless `experiment` says otherwise) with the overrides
-    `sar` (model.sar.weight), `regulariser`, `shift` (trainer.test_topology_shift), `lr` and `block`
-    (model.pattern_options.block_size) where given."""
-    more = [*([f"model.sar.weight={sar}"] if sar is not None else []),
-            *([f"trainer.regulariser={regulariser}"] if regulariser != "none" else []),
+    `sar` (regulariser=sar with this weight; 0: regulariser=none), `regulariser`, `shift`
+    (trainer.test_topology_shift), `lr` and `block` (model.pattern_options.block_size) where given."""
+    more = [*((["regulariser=sar", f"model.regulariser_options.weight={sar}"] if sar else ["regulariser=none"]) if sar is not None else []),
+            *([f"regulariser={regulariser}"] if regulariser != "none" else []),
             *([f"trainer.test_topology_shift={shift}"] if shift else []),
             *([f"trainer.lr={lr}"] if lr is not None else []),
             *([f"model.pattern_options.block_size={block}"] if block is not None else [])]
@@ -148,24 +148,22 @@ def test_rows_are_the_variant_presets_the_runs_are(tmp_path: Path) -> None:
     write_run(tmp_path, "nosar", sar=0.0, acc=0.41)                        # ernie_sparse with SAR off: it is hst
     write_run(tmp_path, "hst_sar", model="hst", sar=1.0, acc=0.39, seed=1)  # hst with ernie_sparse's SAR: it is that
     write_run(tmp_path, "hst_rdrop", model="hst", regulariser="rdrop", acc=0.42)
-    write_run(tmp_path, "sar_rdrop", regulariser="rdrop", acc=0.43)
     write_run(tmp_path, "hst_sar_half", model="hst", sar=0.5, acc=0.44)    # a SAR weight no preset has
     table = tables(tmp_path)["ernie_sparse_lra"]
     assert labels(table, OURS_CPU) == [
         "Transformer (softmax)", "Local Attention (local)", "BigBird (bigbird)", HST, ERNIE, BIGBIRD_SAR,
-        "HST + R-Drop (hst)", "HST + SAR + R-Drop (ernie_sparse)"]
+        "HST + R-Drop (hst)"]
     assert row(table, ERNIE, OURS_CPU)["ListOps"] == "39.50 ± 0.71 (n=2)"   # sar and hst_sar: two seeds of it
     assert row(table, HST, OURS_CPU)["ListOps"] == "41.00"
-    rdrop = row(table, "HST + SAR + R-Drop (ernie_sparse)", OURS_CPU)
-    assert rdrop["ListOps"] == "43.00"
-    assert rdrop["Image"] == "run: sparse-run experiment=lra_image_cpu model=ernie_sparse trainer.regulariser=rdrop"
-    assert row(table, "HST + R-Drop (hst)", OURS_CPU)["ListOps"] == "42.00"
+    rdrop = row(table, "HST + R-Drop (hst)", OURS_CPU)
+    assert rdrop["ListOps"] == "42.00"
+    assert rdrop["Image"] == "run: sparse-run experiment=lra_image_cpu model=hst regulariser=rdrop"
     half = row(table, "softmax · hst · h4 · sar", "ours: other runs (nearest: CPU presets, model=ernie_sparse; "
-                                                  "model.sar.weight=0.5)")
+                                                  "model.regulariser_options.weight=0.5)")
     assert half["ListOps"] == "44.00" and half["Text"] == ""               # no preset: no command
-    assert ("HST + SAR + R-Drop (ernie_sparse), ours: CPU presets: `sparse-run -m experiment=lra_listops_cpu,"
-            "lra_text_cpu,lra_retrieval_cpu,lra_image_cpu,lra_pathfinder_cpu model=ernie_sparse "
-            "trainer.regulariser=rdrop seed=0,1,2`") in table.notes
+    assert ("HST + R-Drop (hst), ours: CPU presets: `sparse-run -m experiment=lra_listops_cpu,"
+            "lra_text_cpu,lra_retrieval_cpu,lra_image_cpu,lra_pathfinder_cpu model=hst "
+            "regulariser=rdrop seed=0,1,2`") in table.notes
     assert not [r for r in table.rows if r[1] == OURS_PAPER and "R-Drop" in r[0]]   # only where runs exist
 
 

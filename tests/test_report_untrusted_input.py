@@ -119,7 +119,7 @@ def test_a_run_value_never_reaches_hydra_as_an_interpolation(tmp_path: Path, mon
     for run_dir, key in ((write_lm_run(runs / "lm", heads=4, head_size=None, ppl=80.0), "model.d_model"),
                          (write_bert_run(runs / "squad", "squad", experiment="bhojanapalli2020_table1_cpu", heads=4),
                           "model.num_heads"),
-                         (write_lra_run(runs, "ernie", model="ernie_sparse", block=8), "trainer.regulariser")):
+                         (write_lra_run(runs, "ernie", model="ernie_sparse", block=8), "model.regulariser")):
         data = json.loads((run_dir / "metrics.json").read_text())
         group, name = key.split(".")
         data["config"][group][name] = interpolation

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from sparse_runner.attention import AttentionSpec, MultiHeadAttention, attend, build_normaliser
-from sparse_runner.attention.normalisers import AlphaEntmax
+from sparse_runner.attention.normalisers import AlphaEntmax, AlphaEntmaxOptions
 from sparse_runner.attention.patterns import CausalPattern
 from sparse_runner.run import run
 
@@ -36,7 +36,7 @@ def test_masked_keys_get_exactly_zero_weight(name):
     q, k, v = _qkv()
     q = q * 3  # peaked enough that the sparse normalisers are sparse
     pad = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
-    norm = build_normaliser(name, 3, alpha_init=1.3).double()
+    norm = build_normaliser(name, 3, {"alpha_init": 1.3} if name == "alpha_entmax" else None).double()
     _, weights, _ = attend(q, k, v, normaliser=norm, pattern=CausalPattern(), key_padding_mask=pad, need_weights=True)
     assert torch.all(weights[1, :, :, 4:] == 0)
     assert torch.all(weights.triu(1) == 0)  # causal: no weight on the future
@@ -46,7 +46,7 @@ def test_masked_keys_get_exactly_zero_weight(name):
 @pytest.mark.parametrize("name", ["sparsemax", "entmax15", "alpha_entmax"])
 def test_sparse_normalisers_are_sparse_and_exact_against_masked_dense(name):
     torch.manual_seed(0)
-    layer = MultiHeadAttention(16, AttentionSpec(num_heads=4, head_size=8, normaliser=name, alpha_init=1.7))
+    layer = MultiHeadAttention(16, AttentionSpec(num_heads=4, head_size=8, normaliser=name, normaliser_options={"alpha_init": 1.7} if name == "alpha_entmax" else {}))
     x = torch.randn(2, 9, 16) * 4
     seen = {}
     layer.eval()
@@ -66,9 +66,9 @@ def test_learned_alpha_per_head_gets_gradients_and_stays_in_range():
     scores = torch.randn(2, 4, 5, 6, requires_grad=True)
     (norm(scores) * torch.randn(2, 4, 5, 6)).sum().backward()
     assert norm.alpha_logit.grad is not None and torch.all(norm.alpha_logit.grad != 0)
-    fixed = AlphaEntmax(num_heads=4, alpha_init=1.5)
+    fixed = AlphaEntmax(num_heads=4, options=AlphaEntmaxOptions(alpha_init=1.5))
     torch.testing.assert_close(fixed.alphas(), torch.full((4,), 1.5))
-    frozen = AlphaEntmax(num_heads=4, alpha=1.25)
+    frozen = AlphaEntmax(num_heads=4, options=AlphaEntmaxOptions(alpha=1.25))
     assert not list(frozen.parameters()) and torch.all(frozen.alphas() == 1.25)
 
 

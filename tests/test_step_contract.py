@@ -59,7 +59,7 @@ def test_task_stats_reach_the_step_log_and_tensorboard(tiny_config, tmp_path, mo
 
 def test_rdrop_regulariser_applies_to_a_task_and_is_logged(tiny_config, tmp_path):
     run(tiny_config("trainer.max_steps=10", "trainer.eval_every=10"), tmp_path / "plain")
-    run(tiny_config("trainer.max_steps=10", "trainer.eval_every=10", "trainer.regulariser=rdrop", "trainer.regulariser_weight=2.0"), tmp_path / "rdrop")
+    run(tiny_config("trainer.max_steps=10", "trainer.eval_every=10", "regulariser=rdrop", "model.regulariser_options.weight=2.0"), tmp_path / "rdrop")
     plain, rdrop = step_rows(tmp_path / "plain"), step_rows(tmp_path / "rdrop")
     assert all("train/rdrop_kl" not in row for row in plain)
     # Dropout 0.1 makes two passes differ: a positive KL, added (x2) to the optimised loss.

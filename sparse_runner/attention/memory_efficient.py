@@ -36,7 +36,7 @@ from typing import Iterator
 import torch
 from torch.autograd import Function
 
-from sparse_runner.attention import entmax
+from sparse_runner.attention import entmax_thresholds
 from sparse_runner.attention.block_sparse import RowGroup, record_scores
 
 # Scores per block, in elements (pairs * R * Nk): 2^21 float32 = 8 MiB, a handful of which are live.
@@ -220,7 +220,7 @@ def attend_long(
         out = _gpu_backend("triton").entmax_attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal)
     elif impl == "adasplash":
         if torch.is_tensor(alpha):
-            raise ValueError("model.attention_impl=adasplash takes a fixed alpha only (softmax, sparsemax, entmax15, or alpha_entmax with model.alpha set)")
+            raise ValueError("model.attention_impl=adasplash takes a fixed alpha only (softmax, sparsemax, entmax15, or alpha_entmax with model.normaliser_options.alpha set)")
         out = _gpu_backend("adasplash").attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal)
     else:
         out = memory_efficient_attention(q, k, v, alpha, key_padding_mask=key_padding_mask, mask=mask, causal=causal, dropout_p=dropout_p)
@@ -281,7 +281,7 @@ def block_weights(
             valid = geo.valid(p0, p1, r0, r1, keys)
             if valid is not None:
                 s.masked_fill_(~valid, float("-inf"))
-            p, _ = entmax.entmax_threshold(s, geo.alpha(alpha_f, alpha_t, p0, p1))
+            p, _ = entmax_thresholds.entmax_threshold(s, geo.alpha(alpha_f, alpha_t, p0, p1))
             if valid is not None:  # pairs -> (B, 1, R, S): the pattern's validity is the same for every head
                 valid = valid.expand(p1 - p0, r1 - r0, -1).view(b, h, r1 - r0, -1)[:, :1]
             yield r0, r1, p.view(b, h, r1 - r0, -1), valid
@@ -452,7 +452,7 @@ class _MemoryEfficientAttention(Function):
             keys = torch.arange(geo.key_end(p0, p1, r1), device=q.device)
             s = _scores(qs[p0:p1, r0:r1], _take_keys(kp[p0:p1], keys))
             geo.mask_scores(s, p0, p1, r0, r1, keys)
-            p, prm = entmax.entmax_threshold(s, geo.alpha(alpha_f, alpha_t, p0, p1))
+            p, prm = entmax_thresholds.entmax_threshold(s, geo.alpha(alpha_f, alpha_t, p0, p1))
             del s
             params.append(prm)
             kept = skips.compact(p)
@@ -493,7 +493,7 @@ class _MemoryEfficientAttention(Function):
             s = _scores(qs[p0:p1, r0:r1], kk if k_in is kp else _take_keys(k_in[p0:p1], keys))
             geo.mask_scores(s, p0, p1, r0, r1, keys)
             alpha = geo.alpha(alpha_f, alpha_t, p0, p1)
-            p = entmax.entmax_from_threshold(s, alpha, params[i])  # the forward's weights, no solve
+            p = entmax_thresholds.entmax_from_threshold(s, alpha, params[i])  # the forward's weights, no solve
             del s
             g = grad_out[p0:p1, r0:r1]
             dp = g @ vv.transpose(-2, -1)  # (pairs, R, S)
@@ -502,7 +502,7 @@ class _MemoryEfficientAttention(Function):
                 keep = _dropout_mask(p.shape, dropout_p, seed, i, qs.device)
                 pd, dp = p * keep, dp.mul_(keep)
             _add_keys(dv[p0:p1], keys, pd.transpose(-2, -1), g)
-            ds, da_rows = entmax.entmax_backward(p, dp, alpha, need_dalpha=need_da)  # d loss / d (scaled scores)
+            ds, da_rows = entmax_thresholds.entmax_backward(p, dp, alpha, need_dalpha=need_da)  # d loss / d (scaled scores)
             del p, pd, dp
             dq[p0:p1, r0:r1] = ds @ kk
             _add_keys(dk[p0:p1], keys, ds.transpose(-2, -1), q_b)

@@ -64,7 +64,7 @@ class MultiHeadAttention(nn.Module):
         self.num_heads, self.head_size = num_heads, head_size
         # Before the projections: a learned alpha draws from the RNG, and a seed's initial weights
         # depend on that order.
-        self.normaliser = build_normaliser(spec.normaliser, num_heads, alpha=spec.alpha, alpha_init=spec.alpha_init)
+        self.normaliser = build_normaliser(spec.normaliser, num_heads, spec.normaliser_options)
         self.pattern = build_pattern(
             spec.pattern,
             spec.pattern_options,

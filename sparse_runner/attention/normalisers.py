@@ -8,19 +8,21 @@ They are modules because alpha-entmax learns one alpha per head (Correia et al. 
 `torch.nn.functional.scaled_dot_product_attention` (see patterns.Pattern.attend); `Softmax.forward` is the
 explicit path used when the weights are needed (analysis).
 
-A normaliser registers itself where it is defined, under the name `model.normaliser` selects:
+A normaliser registers itself where it is defined, under the name `model.normaliser` selects, together with
+the dataclass of its options (`model.normaliser_options`, checked as a pattern's are: spec.check_options):
 
-    @register_normaliser("sparsemax")
-    class Sparsemax(Normaliser): ...
+    @register_normaliser("alpha_entmax", options=AlphaEntmaxOptions)
+    class AlphaEntmax(Normaliser): ...
 
-The registered object is called as `(num_heads, alpha=None, alpha_init="random")` (a `Normaliser`
-subclass's constructor takes those; a plain factory may be registered too). Another package adds
+The registered object is called as `(num_heads, options)`, options an instance of its `Options` (a
+`Normaliser` subclass's constructor takes those; a plain factory may be registered too). Another package adds
 normalisers through the entry-point group `sparse_runner.normalisers` (see `sparse_runner.registry`).
 """
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 from torch import nn
@@ -31,7 +33,19 @@ from sparse_runner.registry import Registry
 NORMALISERS: Registry[Callable[..., "Normaliser"]] = Registry(
     "normaliser", package="sparse_runner.attention", entry_points="sparse_runner.normalisers"
 )
-register_normaliser = NORMALISERS.register
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """The options of a normaliser that has none."""
+
+
+def register_normaliser(name: str, options: type = NoOptions) -> Callable[[Any], Any]:
+    """Decorator: make a normaliser class (or factory) available as `model.normaliser=<name>`.
+
+    `options` is a dataclass whose fields (with defaults) are the keys `model.normaliser_options` accepts; a
+    field's metadata may hold `valid` (a predicate on the value) and `help` (the valid values, in words)."""
+    return NORMALISERS.register(name, Options=options)
 
 
 def _entmax():
@@ -44,12 +58,12 @@ def _entmax():
 class Normaliser(nn.Module):
     """Base class; `fused_sdpa` says attention may skip materialising weights and call SDPA.
 
-    The constructor takes `(num_heads, alpha=None, alpha_init="random")`; the normalisers without an
-    alpha to configure ignore them."""
+    The constructor takes `(num_heads, options)`; the normalisers without options ignore them."""
 
     fused_sdpa = False
+    Options: type = NoOptions
 
-    def __init__(self, num_heads: int | None = None, alpha: float | None = None, alpha_init: float | str = "random") -> None:
+    def __init__(self, num_heads: int | None = None, options: Any = None) -> None:
         super().__init__()
 
     def alphas(self) -> torch.Tensor | None:
@@ -63,8 +77,9 @@ class Normaliser(nn.Module):
         return cls.alphas is not Normaliser.alphas
 
     @classmethod
-    def constant_alpha(cls, alpha: float | None = None) -> float | None:
-        """The alpha of every head under `model.alpha`, or None when it is learned or not a notion here."""
+    def constant_alpha(cls, options: Any = None) -> float | None:
+        """The alpha of every head under `options` (an instance of `Options`), or None when it is learned or not
+        a notion here."""
         return None
 
     name = "explicit"
@@ -83,7 +98,7 @@ class ConstantAlpha(Normaliser):
         return torch.full((1,), self.ALPHA)
 
     @classmethod
-    def constant_alpha(cls, alpha: float | None = None) -> float:
+    def constant_alpha(cls, options: Any = None) -> float:
         return cls.ALPHA
 
 
@@ -124,7 +139,25 @@ class Entmax15(ConstantAlpha):
         return _entmax().entmax15(scores, dim=-1)
 
 
-@register_normaliser("alpha_entmax")
+def _alpha_init_valid(value: Any) -> bool:
+    if value == "random":
+        return True
+    try:
+        return 1.0 < float(value) < 2.0
+    except (TypeError, ValueError):
+        return False
+
+
+@dataclass(frozen=True)
+class AlphaEntmaxOptions:
+    # a float in [1, 2] fixes alpha for every head; null learns one per head
+    alpha: Any = field(default=None, metadata={"valid": lambda a: a is None or (not isinstance(a, bool) and isinstance(a, (int, float)) and 1.0 <= a <= 2.0),
+                                               "help": "a float in [1, 2] (fixed alpha), or null to learn one per head"})
+    # learned alpha = 1 + sigmoid(a): a ~ N(0, 1) (random, as Correia et al.) or the a that gives this float in (1, 2)
+    alpha_init: Any = field(default="random", metadata={"valid": _alpha_init_valid, "help": "random (a ~ N(0,1), as Correia et al.) or a float in (1, 2)"})
+
+
+@register_normaliser("alpha_entmax", options=AlphaEntmaxOptions)
 class AlphaEntmax(Normaliser):
     """alpha-entmax with one alpha per head: fixed (`alpha` a float) or learned.
 
@@ -133,18 +166,19 @@ class AlphaEntmax(Normaliser):
     value that gives `alpha_init`.
     """
 
-    def __init__(self, num_heads: int, alpha: float | None = None, alpha_init: float | str = "random") -> None:
+    def __init__(self, num_heads: int, options: AlphaEntmaxOptions | None = None) -> None:
         super().__init__()
+        options = options if options is not None else AlphaEntmaxOptions()
         self.num_heads = num_heads
-        if alpha is not None:
-            self.register_buffer("fixed_alpha", torch.full((num_heads,), float(alpha)))
+        if options.alpha is not None:
+            self.register_buffer("fixed_alpha", torch.full((num_heads,), float(options.alpha)))
             self.alpha_logit = None
         else:
             self.fixed_alpha = None
-            if alpha_init == "random":
+            if options.alpha_init == "random":
                 init = torch.randn(num_heads)
             else:
-                init = torch.full((num_heads,), float(torch.logit(torch.tensor(float(alpha_init) - 1.0))))
+                init = torch.full((num_heads,), float(torch.logit(torch.tensor(float(options.alpha_init) - 1.0))))
             self.alpha_logit = nn.Parameter(init)
 
     def alphas(self) -> torch.Tensor:
@@ -153,14 +187,21 @@ class AlphaEntmax(Normaliser):
         return 1.0 + torch.sigmoid(self.alpha_logit)
 
     @classmethod
-    def constant_alpha(cls, alpha: float | None = None) -> float | None:
-        return None if alpha is None else float(alpha)
+    def constant_alpha(cls, options: AlphaEntmaxOptions | None = None) -> float | None:
+        return None if options is None or options.alpha is None else float(options.alpha)
 
     def forward(self, scores: torch.Tensor) -> torch.Tensor:
         alpha = self.alphas().to(scores.device).view(1, -1, 1, 1)  # one per head, broadcast over B, Nq
         return _entmax().alpha_entmax(scores, alpha, dim=-1)
 
 
-def build_normaliser(name: str, num_heads: int, *, alpha: float | None = None, alpha_init: float | str = "random") -> Normaliser:
-    """The normaliser registered as `name` for a layer of `num_heads` heads (ValueError naming the valid ones)."""
-    return NORMALISERS[name](num_heads, alpha=alpha, alpha_init=alpha_init)
+def normaliser_options(name: str, options: Mapping[str, Any] | None = None) -> Any:
+    """The `Options` instance of the normaliser registered as `name` from a dict of its option fields (missing =
+    default); ValueError naming the valid normalisers for an unknown name."""
+    return getattr(NORMALISERS[name], "Options", NoOptions)(**(options or {}))
+
+
+def build_normaliser(name: str, num_heads: int, options: Mapping[str, Any] | None = None) -> Normaliser:
+    """The normaliser registered as `name` for a layer of `num_heads` heads, with `options` (a dict of its
+    option fields; missing = default); ValueError naming the valid ones for an unknown name."""
+    return NORMALISERS[name](num_heads, normaliser_options(name, options))

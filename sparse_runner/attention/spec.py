@@ -14,7 +14,7 @@ from sparse_runner.checks import ConfigError, choice, fail
 
 # The `model` keys `AttentionSpec.from_config` reads.
 ATTENTION_KEYS = frozenset(
-    {"num_heads", "head_size", "qkv_dim", "normaliser", "alpha", "alpha_init", "pattern", "pattern_options", "attention_dropout"}
+    {"num_heads", "head_size", "qkv_dim", "normaliser", "normaliser_options", "pattern", "pattern_options", "attention_dropout"}
     | {"attention_impl", "memory_efficient_from"}
 )
 
@@ -36,8 +36,7 @@ class AttentionSpec:
     num_heads: int
     head_size: int | None = None  # None: d_model // num_heads
     normaliser: str = "softmax"
-    alpha: float | None = None  # alpha_entmax: fixed alpha; None learns one per head
-    alpha_init: float | str = "random"
+    normaliser_options: dict[str, Any] = field(default_factory=dict)  # fields of the normaliser's Options
     pattern: str = "dense"
     pattern_options: dict[str, Any] = field(default_factory=dict)
     dropout: float = 0.0
@@ -51,8 +50,7 @@ class AttentionSpec:
             num_heads=m.num_heads,
             head_size=head_size_of(m),
             normaliser=m.normaliser,
-            alpha=m.alpha,
-            alpha_init=m.alpha_init,
+            normaliser_options=dict(m.normaliser_options or {}),
             pattern=m.pattern,
             pattern_options=dict(m.pattern_options or {}),
             dropout=m.attention_dropout,
@@ -68,19 +66,12 @@ class AttentionSpec:
 def check_attention_config(m: Any) -> None:
     """Raise ConfigError on the first invalid attention key of a typed `model` node."""
     from sparse_runner.attention.memory_efficient import ATTENTION_IMPLS, MEMORY_EFFICIENT_FROM_AUTO
-    from sparse_runner.attention.normalisers import NORMALISERS
+    from sparse_runner.attention.normalisers import NORMALISERS, NoOptions
     from sparse_runner.attention.patterns import PATTERNS
 
     choice("model.normaliser", m.normaliser, sorted(NORMALISERS))
-    if m.alpha is not None and not 1.0 <= m.alpha <= 2.0:
-        fail("model.alpha", f"must be in [1, 2], got {m.alpha}", "a float in [1, 2] (fixed alpha), or null to learn one per head")
-    if m.alpha_init != "random":
-        try:
-            init = float(m.alpha_init)
-        except (TypeError, ValueError):
-            init = None
-        if init is None or not 1.0 < init < 2.0:
-            fail("model.alpha_init", f"unknown value {m.alpha_init!r}", "random (a ~ N(0,1), as Correia et al.) or a float in (1, 2)")
+    check_options("model.normaliser_options", m.normaliser_options or {}, getattr(NORMALISERS[m.normaliser], "Options", NoOptions),
+                  f"normaliser {m.normaliser!r}")
     choice("model.attention_impl", m.attention_impl, ATTENTION_IMPLS)
     value = m.memory_efficient_from
     if value != MEMORY_EFFICIENT_FROM_AUTO and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -103,7 +94,7 @@ def check_attention_impl(m: Any, patterns: Iterable[str], *, cross_attention: bo
     as many queries as keys). `auto` always works: it only picks what can.
     """
     from sparse_runner.attention.memory_efficient import GPU_IMPLS
-    from sparse_runner.attention.normalisers import NORMALISERS, Normaliser
+    from sparse_runner.attention.normalisers import NORMALISERS, Normaliser, normaliser_options
     from sparse_runner.attention.patterns import PATTERNS
 
     impl = m.attention_impl
@@ -138,9 +129,9 @@ def check_attention_impl(m: Any, patterns: Iterable[str], *, cross_attention: bo
     if impl != "adasplash":
         return
     if normaliser.constant_alpha.__func__ is not Normaliser.constant_alpha.__func__:  # the class says its alpha
-        alpha = normaliser.constant_alpha(m.alpha)
+        alpha = normaliser.constant_alpha(normaliser_options(m.normaliser, m.normaliser_options))
         if alpha is None or not 1.0 < alpha <= 2.0:
-            has = "learns one alpha per head (model.alpha is null)" if alpha is None else f"has alpha {alpha:g}"
+            has = "learns one alpha per head (model.normaliser_options.alpha is null)" if alpha is None else f"has alpha {alpha:g}"
             _refuse("model.attention_impl", f"'adasplash' takes one fixed alpha in (1, 2], and {m.normaliser!r} {has}", m.normaliser, "auto, explicit, memory_efficient, triton")
     if cross_attention:
         _refuse("model.attention_impl", "'adasplash' needs as many queries as keys, and a decoder's context attention and incremental decoding have other numbers", "a decoder", "auto, explicit, memory_efficient, triton")

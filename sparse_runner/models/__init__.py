@@ -14,15 +14,15 @@ from sparse_runner.models.encoder import DualEncoderClassifier, EncoderClassifie
 from sparse_runner.models.lm import CausalLM
 from sparse_runner.models.seq2seq import TransformerSeq2Seq
 
-# The model keys each builder reads (every other key must stay at its default; `name` is free). `sar` is
-# read by the trainer (training/regularisers.sar) and honoured by the models whose encoders have blocks.
-CLASSIFIER_KEYS = ATTENTION_KEYS | {"d_model", "num_layers", "ffn_dim", "dropout", "positions", "norm_first", "pooling", "sar"}
+# The model keys each builder reads (every other key must stay at its default; `name` and the regulariser,
+# which the trainer runs, are free: models/config.py EVERY_FAMILY).
+CLASSIFIER_KEYS = ATTENTION_KEYS | {"d_model", "num_layers", "ffn_dim", "dropout", "positions", "norm_first", "pooling"}
 # A language model is causal whatever model.pattern says, so it does not read the pattern keys.
 LM_KEYS = (ATTENTION_KEYS - {"pattern", "pattern_options"}) | {"d_model", "num_layers", "ffn_dim", "dropout", "positions", "norm_first"}
 # BERT-style models (masked LM, SQuAD, MNLI) start from a pre-trained encoder with `init_from`; their
 # [CLS] is a token, so there is no pooling choice.
 BERT_KEYS = (CLASSIFIER_KEYS - {"pooling"}) | {"init_from"}
-SEQ2SEQ_KEYS = ATTENTION_KEYS | {"d_model", "num_layers", "ffn_dim", "dropout", "norm_first", "decoder_layers", "share_embeddings", "sar"}
+SEQ2SEQ_KEYS = ATTENTION_KEYS | {"d_model", "num_layers", "ffn_dim", "dropout", "norm_first", "decoder_layers", "share_embeddings"}
 
 
 def build_classifier(m: Any, *, vocab_size: int, num_classes: int, max_length: int, pad_id: int | None, pairs: bool = False) -> EncoderClassifier:

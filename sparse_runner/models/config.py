@@ -19,15 +19,6 @@ POSITIONS = ("sinusoidal", "learned")
 
 
 @dataclass
-class SARConfig:
-    """ERNIE-Sparse's self-attention regularisation (training/regularisers.py `sar`); needs a block pattern."""
-
-    weight: float = 0.0         # lambda in loss = task loss + lambda * symmetric KL; 0 = off
-    shift: int = 1              # tokens the second pass's block boundaries move right (0 <= shift < block_size)
-    random_shift: bool = False  # draw the shift from 1 .. block_size - 1 at every step instead
-
-
-@dataclass
 class ModelConfig:
     """The keys of the `model` node and their types; their defaults are in conf/ (`default_model`)."""
 
@@ -43,16 +34,16 @@ class ModelConfig:
     attention_impl: str
     memory_efficient_from: Any  # an int (keys) or "auto" (attention/memory_efficient.py); Any: OmegaConf has no int | str
     normaliser: str
-    alpha: Optional[float]
-    alpha_init: Any
+    normaliser_options: dict[str, Any]  # fields of the normaliser's Options (attention/normalisers.py)
     pattern: str
     pattern_options: dict[str, Any]  # fields of the pattern's Options (attention/patterns.py)
+    regulariser: str
+    regulariser_options: dict[str, Any]  # fields of the regulariser's Options (training/regularisers/)
     pooling: str
     positions: str
     norm_first: bool
     decoder_layers: Optional[int]
     share_embeddings: bool
-    sar: SARConfig
     init_from: Optional[str]
 
 
@@ -64,6 +55,9 @@ def default_model(**overrides: Any) -> ModelConfig:
 
 
 MODEL_KEYS = tuple(f.name for f in fields(ModelConfig))
+# Keys every task family takes: a label, and the regulariser, which the trainer runs (it checks what it needs of
+# the model itself: SAR a block pattern).
+EVERY_FAMILY = ("name", "regulariser", "regulariser_options")
 
 
 def check_model_config(m: Any) -> None:
@@ -87,7 +81,6 @@ def check_model_config(m: Any) -> None:
     choice("model.pooling", m.pooling, POOLINGS)
     choice("model.positions", m.positions, POSITIONS)
     positive("model.decoder_layers", m.decoder_layers, allow_none=True)
-    check_sar_config(m)
 
 
 def check_attention_layers(m: Any, honoured: frozenset[str] | set[str]) -> None:
@@ -112,20 +105,6 @@ def block_pattern_names() -> list[str]:
     return sorted(name for name, cls in PATTERNS.items() if issubclass(cls, BlockPattern))
 
 
-def check_sar_config(m: Any) -> None:
-    from sparse_runner.attention import PATTERNS
-
-    positive("model.sar.weight", m.sar.weight, allow_zero=True)
-    if m.sar.weight == 0:
-        return
-    blocks = block_pattern_names()
-    if m.pattern not in blocks:
-        fail("model.sar.weight", f"SAR shifts block boundaries, and pattern {m.pattern!r} has none", f"a block pattern ({', '.join(blocks)}), or 0")
-    block_size = PATTERNS[m.pattern].Options(**(m.pattern_options or {})).block_size
-    if not 0 <= m.sar.shift < block_size:
-        fail("model.sar.shift", f"must be in 0 .. block_size - 1 = {block_size - 1}, got {m.sar.shift}", f"an int in [0, {block_size})")
-
-
 def check_model_keys(m: Any, honoured: frozenset[str] | set[str], who: str) -> None:
     """A model key that `who` (a task family's model) does not use must stay at its default: setting it
     would otherwise be silently ignored."""
@@ -133,7 +112,7 @@ def check_model_keys(m: Any, honoured: frozenset[str] | set[str], who: str) -> N
 
     defaults = default_config()["model"]
     for key in MODEL_KEYS:
-        if key in honoured or key == "name":
+        if key in honoured or key in EVERY_FAMILY:
             continue
         value, default = m[key], defaults[key]
         plain = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
@@ -141,5 +120,5 @@ def check_model_keys(m: Any, honoured: frozenset[str] | set[str], who: str) -> N
             fail(
                 f"model.{key}",
                 f"{who} does not use this key (it is {plain!r}; leave it at {default!r})",
-                ", ".join(sorted(honoured - {"name"})),
+                ", ".join(sorted(honoured - set(EVERY_FAMILY))),
             )

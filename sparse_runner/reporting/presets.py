@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from sparse_runner import identity
 from sparse_runner.checks import one_line
 from sparse_runner.reporting.console import warn
-from sparse_runner.reporting.values import as_float, fmt_value
+from sparse_runner.reporting.values import fmt_value
 from sparse_runner.run_metrics import BEHAVIOUR_WITHOUT_KEY, validation_metric, value_without_key
 
 CONF_DIR = identity.CONF_DIR
@@ -265,9 +265,8 @@ def cache_clear() -> None:
 def recipe(values: Mapping[str, Any]) -> tuple:
     """What a model preset chooses, from flattened result keys: normaliser, pattern, whether heads have a fixed
     size, whether SAR is on. Two runs of one recipe may still differ in sizes, task and training."""
-    sar = as_float(values.get("model.sar.weight"))
     return (values.get("model.normaliser", "softmax"), values.get("model.pattern", "dense"),
-            values.get("model.head_size") is None, sar is not None and sar > 0)
+            values.get("model.head_size") is None, values.get("model.regulariser") == "sar")
 
 
 RECIPE_PARTS = len(recipe({}))

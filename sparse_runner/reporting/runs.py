@@ -230,6 +230,46 @@ def _experiment_from_overrides(overrides: list[str]) -> str | None:
     return None
 
 
+def current_keys(config: dict[str, Any]) -> dict[str, Any]:
+    """A resolved config (metrics.json's `config`, nested) with the settings the runner holds under other keys
+    moved there, so that a run is read by what it computed whichever keys its runner wrote; a config that
+    holds them already is returned unchanged. Returns a new dict; `config` is not modified.
+
+    - `model.alpha`, `model.alpha_init` -> `model.normaliser_options` (alpha_entmax's options; the other
+      normalisers take none);
+    - `model.sar` (on when its weight > 0), `trainer.regulariser`, `trainer.regulariser_weight`,
+      `trainer.rdrop_task_loss` -> `model.regulariser` + `model.regulariser_options` (an R-Drop config without
+      `rdrop_task_loss` counted the first pass's task loss alone);
+    - a pre-training stage's trainer loses the same trainer keys (the stage trains the same model).
+    """
+    model, trainer = config.get("model"), config.get("trainer")
+    if not isinstance(model, dict) or "regulariser" in model or "normaliser_options" in model:
+        return config
+    model = dict(model)
+    alpha, alpha_init = model.pop("alpha", None), model.pop("alpha_init", "random")
+    model["normaliser_options"] = {"alpha": alpha, "alpha_init": alpha_init} if model.get("normaliser") == "alpha_entmax" else {}
+    sar = model.pop("sar", None)
+    trainer = dict(trainer) if isinstance(trainer, dict) else {}
+    regulariser = trainer.pop("regulariser", "none")
+    weight = trainer.pop("regulariser_weight", 1.0)
+    task_loss = trainer.pop("rdrop_task_loss", None)
+    if isinstance(sar, dict) and (as_float(sar.get("weight")) or 0.0) > 0:
+        model["regulariser"], model["regulariser_options"] = "sar", dict(sar)
+    elif regulariser == "rdrop":
+        model["regulariser"] = "rdrop"
+        model["regulariser_options"] = {"weight": weight, "task_loss": task_loss or "first"}
+    else:
+        model["regulariser"], model["regulariser_options"] = "none", {}
+    current = {**config, "model": model}
+    if isinstance(config.get("trainer"), dict):
+        current["trainer"] = trainer
+    stage = config.get("pretrain")
+    if isinstance(stage, dict) and isinstance(stage.get("trainer"), dict):
+        stage_trainer = {k: v for k, v in stage["trainer"].items() if k not in ("regulariser", "regulariser_weight", "rdrop_task_loss")}
+        current["pretrain"] = {**stage, "trainer": stage_trainer}
+    return current
+
+
 def read_run(run_dir: Path, display: str) -> RunRecord:
     """One RunRecord from metrics.json, falling back to .hydra/ for whatever metrics.json lacks."""
     metrics_file = run_dir / "metrics.json"
@@ -249,6 +289,7 @@ def read_run(run_dir: Path, display: str) -> RunRecord:
 
     hydra_config, hydra_overrides = _load_hydra(run_dir)
     config = data.get("config") if isinstance(data.get("config"), dict) else hydra_config
+    config = current_keys(config) if isinstance(config, dict) else config
     overrides = data.get("overrides") if isinstance(data.get("overrides"), list) else hydra_overrides
     overrides = [str(item) for item in overrides or []]
     flat = run_metrics.flatten(config or {}, keep_empty=True)

@@ -11,7 +11,6 @@ evaluation of that step. Evaluation uses no randomness.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import math
 import sys
@@ -32,7 +31,7 @@ from sparse_runner.run_metrics import LABEL_KEYS, NON_RESULT_KEYS, value_without
 from sparse_runner.tasks.base import EvalSums, StepOutput, Task
 from sparse_runner import checkpoint as ckpt
 from sparse_runner.training import distributed
-from sparse_runner.training.regularisers import REGULARISERS, Regularised, sar
+from sparse_runner.training.regularisers import build_regulariser
 from sparse_runner.training.run_log import NullLog, ProgressLines, RunLog
 from sparse_runner.training.schedules import build_scheduler
 from sparse_runner.training.stopping import Preempted, StopSignals
@@ -154,13 +153,7 @@ class Trainer:
             log.warning("trainer.activation_checkpointing: model %s has no transformer layers; nothing is checkpointed", type(self.model).__name__)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.autocast_dtype == torch.float16)
         self.checkpoints = ckpt.CheckpointDir(self.run_dir / "checkpoints")
-        # (weight, regulariser) pairs: trainer.regulariser (R-Drop ...) and the model's SAR may both be on.
-        chosen = REGULARISERS[t.regulariser]
-        if t.regulariser == "rdrop":  # which passes' task losses count (regularisers.r_drop)
-            chosen = functools.partial(chosen, task_loss=t.rdrop_task_loss)
-        self.regularisers = [(t.regulariser_weight, chosen)] if chosen else []
-        if cfg.model.sar.weight > 0:
-            self.regularisers.append((cfg.model.sar.weight, sar(cfg.model.sar.shift, cfg.model.sar.random_shift)))
+        self.regulariser = build_regulariser(cfg.model.regulariser, cfg.model.regulariser_options)
         self.progress = Progress()
         self._started = started or (time.perf_counter(), time.process_time())
         self._earlier = (0.0, 0.0)   # (wall, CPU) of the run's earlier processes, from the restored checkpoint
@@ -270,23 +263,18 @@ class Trainer:
         return self.task.plan_epoch(seed=self.cfg.seed, epoch=epoch, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
 
     def training_step(self, batch: dict[str, Any]) -> StepOutput:
-        """The task's forward pass and loss, plus the regularisers' terms (weighted). A regulariser that
-        returns the task loss of its own pass over the batch (R-Drop's second pass) makes the task loss the
-        mean over the passes: loss = mean(task losses) + sum(weight * regulariser loss)."""
+        """The task's forward pass and loss, plus the regulariser's term. A regulariser that returns the task
+        loss of its own pass over the batch (R-Drop's second pass) makes the task loss the mean over the
+        passes: loss = mean(task losses) + the regulariser's (weighted) term."""
         out = self.task.forward_loss(self.step_model, batch)
-        task_losses, terms = [out.loss], []
-        for weight, regulariser in self.regularisers:
-            result = Regularised(*regulariser(self.task, self.step_model, batch, out))
-            out.stats = {**out.stats, **result.stats}
-            terms.append(weight * result.loss)
-            if result.task_loss is not None:
-                task_losses.append(result.task_loss)
+        result = self.regulariser(self.task, self.step_model, batch, out)
+        if result is None:
+            return out
+        out.stats = {**out.stats, **result.stats}
         # The passes share the batch, so each task loss is a mean over the same `loss_count`: their mean
         # keeps the token weighting of `fit` across processes.
-        loss = sum(task_losses) / len(task_losses) if len(task_losses) > 1 else out.loss
-        for term in terms:
-            loss = loss + term
-        out.loss = loss
+        loss = out.loss if result.task_loss is None else (out.loss + result.task_loss) / 2
+        out.loss = loss + result.loss
         return out
 
     def fit(self) -> dict[str, float]:
