@@ -18,6 +18,8 @@ from torch.autograd import gradcheck
 entmax_pkg = pytest.importorskip("entmax")
 
 from sparse_runner.attention import entmax as E  # noqa: E402
+from sparse_runner.attention import entmax_torch  # noqa: E402
+from sparse_runner.attention import entmax_thresholds as T  # noqa: E402
 from sparse_runner.attention.entmax import alpha_entmax, entmax15, sparsemax  # noqa: E402
 
 ALPHAS = [1.01, 1.1, 1.25, 1.5, 1.75, 1.99, 2.0]
@@ -137,7 +139,7 @@ def test_long_rows_match_float64_oracle(backend, kind, alpha):
     to 1 - 5e-3 at 1.5), for alpha_entmax and the threshold API."""
     x = long_rows(kind)
     ref = long_reference(kind, alpha)
-    for out in (alpha_entmax(x, alpha, backend=backend), E.entmax_threshold(x, alpha, backend=backend)[0]):
+    for out in (alpha_entmax(x, alpha, backend=backend), T.entmax_threshold(x, alpha, backend=backend)[0]):
         assert (out.double() - ref).abs().max().item() <= 1e-5
         assert (out.double().sum(-1) - 1).abs().max().item() <= 1e-6
 
@@ -159,19 +161,19 @@ def test_nan_and_inf_scores_give_nan_rows(backend):
         for dtype in (torch.float32, torch.float64):
             xx = x.to(dtype)
             aa = alpha.to(dtype) if torch.is_tensor(alpha) else alpha
-            for out in (alpha_entmax(xx, aa, backend=backend), E.entmax_threshold(xx, aa, backend=backend)[0]):
+            for out in (alpha_entmax(xx, aa, backend=backend), T.entmax_threshold(xx, aa, backend=backend)[0]):
                 assert out[:2].isnan().all()
                 assert not out[2].isnan().any()
                 assert (out[2] - alpha_entmax(xx[2:], aa if not torch.is_tensor(aa) else aa[2:], backend="torch")[0]).abs().max() <= 1e-6
-            p, params = E.entmax_threshold(xx, aa, backend=backend)
+            p, params = T.entmax_threshold(xx, aa, backend=backend)
             assert params[:2].isnan().all()
-            assert E.entmax_from_threshold(xx, aa, params, backend=backend)[:2].isnan().all()
+            assert T.entmax_from_threshold(xx, aa, params, backend=backend)[:2].isnan().all()
 
 
 def test_alpha_one_is_softmax(backend):
     x = rows("dead", seed=4)
     ref = oracle(x, 1.0)
-    for alpha in (1.0, 1.0 + 0.5 * E.ALPHA_SOFTMAX_THRESHOLD):
+    for alpha in (1.0, 1.0 + 0.5 * entmax_torch.ALPHA_SOFTMAX_THRESHOLD):
         out = alpha_entmax(x, alpha, backend=backend)
         assert (out - ref).abs().max().item() <= 1e-12
 
@@ -179,7 +181,7 @@ def test_alpha_one_is_softmax(backend):
 def test_just_above_the_softmax_threshold(backend):
     """The general solver stays accurate at alpha - 1 ~ 1e-6 (no blow-up as alpha -> 1)."""
     x = (rows("random", seed=5) * 3).float().double()
-    for alpha in (1.0 + 2 * E.ALPHA_SOFTMAX_THRESHOLD, 1.0 + 1e-5, 1.001):
+    for alpha in (1.0 + 2 * entmax_torch.ALPHA_SOFTMAX_THRESHOLD, 1.0 + 1e-5, 1.001):
         ref = oracle(x, alpha)
         assert (alpha_entmax(x.float(), alpha, backend=backend).double() - ref).abs().max().item() <= 1e-5
         assert (alpha_entmax(x, alpha, backend=backend) - ref).abs().max().item() <= 1e-9
@@ -187,7 +189,7 @@ def test_just_above_the_softmax_threshold(backend):
 
 def test_softmax_threshold_error_budget():
     """Substituting softmax below the threshold costs <= 1e-5, even on adversarial rows."""
-    alpha = 1.0 + E.ALPHA_SOFTMAX_THRESHOLD
+    alpha = 1.0 + entmax_torch.ALPHA_SOFTMAX_THRESHOLD
     x = torch.zeros(16, 4096, dtype=torch.float64)
     x[:, 0] = torch.linspace(0, 16, 16)  # one large score, flat rest: the worst case measured
     exact = alpha_entmax(x, alpha * (1 + 1e-12), backend="torch")  # just above: general solver
@@ -317,7 +319,7 @@ def test_cpp_entry_point_takes_a_negative_dim():
     g = torch.Generator().manual_seed(23)
     x = torch.randn(2, 5, 3, generator=g).requires_grad_()
     alpha = 1.2 + 0.6 * torch.rand(2, 1, 3, generator=g, dtype=torch.float64)
-    out = E._cpp_module().entmax(x, alpha, -2, E.ALPHA_SOFTMAX_THRESHOLD)
+    out = E.cpp_module().entmax(x, alpha, -2, entmax_torch.ALPHA_SOFTMAX_THRESHOLD)
     assert torch.allclose(out, alpha_entmax(x, alpha.float(), dim=1, backend="torch"), atol=1e-6)
     out.sum().backward()
 
@@ -392,8 +394,8 @@ def test_cpp_backward_equals_torch_backward_float32(cpp, alpha):
     a[:3] = torch.tensor([[1.0], [1.5], [2.0]]) if alpha == "row" else a[:3]
     p = alpha_entmax(x, a, backend="torch")
     for need_da in (False, True):
-        dx_c, da_c = cpp.backward(p, grad, a.double().reshape(-1), E.ALPHA_SOFTMAX_THRESHOLD, need_da)
-        dx_t, da_t = E._torch_backward(p, grad, a, -1, need_da)
+        dx_c, da_c = cpp.backward(p, grad, a.double().reshape(-1), entmax_torch.ALPHA_SOFTMAX_THRESHOLD, need_da)
+        dx_t, da_t = entmax_torch.torch_backward(p, grad, a, -1, need_da)
         assert torch.allclose(dx_c, dx_t, atol=2e-6, rtol=1e-5)
         if need_da:
             assert torch.allclose(da_c.float(), da_t.squeeze(1), atol=2e-5, rtol=1e-4)
@@ -436,6 +438,7 @@ def test_portable_kernel_variants(isa, tmp_path):
     script = """
 import torch
 from sparse_runner.attention import entmax as E
+from sparse_runner.attention import entmax_torch
 from sparse_runner.attention.kernels import load_entmax_cpu
 m = load_entmax_cpu(); assert m is not None and m.isa() == "{isa}", m
 g = torch.Generator().manual_seed(0)
@@ -448,8 +451,8 @@ for n in (1, 7, 16, 37, 300):
         assert (p_c.double() - p_t).abs().max() <= 1e-5, (n, alpha)
         gr = torch.randn(40, n, generator=g)
         at = alpha if isinstance(alpha, float) else alpha.double()
-        dx_c, _ = m.backward(p_t.float(), gr, torch.tensor([alpha], dtype=torch.float64) if isinstance(alpha, float) else a.double().reshape(-1), E.ALPHA_SOFTMAX_THRESHOLD, False)
-        dx_t, _ = E._torch_backward(p_t.float(), gr, alpha if isinstance(alpha, float) else a, -1, False)
+        dx_c, _ = m.backward(p_t.float(), gr, torch.tensor([alpha], dtype=torch.float64) if isinstance(alpha, float) else a.double().reshape(-1), entmax_torch.ALPHA_SOFTMAX_THRESHOLD, False)
+        dx_t, _ = entmax_torch.torch_backward(p_t.float(), gr, alpha if isinstance(alpha, float) else a, -1, False)
         assert torch.allclose(dx_c, dx_t, atol=2e-6, rtol=1e-5), (n, alpha)
 print("ok")
 """.format(isa=isa)

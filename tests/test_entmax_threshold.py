@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from sparse_runner.attention import entmax as E
+from sparse_runner.attention import entmax_thresholds as T
 
 entmax_pkg = pytest.importorskip("entmax")
 
@@ -59,7 +60,7 @@ def reference(x: torch.Tensor, alpha) -> torch.Tensor:
 def test_threshold_matches_entmax_and_reproduces_bitwise(backend, dtype, alpha, n):
     x = scores(n, dtype)
     a = make_alpha(alpha, dtype)
-    p, params = E.entmax_threshold(x, a, backend=backend)
+    p, params = T.entmax_threshold(x, a, backend=backend)
     assert p.shape == x.shape and p.dtype == dtype
     assert params.shape == x.shape[:-1] + (2,) and params.dtype == torch.float64
     assert not p.isnan().any() and not params.isnan().any()
@@ -68,7 +69,7 @@ def test_threshold_matches_entmax_and_reproduces_bitwise(backend, dtype, alpha, 
     assert (p - E.alpha_entmax(x, a, backend=backend)).abs().max().item() <= tol
     assert (p[x == float("-inf")] == 0).all()
     assert (p[0, 2, 3] == 0).all()  # fully masked row
-    assert torch.equal(E.entmax_from_threshold(x, a, params, backend=backend), p)
+    assert torch.equal(T.entmax_from_threshold(x, a, params, backend=backend), p)
 
 
 @pytest.mark.parametrize("alpha", ALPHAS)
@@ -78,23 +79,23 @@ def test_from_threshold_on_column_subsets_and_other_layouts(backend, dtype, alph
     gathered key blocks) and any layout give the forward's weights bitwise."""
     x = scores(203, dtype, seed=2)
     a = make_alpha(alpha, dtype)
-    p, params = E.entmax_threshold(x, a, backend=backend)
+    p, params = T.entmax_threshold(x, a, backend=backend)
     cols = torch.tensor([0, 5, 6, 7, 64, 65, 100, 150, 201, 202])
-    assert torch.equal(E.entmax_from_threshold(x[..., cols], a, params, backend=backend), p[..., cols])
-    assert torch.equal(E.entmax_from_threshold(x[..., 17:150], a, params, backend=backend), p[..., 17:150])
+    assert torch.equal(T.entmax_from_threshold(x[..., cols], a, params, backend=backend), p[..., cols])
+    assert torch.equal(T.entmax_from_threshold(x[..., 17:150], a, params, backend=backend), p[..., 17:150])
     # non-contiguous input: same result as its contiguous copy
     xt = x.transpose(0, 2).contiguous().transpose(0, 2)
-    p2, params2 = E.entmax_threshold(xt, a, backend=backend)
+    p2, params2 = T.entmax_threshold(xt, a, backend=backend)
     assert torch.equal(p2, p) and torch.equal(params2, params)
 
 
 def test_fully_masked_rows(backend):
     x = torch.full((3, 11), float("-inf"))
     for alpha in (1.0, 1.3, 1.5, 2.0, torch.full((3, 1), 1.7)):
-        p, params = E.entmax_threshold(x, alpha, backend=backend)
+        p, params = T.entmax_threshold(x, alpha, backend=backend)
         assert (p == 0).all() and not params.isnan().any()
         assert (params[:, 0] == float("inf")).all() and (params[:, 1] == 1).all()
-        assert (E.entmax_from_threshold(x, alpha, params, backend=backend) == 0).all()
+        assert (T.entmax_from_threshold(x, alpha, params, backend=backend) == 0).all()
 
 
 @pytest.mark.parametrize("alpha", [1.0, 1.2, 1.5, 2.0, "head"])
@@ -102,8 +103,8 @@ def test_cpp_and_torch_thresholds_agree(cpp, alpha):
     for dtype, tol in ((torch.float32, 2e-6), (torch.float64, 1e-12)):
         x = scores(129, dtype, seed=3)
         a = make_alpha(alpha, dtype)
-        p_c, prm_c = E.entmax_threshold(x, a, backend="cpp")
-        p_t, prm_t = E.entmax_threshold(x, a, backend="torch")
+        p_c, prm_c = T.entmax_threshold(x, a, backend="cpp")
+        p_t, prm_t = T.entmax_threshold(x, a, backend="torch")
         assert (p_c - p_t).abs().max().item() <= tol
         live = prm_c[..., 0].isfinite()
         assert torch.equal(live, prm_t[..., 0].isfinite())
@@ -121,8 +122,8 @@ def test_entmax_backward_matches_autograd_and_column_subsets(backend, dtype, alp
     ag = a.clone().requires_grad_() if need_da else a
     out = E.alpha_entmax(xg, ag, backend=backend)
     grads = torch.autograd.grad((out * g).sum(), (xg, ag) if need_da else (xg,))
-    p, _ = E.entmax_threshold(x, a, backend=backend)
-    dx, da = E.entmax_backward(p, g, a, need_dalpha=need_da, backend=backend)
+    p, _ = T.entmax_threshold(x, a, backend=backend)
+    dx, da = T.entmax_backward(p, g, a, need_dalpha=need_da, backend=backend)
     assert dx.shape == x.shape and dx.dtype == dtype
     tol = dict(atol=1e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=1e-10, rtol=1e-9)
     assert torch.allclose(dx, grads[0], **tol)
@@ -134,7 +135,7 @@ def test_entmax_backward_matches_autograd_and_column_subsets(backend, dtype, alp
     # On a column subset holding every row's support the results are the same (exactly: same sums).
     support = (p > 0).flatten(0, -2).any(0)
     cols = torch.nonzero(support | (torch.arange(x.shape[-1]) % 5 == 0)).squeeze(1)
-    dx_s, da_s = E.entmax_backward(p[..., cols], g[..., cols], a, need_dalpha=need_da, backend=backend)
+    dx_s, da_s = T.entmax_backward(p[..., cols], g[..., cols], a, need_dalpha=need_da, backend=backend)
     assert torch.allclose(dx_s, dx[..., cols], atol=1e-6 if dtype == torch.float32 else 1e-14, rtol=0)
     assert (dx[..., ~support] == 0).all()
     if need_da:
@@ -144,13 +145,13 @@ def test_entmax_backward_matches_autograd_and_column_subsets(backend, dtype, alp
 def test_threshold_api_validation():
     x = torch.randn(3, 4)
     with pytest.raises(TypeError, match="float32 or float64"):
-        E.entmax_threshold(x.half(), 1.5)
+        T.entmax_threshold(x.half(), 1.5)
     with pytest.raises(ValueError, match=r"alpha must be in \[1, 2\]"):
-        E.entmax_threshold(x, 2.5)
-    p, params = E.entmax_threshold(x, 1.5)
+        T.entmax_threshold(x, 2.5)
+    p, params = T.entmax_threshold(x, 1.5)
     with pytest.raises(ValueError, match="float64"):
-        E.entmax_from_threshold(x, 1.5, params.float())
+        T.entmax_from_threshold(x, 1.5, params.float())
     with pytest.raises(ValueError, match="do not match"):
-        E.entmax_from_threshold(x, 1.5, torch.zeros(2, 2, dtype=torch.float64))
+        T.entmax_from_threshold(x, 1.5, torch.zeros(2, 2, dtype=torch.float64))
     with pytest.raises(ValueError, match="must match"):
-        E.entmax_backward(p, torch.zeros(3, 5), 1.5, need_dalpha=False)
+        T.entmax_backward(p, torch.zeros(3, 5), 1.5, need_dalpha=False)

@@ -101,7 +101,7 @@ except ImportError:  # pragma: no cover - exercised where triton is absent
     triton = None
     tl = None
 
-from sparse_runner.attention.entmax import ALPHA_SOFTMAX_THRESHOLD
+from sparse_runner.attention.entmax_torch import ALPHA_SOFTMAX_THRESHOLD
 
 __all__ = ["available", "entmax_attention", "dropout_seed", "dropout_keep_mask", "MAX_HEAD_DIM"]
 
@@ -116,7 +116,7 @@ TOL = 2e-6
 # resolve the threshold further.  Simulated in float32 on 64k-key rows (random, peaked, tied, |m| = 100):
 # at most 8 passes, errors against float64 alpha-entmax as with 40 passes on the F criterion alone.
 STALL = 2.0**-21
-# psi(x) = (e^x - 1 - x) / x^2: series below, direct formula above (entmax.py's float32 switch).
+# psi(x) = (e^x - 1 - x) / x^2: series below, direct formula above (entmax_torch.py's float32 switch).
 _PSI_SWITCH = 1.0
 
 
