@@ -427,6 +427,24 @@ def test_interpreter_dropout_rate_zero_is_the_kernel_without_dropout():
     assert torch.equal(torch.get_rng_state(), state)
 
 
+@interpreter
+def test_interpreter_attend_long_passes_dropout_to_the_kernel():
+    """memory_efficient.attend_long with impl 'triton' (the model's way to the kernel) drops out:
+    its output is the kernel's with the same seed, not the output without dropout."""
+    from types import SimpleNamespace
+
+    from sparse_runner.attention.memory_efficient import attend_long
+
+    q, k, v = (x.float() for x in random_inputs(1, 2, 20, 20, 16, seed=6))
+    alphas = torch.tensor([1.2, 1.7])
+    normaliser = SimpleNamespace(name="alpha_entmax", alphas=lambda: alphas)
+    torch.manual_seed(0)
+    out, _, _ = attend_long(q, k, v, "triton", normaliser=normaliser, dropout_p=0.4)
+    torch.manual_seed(0)
+    assert torch.equal(out, T.entmax_attention(q, k, v, alphas, dropout_p=0.4))
+    assert not torch.equal(out, T.entmax_attention(q, k, v, alphas))
+
+
 @pytest.mark.skipif(_INTERPRETED, reason="the interpreter checks run in this process")
 def test_interpreter_in_fresh_process():
     """The default interpreter subset in a process that sets TRITON_INTERPRET=1 before importing triton."""
@@ -495,7 +513,7 @@ block_m, block_n, block_d, warps = T._blocks(head_dim, dtype)
 pointers = {name: "*" + dtype_name for name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")}
 pointers.update({name: "*fp32" for name in ("M", "U", "FS", "C", "DALPHA", "ALPHA")})
 pointers["KPM"] = "*u8" if masked else "*fp32"
-pointers["SEED"] = "*i64" if masked else "*fp32"  # the masked builds carry dropout too
+pointers["SEED"] = "*i64" if masked else "*fp32"  # the masked builds carry dropout too (else a dummy pointer)
 pointers["KEEP"] = "*u8"
 common = dict(HAS_KPM=masked, CAUSAL=masked, DROPOUT=masked, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
               SOFT_THRESHOLD=T.ALPHA_SOFTMAX_THRESHOLD, DOT_PRECISION=T._DOT_PRECISION)
@@ -507,7 +525,8 @@ kernels = [
 ]
 for fn, extra in kernels:
     consts = {name: value for name, value in dict(common, **extra).items() if name in fn.arg_names}
-    signature = {name: "constexpr" if name in consts else pointers.get(name, "fp32" if name in ("scale", "keep_scale") else "i32")
+    types = dict(pointers, SEED="*i64") if fn is T._keep_mask_kernel else pointers
+    signature = {name: "constexpr" if name in consts else types.get(name, "fp32" if name in ("scale", "keep_scale") else "i32")
                  for name in fn.arg_names}
     source = ASTSource(fn=fn, signature=signature,
                        constexprs={(fn.arg_names.index(name),): value for name, value in consts.items()})
