@@ -100,3 +100,26 @@ def test_precision_names_are_the_trainers():
         from sparse_runner.config import validate
 
         validate(compose_config(["trainer.precision=fp8"]))
+
+
+def test_a_model_variant_states_its_axes_and_its_own_name():
+    """conf/model/<variant>.yaml: its name, the axis groups it picks and an axis value (head_size); the sizes are
+    the base's (conf/config.yaml `model:`), so no variant extends another."""
+    import yaml
+
+    for path in sorted((identity.CONF_DIR / "model").glob("*.yaml")):
+        content = yaml.safe_load(path.read_text())
+        assert content["name"] == path.stem, path
+        assert set(content) - {"defaults"} <= {"name", "head_size"}, (path, sorted(content))
+        for entry in content.get("defaults", []):
+            assert isinstance(entry, dict) and all(key.startswith("override /") for key in entry), (path, entry)
+    sizes = {key for key in identity.default_config()["model"] if key not in ("name", "head_size")}
+    assert {"d_model", "num_layers", "num_heads", "ffn_dim"} <= sizes
+
+
+def test_one_file_per_geometry():
+    """A geometry is an axis option; a head size is its value (model=fixed_head_128 is fixed_head at 128)."""
+    assert sorted(p.stem for p in (identity.CONF_DIR / "geometry").glob("*.yaml")) == ["fixed_head", "standard"]
+    a = compose_config(["model=fixed_head_128"], tiny=False).model
+    b = compose_config(["model=fixed_head", "model.head_size=128"], tiny=False).model
+    assert {**a, "name": None} == {**b, "name": None} and a.name == "fixed_head_128"

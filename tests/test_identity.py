@@ -63,7 +63,7 @@ def test_every_recipe_is_its_axes():
     """Each model= recipe composes to exactly what its axis groups give on the softmax recipe."""
     recipes = {
         "entmax": ["normaliser=alpha_entmax"], "entmax15": ["normaliser=entmax15"], "sparsemax": ["normaliser=sparsemax"],
-        "fixed_head": ["geometry=fixed_head"], "fixed_head_128": ["geometry=fixed_head_128"], "standard_heads": [],
+        "fixed_head": ["geometry=fixed_head"], "fixed_head_128": ["geometry=fixed_head", "model.head_size=128"], "standard_heads": [],
         "local": ["pattern=local"], "bigbird": ["pattern=bigbird"], "hst": ["pattern=hst"],
         "bigbird_sar": ["pattern=bigbird", "regulariser=sar"], "ernie_sparse": ["pattern=hst", "regulariser=sar"], "softmax": [],
     }
