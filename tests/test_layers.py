@@ -4,6 +4,7 @@ so each layer can be read, tested and replaced from the bottom up. README.md's l
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "sparse_runner"
@@ -42,17 +43,52 @@ def layer(module: str) -> int | None:
     return found
 
 
+def is_module(name: str) -> bool:
+    """Whether `name` is a module or a subpackage of the package (not a name defined in one)."""
+    path = PACKAGE.parent / name.replace(".", "/")
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
 def imports(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("sparse_runner"):
             # `from sparse_runner import checkpoint` imports the submodule, not the package's layer
             found |= {f"{node.module}.{a.name}" if layer(f"{node.module}.{a.name}") is not None and
-                      (PACKAGE.parent / f"{node.module}.{a.name}".replace(".", "/")).with_suffix(".py").exists()
-                      else node.module for a in node.names}
+                      is_module(f"{node.module}.{a.name}") else node.module for a in node.names}
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("sparse_runner")}
     return found
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The sets of modules that import each other, directly or through others (TYPE_CHECKING imports
+    included): the strongly connected components of `graph` (module -> the modules it imports) with more
+    than one module, each sorted."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for target in graph.get(module, ()):
+            if target not in order:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], order[target])
+        if low[module] == order[module]:
+            component = stack[stack.index(module):]
+            del stack[stack.index(module):]
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return sorted(circles)
 
 
 def private_imports(path: Path, module: str) -> list[str]:
@@ -109,3 +145,51 @@ def test_the_check_finds_a_private_import(tmp_path):
     source.write_text("def f():\n    from sparse_runner.attention.kernels import _helper\n")
     assert private_imports(source, "sparse_runner.training.cache") == ["sparse_runner.training.cache -> sparse_runner.attention.kernels._helper"]
     assert private_imports(source, "sparse_runner.attention.kernels.cache") == []
+
+
+def test_no_modules_import_each_other():
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph = {module: {target for target in imports(path) if target in modules and target != module}
+             for module, path in modules.items()}
+    assert import_circles(graph) == []
+
+
+def test_the_check_finds_an_import_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_circles(graph) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_every_paper_is_a_subpackage():
+    """reporting/papers/ holds one subpackage per paper (its tables, published numbers and runs together); the
+    claims table, gathered from every paper, is the one module beside them."""
+    from sparse_runner.reporting.papers import PAPERS
+
+    papers = PACKAGE / "reporting" / "papers"
+    assert sorted(path.stem for path in papers.glob("*.py")) == ["__init__", "all_claims"]
+    ours = {name: paper for name, paper in PAPERS.items() if paper.__name__.startswith("sparse_runner.")}
+    assert {name for name, paper in ours.items() if not hasattr(paper, "__path__")} == {"claims"}
+    assert set(ours) >= {"claims", "lra", "correia2019", "bhojanapalli2020", "ernie_sparse"}
+
+
+def test_every_name_the_papers_define_is_read_somewhere():
+    """No dead code in the report's papers: each top-level function, class and constant is read by the package,
+    the tests or the scripts (a paper's CITATION, CLAIMS, tables and sections are read through the registry)."""
+    read_through_registry = {"CITATION", "CLAIMS", "tables", "sections"}
+    sources = [path.read_text(encoding="utf-8") for folder in ("sparse_runner", "tests", "scripts")
+               for path in (PACKAGE.parent / folder).rglob("*.py")]
+    unread = []
+    for path in sorted((PACKAGE / "reporting" / "papers").rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [target.id for target in targets if isinstance(target, ast.Name)]
+            else:
+                continue
+            for name in set(names) - read_through_registry:
+                pattern = re.compile(rf"\b{re.escape(name)}\b")
+                if sum(len(pattern.findall(text)) for text in sources) < 2:   # its definition alone
+                    unread.append(f"{module_name(path)}.{name}")
+    assert unread == []

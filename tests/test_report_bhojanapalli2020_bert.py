@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from sparse_runner.reporting import collect_runs, main
-from sparse_runner.reporting.papers import bhojanapalli2020, bhojanapalli2020_bert as bert
+from sparse_runner.reporting.papers import bhojanapalli2020
+from sparse_runner.reporting.papers.bhojanapalli2020 import bert
 from sparse_runner.reporting.render import Table
 from test_report import preset_config
 

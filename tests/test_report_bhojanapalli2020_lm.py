@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 from sparse_runner.reporting import collect_runs, main
-from sparse_runner.reporting.papers import bhojanapalli2020, bhojanapalli2020_lm
+from sparse_runner.reporting.papers import bhojanapalli2020
+from sparse_runner.reporting.papers.bhojanapalli2020 import lm as bhojanapalli2020_lm
 from test_report import preset_config
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sparse_runner.reporting import collect_runs, main
-from sparse_runner.reporting.papers import ernie_sparse_downstream as downstream
+from sparse_runner.reporting.papers.ernie_sparse import downstream
 from sparse_runner.reporting.render import Table
 from test_report import preset_config
 

@@ -3,7 +3,7 @@ and Bhojanapalli et al. tables (substitute data †, a printed Avg that is not i
 
 from __future__ import annotations
 
-from sparse_runner.reporting.papers.lra_published import PRINTED_AVG, SUBSTITUTE
+from sparse_runner.reporting.papers.lra.published import PRINTED_AVG, SUBSTITUTE
 from sparse_runner.reporting.render import Table, latex_escape, render_latex
 
 

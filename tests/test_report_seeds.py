@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sparse_runner.reporting import collect_runs, main, seeds
-from sparse_runner.reporting.papers import bhojanapalli2020_bert as bert
-from sparse_runner.reporting.papers import bhojanapalli2020, bhojanapalli2020_lm, correia2019, ernie_sparse, lra
+from sparse_runner.reporting.papers import bhojanapalli2020, correia2019, ernie_sparse, lra
+from sparse_runner.reporting.papers.bhojanapalli2020 import bert, lm as bhojanapalli2020_lm
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import STATUS_ORDER
 from sparse_runner.reporting.runs_table import runs_tables

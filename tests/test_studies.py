@@ -17,7 +17,8 @@ from sparse_runner import cli
 from sparse_runner.reporting import collect_runs
 from sparse_runner.reporting import claims
 from sparse_runner.reporting.claims import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN
-from sparse_runner.reporting.papers import all_claims, bhojanapalli2020, bhojanapalli2020_bert, bhojanapalli2020_lm
+from sparse_runner.reporting.papers import all_claims, bhojanapalli2020
+from sparse_runner.reporting.papers.bhojanapalli2020 import bert as bhojanapalli2020_bert, lm as bhojanapalli2020_lm
 from sparse_runner.reporting.papers.correia2019 import claims as correia
 from sparse_runner.reporting.presets import compose
 

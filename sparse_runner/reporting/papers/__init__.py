@@ -8,7 +8,7 @@ fill its cells live beside it. It registers itself where it is defined:
     register_paper("lra", order=10)(sys.modules[__name__])
 
 Every module of this package is imported when the registry is first read, so adding a paper is adding a
-module here; another installed package adds one through the entry-point group `sparse_runner.papers`.
+module or a subpackage (one per paper) here; another installed package adds one through the entry-point group `sparse_runner.papers`.
 """
 
 from __future__ import annotations
@@ -50,13 +50,3 @@ def papers() -> list[Paper]:
 
 def paper_tables(records: list[RunRecord]) -> list[Table]:
     return [table for paper in papers() for table in paper.tables(records)]
-
-
-def paper_sections(records: list[RunRecord], out_dir: Path) -> tuple[list[str], list[Path]]:
-    sections: list[str] = []
-    written: list[Path] = []
-    for paper in papers():
-        more_sections, more_written = paper.sections(records, out_dir)
-        sections += more_sections
-        written += more_written
-    return sections, written

@@ -24,7 +24,7 @@ from typing import Sequence
 
 from sparse_runner.reporting import seeds
 from sparse_runner.reporting.papers import register_paper
-from sparse_runner.reporting.papers.lra_published import (  # noqa: F401 (the paper's data, read as lra.X)
+from sparse_runner.reporting.papers.lra.published import (  # noqa: F401 (the paper's data, read as lra.X)
     CITATION,
     COLUMNS,
     DEFAULT_MODEL,
@@ -40,7 +40,7 @@ from sparse_runner.reporting.papers.lra_published import (  # noqa: F401 (the pa
     DataInfo,
     data_info,
 )
-from sparse_runner.reporting.papers.lra_runs import runs_table
+from sparse_runner.reporting.papers.lra.runs import runs_table
 from sparse_runner.reporting.presets import Match, Preset, agrees, closest_models, match, model_names, shown
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord, completed

@@ -6,9 +6,9 @@ figure with d_p = n marked, and standard (d_p = d/h) against fixed (d_p = n) hea
 differ only in their seed are one column or row (mean ± std (n), seeds.py; the figure draws the means).
 Nothing is shown until such a run exists (`sparse-run experiment=bhojanapalli2020_lowrank`).
 
-The LM1B head sweep (perplexity against heads and parameters, paper Fig. 1/3) is in `bhojanapalli2020_lm`.
+The LM1B head sweep (perplexity against heads and parameters, paper Fig. 1/3) is in `lm.py`.
 Tables 1, 2A and 2B (BERT fine-tuned on SQuAD and MNLI against heads and head size, docs/papers.md: published
-numbers, parameter counts, ours from the `bhojanapalli2020_table*` experiments) are in `bhojanapalli2020_bert`;
+numbers, parameter counts, ours from the `bhojanapalli2020_table*` experiments) are in `bert.py`;
 they are shown once the report holds a run of the BERT experiments (pre-training, squad or mnli), with the
 published numbers and the commands that fill their empty cells.
 
@@ -26,8 +26,9 @@ from pathlib import Path
 from sparse_runner.checks import one_line
 from sparse_runner.io import atomic_open
 from sparse_runner.reporting.console import warn
-from sparse_runner.reporting.papers import bhojanapalli2020_bert, bhojanapalli2020_lm, register_paper
-from sparse_runner.reporting.papers.bhojanapalli2020_lm import lm_sections, lm_tables
+from sparse_runner.reporting.papers import register_paper
+from sparse_runner.reporting.papers.bhojanapalli2020 import bert, lm
+from sparse_runner.reporting.papers.bhojanapalli2020.lm import lm_sections, lm_tables
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting import seeds
 from sparse_runner.reporting.claims import HELD, INCONCLUSIVE, MIN_RUNS, NOT_HELD, NOT_RUN, ClaimRow, compute_time
@@ -110,7 +111,7 @@ def _means(curve: Curve) -> list[float]:
 def tables(records: list[RunRecord]) -> list[Table]:
     runs = lowrank_runs(records)
     # Tables 1-2 always: without runs they show the published numbers, our parameter counts and the commands.
-    return (lowrank_tables(runs) if runs else []) + lm_tables(records) + bhojanapalli2020_bert.tables(records)
+    return (lowrank_tables(runs) if runs else []) + lm_tables(records) + bert.tables(records)
 
 
 def lowrank_tables(runs: list[LowRankRun]) -> list[Table]:
@@ -270,6 +271,6 @@ class LowRankCliff:
 
 
 # Theorem 1, then the studies' claims: the LM head sweep and the pre-training / head-size study.
-CLAIMS = [LowRankCliff(), *bhojanapalli2020_lm.CLAIMS, *bhojanapalli2020_bert.CLAIMS]
+CLAIMS = [LowRankCliff(), *lm.CLAIMS, *bert.CLAIMS]
 
 register_paper("bhojanapalli2020", order=30)(sys.modules[__name__])

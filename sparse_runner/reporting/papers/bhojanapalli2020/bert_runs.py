@@ -1,5 +1,5 @@
 """Bhojanapalli et al. (2020), Tables 1 and 2: which of our fine-tuning runs fill which row (the rows of
-bhojanapalli2020_bert.py).
+bert.py).
 
 A run is in a table's row when its resolved config is one job of the table's multirun (its experiment, the swept
 key at the run's own value, the fine-tuning recipe of its task, `pretrain=none` from scratch) in every
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparse_runner.reporting.papers.bhojanapalli2020_bert_published import (
+from sparse_runner.reporting.papers.bhojanapalli2020.bert_published import (
     CPU,
     GPU,
     MNLI,

@@ -9,7 +9,7 @@ Three tables, shown even without runs (the published numbers, the parameter coun
     Table 2B  d 512, 8 heads, head size 32/64/128/256            experiment=bhojanapalli2020_table2b
 
 One row per head geometry. Ours come from completed fine-tuning runs (task family `squad` or `mnli`) whose
-resolved config is a job of the table's multirun (bhojanapalli2020_bert_runs.py: every result-changing key but
+resolved config is a job of the table's multirun (bert_runs.py: every result-changing key but
 the seed, however the command line spelled it): a squad run and an mnli run of one geometry fill one row; runs
 of a cell that differ only in their seed show as mean ± std (n) (seeds.py). Pre-trained runs (a pre-training
 stage in their config) and runs from scratch (`pretrain=none`) are separate rows, never averaged together; a
@@ -19,7 +19,7 @@ of their own below a rule, geometry read from their config, labelled CPU-sized: 
 not comparable with the published numbers. A cell measured on substitute data carries a dagger; the table notes
 name the data and its trivial baselines.
 
-Published numbers and parameter counts: bhojanapalli2020_bert_published.py. Torch-free, like all report code.
+Published numbers and parameter counts: bert_published.py. Torch-free, like all report code.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 from sparse_runner.reporting import seeds
 from sparse_runner.reporting.claims import Arm, Claim, preset_arm
-from sparse_runner.reporting.papers.bhojanapalli2020_bert_published import (  # noqa: F401 (read as bert.X)
+from sparse_runner.reporting.papers.bhojanapalli2020.bert_published import (  # noqa: F401 (read as bert.X)
     CITATION,
     CPU,
     GPU,
@@ -52,7 +52,7 @@ from sparse_runner.reporting.papers.bhojanapalli2020_bert_published import (  # 
     Published,
     bert_parameters,
 )
-from sparse_runner.reporting.papers.bhojanapalli2020_bert_runs import (  # noqa: F401
+from sparse_runner.reporting.papers.bhojanapalli2020.bert_runs import (  # noqa: F401
     Filing,
     OurRow,
     _task_info,

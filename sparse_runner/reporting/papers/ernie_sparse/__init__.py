@@ -19,7 +19,7 @@ task), so that a report without one stays short:
   metric `test_shifted/accuracy`), with and without SAR: Pathfinder (the paper's), and every other LRA task
   whose runs measured it.
 
-The downstream long-document table (`ernie_sparse_downstream`, its own module) follows these three.
+The downstream long-document table (downstream.py, its own module) follows these three.
 
 The LRA machinery (columns, settings, data, commands, cells) is `lra`'s; this module only groups differently.
 """
@@ -32,7 +32,8 @@ from pathlib import Path
 
 from sparse_runner.reporting import seeds
 from sparse_runner.reporting.claims import Arm, Claim
-from sparse_runner.reporting.papers import ernie_sparse_downstream, lra, register_paper
+from sparse_runner.reporting.papers import lra, register_paper
+from sparse_runner.reporting.papers.ernie_sparse import downstream as ernie_sparse_downstream
 from sparse_runner.reporting.papers.lra import (
     COLUMNS,
     LRA_TABLE1,
@@ -74,7 +75,6 @@ LRA_ROWS = ("Transformer", "Local Attention", "BigBird")
 # LRA's rows (lra.OUR_MODEL_ROWS); hst, ernie_sparse and bigbird_sar are the study's own. A run is the study's
 # when its config has the recipe of one of them (presets.recipe: normaliser, pattern, head size, SAR).
 ARCHITECTURES: dict[str, str] = {**lra.OUR_MODEL_ROWS, "hst": "HST", "ernie_sparse": "HST", "bigbird_sar": "BigBird"}
-STUDY_MODELS = {"hst", "ernie_sparse", "bigbird_sar"}
 SAR_MODELS = {"ernie_sparse", "bigbird_sar"}   # presets with model.sar.weight > 0
 REGULARISERS = {"rdrop": "R-Drop"}
 NO_REGULARISER = "none"

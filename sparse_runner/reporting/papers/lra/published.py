@@ -1,7 +1,7 @@
 """Long Range Arena (Tay et al., ICLR 2021), Table 1: the published numbers, the columns and data they measure,
 our two settings (the experiments each task family's presets start from), and the data our runs state.
 
-Plain data, used by lra.py (Table 1 and our rows) and lra_runs.py (the runs behind it).
+Plain data, used by __init__.py (Table 1 and our rows) and runs.py (the runs behind it).
 """
 
 from __future__ import annotations

@@ -1,19 +1,29 @@
-"""LRA Table 1: our runs, the table behind Table 1 (lra.py): every completed LRA run, a row per group of seeds,
-with its data, majority-class floor, scale and overrides."""
+"""LRA Table 1: our runs, the table behind Table 1 (__init__.py): every completed LRA run, a row per group of
+seeds, with its data, majority-class floor, scale and overrides."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sparse_runner.reporting import seeds
-from sparse_runner.reporting.papers.lra_published import COLUMNS, MAJORITY_METRIC, METRIC, data_info
+from sparse_runner.reporting.papers.lra.published import COLUMNS, MAJORITY_METRIC, METRIC, data_info
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord
-from sparse_runner.reporting.seeds import distinct
+from sparse_runner.reporting.seeds import SeedGroup, distinct
 from sparse_runner.reporting.values import as_int, pct
 
-if TYPE_CHECKING:
-    from sparse_runner.reporting.papers.lra import OurRow
+
+class RowWithRuns(Protocol):
+    """What the runs table reads of a row of ours (lra.OurRow): its label, its setting, and per column the
+    configurations that compete for the cell and the one shown."""
+
+    model_label: str
+    setting_label: str
+    candidates: dict[str, list[SeedGroup]]
+
+    @property
+    def cells(self) -> dict[str, SeedGroup]: ...
+
 
 def _scale(rec: RunRecord) -> str:
     """`4L d512 h8, len 2000, 5000 steps`, from the run's config and how far it trained: what a reader needs
@@ -32,7 +42,7 @@ def _scale(rec: RunRecord) -> str:
     return ", ".join(parts)
 
 
-def runs_table(rows: list[OurRow]) -> Table | None:
+def runs_table(rows: list[RowWithRuns]) -> Table | None:
     """Every completed LRA run, a row per group of seeds, by column and row; None when there is none."""
     columns = list(COLUMNS.values())
     # (column, row rank, not shown, run name, row, group): sorted on the first four, Table 1's order with the

@@ -1,6 +1,6 @@
 """Bhojanapalli et al. (2020), Tables 1 and 2 (docs/papers.md): the published numbers, the parameter count of
 our masked LM (`bert_parameters`), and the presets that fill our cells (the tables' experiments, one job per
-fine-tuning task). Plain data and arithmetic, used by bhojanapalli2020_bert.py and its runs.
+fine-tuning task). Plain data and arithmetic, used by bert.py and bert_runs.py.
 """
 
 from __future__ import annotations
