@@ -32,8 +32,8 @@ def install_examples(root: Path) -> dict[str, str]:
                 continue
             module = Path(rel).stem
             (package / f"{module}.py").write_text(content)
-            kind = rel.split("/")[1]  # sparse_runner/<tasks|attention>/<module>.py
-            group = "sparse_runner.tasks" if kind == "tasks" else (
+            kind = rel.split("/")[1]  # sparse_runner/<tasks|attention|training>/...
+            group = "sparse_runner.tasks" if kind == "tasks" else "sparse_runner.regularisers" if kind == "training" else (
                 "sparse_runner.patterns" if re.search(r"@register_pattern\(", content) else "sparse_runner.normalisers")
             entry_points.setdefault(group, []).append(f"{module} = my_package.{module}")
     info = root / "my_package-0.1.dist-info"
@@ -45,16 +45,45 @@ def install_examples(root: Path) -> dict[str, str]:
 
 def test_the_extending_examples_train_as_an_installed_package(tmp_path, cache_dir, monkeypatch):
     installed = install_examples(tmp_path / "site")
-    assert set(installed) == {"sparse_runner.tasks", "sparse_runner.patterns", "sparse_runner.normalisers"}, installed
+    assert set(installed) == {"sparse_runner.tasks", "sparse_runner.patterns", "sparse_runner.normalisers", "sparse_runner.regularisers"}, installed
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'site'}:{ROOT}")
-    result = sparse_run(["task=match_ends", "pattern=strided", "normaliser=temp_softmax", "geometry=fixed_head",
-                         "model.head_size=16", *STEPS, "hydra.searchpath=[pkg://my_package.conf]"],
+    result = sparse_run(["task=match_ends", "pattern=strided", "normaliser=temp_softmax", "geometry=fixed_head", "regulariser=z_loss",
+                         "model.head_size=16", *STEPS, "trainer.log_every=1", "hydra.searchpath=[pkg://my_package.conf]"],
                         cwd=tmp_path, cache_dir=cache_dir)
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
-    assert run_dir.name.startswith("match_ends_temp_softmax_strided_h2_dp16_seed0_")
+    assert run_dir.name.startswith("match_ends_temp_softmax_strided_h2_dp16_z_loss_seed0_")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["status"] == "completed" and 0.0 <= metrics["metrics"]["test/accuracy"] <= 1.0
+    assert metrics["config"]["model"]["regulariser_options"] == {"weight": 1.0e-4}
+    logged = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    assert [line["train/z_loss"] for line in logged if "train/z_loss" in line], "the regulariser's stat reaches the step log"
+
+
+def test_a_regulariser_is_one_module_in_the_package_and_one_yaml(tmp_path, cache_dir, monkeypatch):
+    """docs/extending.md's regulariser as this repository adds one: a module in sparse_runner/training/regularisers/
+    (found because the registry imports every module of that package) and conf/regulariser/z_loss.yaml."""
+    from sparse_runner.training import regularisers
+
+    files = example_files(ROOT / "docs" / "extending.md")["A regulariser"]
+    package = tmp_path / "regularisers"
+    package.mkdir()
+    (package / "z_loss.py").write_text(files["sparse_runner/training/regularisers/z_loss.py"])
+    (tmp_path / "conf" / "regulariser").mkdir(parents=True)
+    (tmp_path / "conf" / "regulariser" / "z_loss.yaml").write_text(files["conf/regulariser/z_loss.yaml"])
+    # The module is one more file of the package (its search path gains the folder), as a file added there would be.
+    monkeypatch.setattr(regularisers, "__path__", [*regularisers.__path__, str(package)])
+    monkeypatch.setattr(regularisers.REGULARISERS, "_items", dict(regularisers.REGULARISERS.load()))
+    monkeypatch.setattr(regularisers.REGULARISERS, "_loaded", False)
+    from sparse_runner.config import validate
+    from sparse_runner.run import run
+    from tests.conftest import TINY, compose_config
+
+    cfg = validate(compose_config([*TINY, "regulariser=z_loss", "trainer.max_steps=4", "trainer.eval_every=2", "trainer.log_every=1",
+                                   f"hydra.searchpath=[file://{tmp_path / 'conf'}]"], cache_dir=cache_dir, tiny=False))
+    run(cfg, tmp_path / "run")
+    logged = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert sum("train/z_loss" in line for line in logged) == 4
 
 
 def test_an_unknown_component_names_the_installed_ones(tmp_path, cache_dir, monkeypatch):
