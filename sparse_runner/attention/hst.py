@@ -32,6 +32,12 @@ when a shift (SAR, the shifted test) adds a block, HST draws its random blocks a
 count, since its layout pads every block to whole tiles and the layer cannot tell how many blocks the
 unshifted sequence had. A token never reads another block's representative.
 
+The global tokens (a classifier's CLS vector) read the representatives and each other, never a token: a
+classifier sees its input only through the block summaries, so moving the block boundaries (SAR, the
+shifted test) changes its prediction even with one layer, where local's and BigBird's global tokens read
+every token and a one-layer classifier's prediction does not depend on the boundaries
+(tests/test_topology_shift.py).
+
 Cost per layer: n * (local keys + 1) + (n / block) * (block + 1) + (n / block + globals)^2, never n^2.
 """
 
