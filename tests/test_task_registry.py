@@ -148,6 +148,6 @@ def test_every_registered_family_declares_its_contract():
 
     yaml_families = {OmegaConf.load(p).get("family") for p in (CONF_DIR / "task").glob("*.yaml")}
     for family, cls in task_families().items():
-        assert cls.family == family and cls.config_class.__dataclass_fields__["family"].default == family
+        assert cls.family == family  # the family name itself is a YAML value (conf/task/*.yaml), checked below
         assert cls.val_metrics and cls.primary_metric and cls.model_keys
         assert family in yaml_families, f"no conf/task/*.yaml selects task family {family}"
