@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 KEY = "model.init_from"
 VALID = "a finished pre-training run directory (sparse-run task=mlm_sotu ...) or a .pt checkpoint inside one"
 # Model keys that shape the encoder's tensors: a pre-trained encoder fits only a model that agrees on them.
-ARCHITECTURE_KEYS = ("d_model", "num_layers", "num_heads", "head_size", "qkv_dim", "ffn_dim", "normaliser", "alpha", "positions", "norm_first", "pattern", "pattern_options")
+ARCHITECTURE_KEYS = ("d_model", "num_layers", "num_heads", "head_size", "qkv_dim", "ffn_dim", "normaliser", "normaliser_options", "positions", "norm_first", "pattern", "pattern_options")
 TOKENIZER = Path("outputs") / "tokenizer.model"
 
 

@@ -103,7 +103,7 @@ def run_parameters(rec: RunRecord) -> int | None:
     max_positions = as_int(c.get("model.max_positions", c.get("task.max_length"))) if learned else 0
     if geometry is None or vocab is None or positions is None or not isinstance(norm_first, bool) or max_positions is None:
         return None
-    learned_alpha = c.get("model.normaliser") == "alpha_entmax" and c.get("model.alpha") is None
+    learned_alpha = c.get("model.normaliser") == "alpha_entmax" and c.get("model.normaliser_options.alpha") is None
     return geometry.parameters(vocab_size=vocab + 1, max_positions=max_positions, learned_positions=learned,
                                norm_first=norm_first, learned_alpha=learned_alpha)
 

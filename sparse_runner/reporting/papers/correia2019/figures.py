@@ -29,8 +29,8 @@ class DrawnFigure:
 
 
 def _learns_alpha(rec: RunRecord) -> bool:
-    """α-entmax with a learned α per head (model.alpha null), the runs whose α the paper plots."""
-    return rec.config.get("model.normaliser") == "alpha_entmax" and rec.config.get("model.alpha") is None
+    """α-entmax with a learned α per head (model.normaliser_options.alpha null), the runs whose α the paper plots."""
+    return rec.config.get("model.normaliser") == "alpha_entmax" and rec.config.get("model.normaliser_options.alpha") is None
 
 
 def _is_sparse(rec: RunRecord) -> bool:

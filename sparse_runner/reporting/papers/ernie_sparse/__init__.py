@@ -75,7 +75,7 @@ LRA_ROWS = ("Transformer", "Local Attention", "BigBird")
 # LRA's rows (lra.OUR_MODEL_ROWS); hst, ernie_sparse and bigbird_sar are the study's own. A run is the study's
 # when its config has the recipe of one of them (presets.recipe: normaliser, pattern, head size, SAR).
 ARCHITECTURES: dict[str, str] = {**lra.OUR_MODEL_ROWS, "hst": "HST", "ernie_sparse": "HST", "bigbird_sar": "BigBird"}
-SAR_MODELS = {"ernie_sparse", "bigbird_sar"}   # presets with model.sar.weight > 0
+SAR_MODELS = {"ernie_sparse", "bigbird_sar"}   # presets with regulariser=sar
 REGULARISERS = {"rdrop": "R-Drop"}
 NO_REGULARISER = "none"
 
@@ -86,7 +86,7 @@ SEEDS = "0,1,2"
 
 @dataclass(frozen=True)
 class Variant:
-    """What a row of ours is: the model, whether SAR is on (model.sar.weight > 0), the trainer regulariser."""
+    """What a row of ours is: the model, whether SAR is on (model.regulariser sar), another regulariser."""
 
     model: str
     sar: bool
@@ -108,9 +108,9 @@ class Variant:
         if self.sar != (self.model in SAR_MODELS):
             if self.sar:
                 return None
-            extra.append("model.sar.weight=0")
+            extra.append("regulariser=none")
         if self.regulariser != NO_REGULARISER:
-            extra.append(f"trainer.regulariser={self.regulariser}")
+            extra.append(f"regulariser={self.regulariser}")
         return extra
 
     def rank(self) -> tuple:
@@ -132,7 +132,9 @@ def study_models() -> list[str]:
 
 
 def regulariser_of(rec: RunRecord) -> str:
-    return as_str(rec.config.get("trainer.regulariser")) or NO_REGULARISER
+    """The run's regulariser besides SAR (which its model preset says): rdrop, or NO_REGULARISER."""
+    regulariser = as_str(rec.config.get("model.regulariser")) or NO_REGULARISER
+    return NO_REGULARISER if regulariser == "sar" else regulariser
 
 
 def in_study(rec: RunRecord) -> bool:
@@ -143,8 +145,8 @@ def in_study(rec: RunRecord) -> bool:
 
 
 def study_started(records: list[RunRecord]) -> bool:
-    """Whether any run (whatever its status) is the study's own, not a plain LRA Table 1 run: HST, SAR or a
-    trainer regulariser in its config."""
+    """Whether any run (whatever its status) is the study's own, not a plain LRA Table 1 run: HST or a
+    regulariser in its config."""
     for rec in records:
         if rec.task_family in COLUMNS:
             axes = rec.axes
@@ -154,14 +156,14 @@ def study_started(records: list[RunRecord]) -> bool:
 
 
 def file_variant(rec: RunRecord) -> tuple[Variant, Filing] | None:
-    """The variant preset a run of the study is (its model's preset with its trainer regulariser), else the
+    """The variant preset a run of the study is (its model's preset with its regulariser), else the
     nearest one; None for a run that is not the study's."""
     if not in_study(rec):
         return None
     regulariser = regulariser_of(rec)
     if override_value(regulariser) is None:   # no name (an interpolation, say): never given to Hydra
         return None
-    extra = () if regulariser == NO_REGULARISER else (f"trainer.regulariser={regulariser}",)
+    extra = () if regulariser == NO_REGULARISER else (f"regulariser={regulariser}",)
     filing = lra.file_run(rec, study_models(), extra)
     if filing is None:
         return None
@@ -281,9 +283,9 @@ def _assumptions() -> str:
     return ("Ours are re-implementations (the paper has no public code), with the assumptions of docs/papers.md: "
             "HST = blocks of `block_size` tokens, one representative token per block; a local stage (tokens "
             "attend inside their block and to its representative), then a global stage (representatives attend "
-            "to each other); SAR = a second forward pass with every block boundary shifted by `model.sar.shift` "
-            "tokens (`model.sar.random_shift`: a random shift each step), loss = task loss + `model.sar.weight` "
-            "x symmetric KL between the two output distributions (the values: conf/model/hst.yaml, ernie_sparse.yaml). "
+            "to each other); SAR = a second forward pass with every block boundary shifted by `model.regulariser_options.shift` "
+            "tokens (`random_shift`: a random shift each step), loss = task loss + `model.regulariser_options.weight` "
+            "x symmetric KL between the two output distributions (the values: conf/pattern/hst.yaml, conf/regulariser/sar.yaml). "
             "Their numbers are not the paper's.")
 
 
@@ -295,16 +297,16 @@ def _lra_notes(rows: list[VariantRow]) -> list[str]:
         "(UNCONFIRMED, docs/papers.md). The baseline rows are LRA Table 1's (" + lra.CITATION + "), which the "
         "paper's 55.01 suggests it reused.",
         _assumptions(),
-        "Rows of ours: one per variant = (model preset, SAR on = `model.sar.weight` > 0, `trainer.regulariser`) and "
+        "Rows of ours: one per variant = (model preset, SAR on = `regulariser=sar`, another `regulariser=`) and "
         "setting. ERNIE-Sparse = HST + SAR (`model=ernie_sparse`); w/o SAR = HST alone (`model=hst`); w/o HST = "
-        "SAR on BigBird's topology (`model=bigbird_sar`); R-Drop rows (`trainer.regulariser=rdrop`) appear once "
+        "SAR on BigBird's topology (`model=bigbird_sar`); R-Drop rows (`regulariser=rdrop`) appear once "
         "such runs exist. Settings as in LRA Table 1: paper presets (`experiment=lra_<task>`) compare with the "
         "published rows; CPU presets (`experiment=lra_<task>_cpu`) are NOT comparable, nor are `other runs` rows "
         "(runs that are no preset: the nearest one and what differs from it, as `key=value`; the model column says "
         "what they computed).",
         "A cell of ours: the test accuracy of the completed runs whose resolved config is the cell's preset (the "
         "config its command composes) in every result-changing key but the seed and `trainer.test_topology_shift` "
-        "(which changes no test accuracy), whatever their command line said (`model=hst model.sar.weight=1` is "
+        "(which changes no test accuracy), whatever their command line said (`model=hst regulariser=sar` is "
         "ERNIE-Sparse). Where runs on several data compete, the one on official data with the best mean validation "
         "accuracy. Failed, diverged and unfinished runs never fill a cell.",
         seeds.NOTE,

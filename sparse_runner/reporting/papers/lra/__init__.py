@@ -91,7 +91,7 @@ def row_command(setting: str, model: str | None = None) -> str:
 @dataclass(frozen=True)
 class Filing:
     """Where a run is in our rows: the preset it is (`match.exact`) or the nearest one, as setting, model and
-    the extra overrides of the row's variant (ERNIE-Sparse's `trainer.regulariser=rdrop`)."""
+    the extra overrides of the row's variant (ERNIE-Sparse's `regulariser=rdrop`)."""
 
     setting: str
     model: str
