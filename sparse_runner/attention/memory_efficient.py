@@ -217,7 +217,7 @@ def attend_long(
     record_scores(q.shape[0] * q.shape[1] * q.shape[-2] * k.shape[-2])
     alpha = normaliser_alpha(normaliser)
     if impl == "triton":
-        out = _gpu_backend("triton").entmax_attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal)
+        out = _gpu_backend("triton").entmax_attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal, dropout_p=dropout_p)
     elif impl == "adasplash":
         if torch.is_tensor(alpha):
             raise ValueError("model.attention_impl=adasplash takes a fixed alpha only (softmax, sparsemax, entmax15, or alpha_entmax with model.normaliser_options.alpha set)")
