@@ -23,6 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from sparse_runner.attention import attention_backends
+from sparse_runner.attention.spec import check_attention_impl_device
 from sparse_runner.checks import ConfigError, DataError, one_line
 from sparse_runner.io import atomic_write_text, is_temporary, temporary_target
 from sparse_runner import run_metrics
@@ -66,13 +67,6 @@ def pick_device(name: str) -> torch.device:
         # Modulo: a SLURM task bound to its own GPU (--gpus-per-task) sees only that one, as cuda:0.
         device = torch.device("cuda", distributed.local_rank() % torch.cuda.device_count())
     return device
-
-
-def check_impl_device(impl: str, device: torch.device) -> None:
-    """model.attention_impl=triton|adasplash need CUDA (checked here, where the device is known: a login
-    node without a GPU may well compose a job for a GPU node)."""
-    if impl in ("triton", "adasplash") and device.type != "cuda":
-        raise ConfigError(f"model.attention_impl: {impl} needs a CUDA device, and this run is on {device}; valid here: auto, explicit, memory_efficient")
 
 
 def fingerprint(cfg: DictConfig) -> dict[str, Any]:
@@ -361,7 +355,8 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
     primary_metric = f"test/{task_families()[cfg.task.family].primary_metric}"
     try:
         device = pick_device(t.device)
-        check_impl_device(cfg.model.get("attention_impl", "auto"), device)
+        if "attention_impl" in cfg.model:
+            check_attention_impl_device(cfg.model, device)
         distributed.setup(device)
         if distributed.world_size() > 1 and not task_families()[cfg.task.family].data_parallel:
             raise ConfigError(f"task.family: {cfg.task.family} cannot split its training across processes; run it as one process (without torchrun)")
@@ -412,12 +407,14 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
         "num_parameters": num_parameters,
         "device": str(device),
         "world_size": distributed.world_size(),
-        "attention_backend": ",".join(attention_backends(model)),
         "max_steps": t.max_steps,
         "dataset_sizes": task.sizes(),
         "pretraining": pretraining,
     }
     record(**common)
+    # Which backend runs depends on the lengths the layers meet: it is recorded as they run, logged the
+    # first time, and written with the run's end.
+    backends = attention_backends(model)
     if is_main():
         atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     try:
@@ -425,15 +422,16 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
     except BaseException as exc:
         p = trainer.progress
         wall, cpu = trainer.run_time()
-        _record_end(record, status=_end_status(exc), error=one_line(exc), step=p.step, wall_time_s=wall, cpu_time_s=cpu, finished_at=now())
+        _record_end(record, status=_end_status(exc), error=one_line(exc), step=p.step, wall_time_s=wall, cpu_time_s=cpu, finished_at=now(),
+                    **backends.fields())
         raise
     p = trainer.progress
     with stop.deferred():  # trained and tested: a signal now is too late to stop anything, so finish recording
-        _record_completed(record, run_dir, task, trainer, device)
+        _record_completed(record, run_dir, task, trainer, device, backends.fields())
     return float(p.best_value) if p.best_value is not None else float("nan")
 
 
-def _record_completed(record: Any, run_dir: Path, task: Any, trainer: Trainer, device: torch.device) -> None:
+def _record_completed(record: Any, run_dir: Path, task: Any, trainer: Trainer, device: torch.device, backends: dict[str, Any]) -> None:
     t, p = trainer.tcfg, trainer.progress
     wall, cpu = trainer.run_time()
     final = p.final_metrics
@@ -455,6 +453,7 @@ def _record_completed(record: Any, run_dir: Path, task: Any, trainer: Trainer, d
         cpu_time_s=cpu,
         peak_memory_mb=peak_memory_mb(device),
         finished_at=now(),
+        **backends,
     )
 
 

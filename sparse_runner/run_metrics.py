@@ -45,6 +45,8 @@ SCHEMA: dict[str, str] = {
     "device": "torch device the run trained on",
     "world_size": "processes the run trained on (torchrun / SLURM tasks; 1 without a launcher)",
     "attention_backend": "attention kernels used, comma-separated",
+    "attention_backend_reason": "{attention layer type: why its backend was chosen, e.g. 'triton: CUDA, threshold-form normaliser, "
+                                "padding mask'}",
     "max_steps": "cfg.trainer.max_steps",
     "dataset_sizes": "{split: examples}",
     "step": "the last training step reached",

@@ -86,10 +86,10 @@ REFUSED = {
         "model.attention_impl: 'triton' cannot apply the mask of pattern 'window' (the GPU kernels take padding and causal masks only); "
         "valid with window: auto, explicit, memory_efficient",
     ),
-    "dropout-on-gpu-kernel": (
-        ["normaliser=entmax15", "model.attention_dropout=0.1", "model.attention_impl=triton"],
-        "model.attention_impl: 'triton' has no attention dropout, and model.attention_dropout is 0.1; "
-        "valid with attention dropout: auto, explicit, memory_efficient",
+    "dropout-on-adasplash": (
+        ["normaliser=entmax15", "model.attention_dropout=0.1", "model.attention_impl=adasplash"],
+        "model.attention_impl: 'adasplash' has no attention dropout, and model.attention_dropout is 0.1; "
+        "valid with attention dropout: auto, explicit, memory_efficient, triton",
     ),
     "adasplash-learned-alpha": (
         ["normaliser=alpha_entmax", "model.attention_impl=adasplash"],
@@ -125,6 +125,8 @@ WORKS = {
     # softmax trains through SDPA (with its dropout); the kernel only computes the analysis' weights.
     "softmax-dropout-triton": ["normaliser=softmax", "model.attention_dropout=0.1", "model.attention_impl=triton"],
     "learned-alpha-triton": ["normaliser=alpha_entmax", "model.attention_impl=triton"],
+    # the Triton kernel draws attention dropout itself
+    "dropout-triton": ["normaliser=entmax15", "model.attention_dropout=0.1", "model.attention_impl=triton"],
     "fixed-alpha-adasplash": ["normaliser=alpha_entmax", "++model.normaliser_options.alpha=1.5", "model.attention_impl=adasplash"],
     # Refused only where the class says its alpha (Normaliser.constant_alpha): here it is known at run time.
     "unsaid-alpha-adasplash": ["model.normaliser=own_alpha", "model.attention_impl=adasplash"],

@@ -23,12 +23,14 @@ value products, and in backward every product (scores included), run on the gath
 
 Why by hand: PyTorch's fused attention kernels are softmax only, the `entmax` package materialises the
 scores, and AdaSplash (a fused kernel) runs on CUDA only and for a fixed alpha. On CUDA a Triton kernel
-of the same algorithm is used when available (kernels/entmax_attention_triton.py).
+of the same algorithm (kernels/entmax_attention_triton.py) computes every length, and this path serves
+what the kernel cannot take (a pattern mask, a head size above its own; `explain_impl`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 from typing import Iterator
@@ -50,13 +52,11 @@ SKIP_BELOW = 0.5
 Alpha = float | torch.Tensor
 
 # model.attention_impl: how a dense or causal pattern computes attention (block patterns have their own tiles).
-#   auto: softmax without weights -> SDPA; otherwise memory_efficient from `memory_efficient_from` keys
-#         (on CUDA the Triton kernel when it is installed), explicit below and for a normaliser
-#         that is no alpha-entmax;
+#   auto: `explain_impl` (softmax without weights goes to SDPA before any choice is made);
 #   explicit: the (Nq, Nk) scores and weights; memory_efficient: this module;
 #   triton / adasplash: the CUDA kernels (kernels/entmax_attention_triton.py, kernels/adasplash_backend.py).
 ATTENTION_IMPLS = ("auto", "explicit", "memory_efficient", "triton", "adasplash")
-GPU_IMPLS = ("triton", "adasplash")  # no attention dropout, no mask besides padding and causality
+GPU_IMPLS = ("triton", "adasplash")  # no mask besides padding and causality; AdaSplash: no attention dropout
 
 # model.memory_efficient_from = "auto" (the default): the explicit path up to EXPLICIT_UP_TO keys where its
 # scores fit, the memory-efficient path otherwise. Measured on 2 CPU cores (scripts/bench_long_attention.py: one
@@ -67,10 +67,18 @@ GPU_IMPLS = ("triton", "adasplash")  # no attention dropout, no mask besides pad
 # "Fit": EXPLICIT_LIVE_COPIES float tensors of the layer's (B, H, Nq, Nk) scores (scores, weights and the
 # backward's gradient) within EXPLICIT_MEMORY_SHARE of the device's total memory. Total, not free memory:
 # a run's path, and with it its floating-point rounding, must not depend on what else the machine runs.
+# On CUDA this crossover does not apply: the Triton kernel takes every length (issue 40 measured it 12x
+# faster than the explicit path at 1k keys and 50x at 4k on an H200), and the memory-efficient path, a
+# Python loop of small kernels, is hundreds of times slower than either there.
 MEMORY_EFFICIENT_FROM_AUTO = "auto"
 EXPLICIT_UP_TO = 4096
 EXPLICIT_LIVE_COPIES = 3
 EXPLICIT_MEMORY_SHARE = 0.125
+# The Triton kernel's input dtypes, by element size (float64, 8 bytes, it does not take).
+TRITON_ELEMENT_SIZES = (2, 4)
+
+log = logging.getLogger(__name__)
+_told_triton_missing = False
 
 
 def device_memory_bytes(device: torch.device) -> int:
@@ -85,39 +93,86 @@ def explicit_fits(n_scores: int, element_size: int, device: torch.device) -> boo
     return n_scores * element_size * EXPLICIT_LIVE_COPIES <= EXPLICIT_MEMORY_SHARE * device_memory_bytes(device)
 
 
-def choose_impl(
-    impl: str, memory_efficient_from: int | str, n_keys: int, device: torch.device, *, dropout_p: float, has_mask: bool,
-    threshold_form: bool = True, n_scores: int | None = None, element_size: int = 4,
-) -> str:
-    """The implementation that runs: 'explicit', 'memory_efficient', 'triton' or 'adasplash'.
+def choose_impl(impl: str, memory_efficient_from: int | str, n_keys: int, device: torch.device, **facts) -> str:
+    """The implementation that runs: 'explicit', 'memory_efficient', 'triton' or 'adasplash' (`explain_impl`)."""
+    return explain_impl(impl, memory_efficient_from, n_keys, device, **facts)[0]
 
-    memory_efficient_from: keys from which `auto` leaves the explicit path, or "auto" (explicit up to
-    EXPLICIT_UP_TO keys where `explicit_fits(n_scores, element_size)`; n_scores None: fits).
+
+def explain_impl(
+    impl: str, memory_efficient_from: int | str, n_keys: int, device: torch.device, *, dropout_p: float, has_mask: bool,
+    threshold_form: bool = True, n_scores: int | None = None, element_size: int = 4, head_dim: int | None = None,
+    key_padding: bool = False, causal: bool = False,
+) -> tuple[str, str]:
+    """(implementation, reason): which of 'explicit', 'memory_efficient', 'triton', 'adasplash' computes a
+    layer's attention, and a one-line reason that starts with it ("triton: CUDA, threshold-form normaliser,
+    padding mask"; recorded in metrics.json as `attention_backend_reason`).
+
+    `auto` on CUDA: the Triton kernel at every length, attention dropout included, for a threshold-form
+    normaliser it can take (no mask besides padding and causality, head_dim <= its MAX_HEAD_DIM, a half or
+    float32 dtype: element_size 2 or 4; head_dim None: not known, taken as fitting). Otherwise, and on
+    every other device, the explicit path up to a crossover and the memory-efficient path beyond it:
+    memory_efficient_from keys, or for "auto" EXPLICIT_UP_TO keys where `explicit_fits(n_scores,
+    element_size)` (n_scores None: fits).
     threshold_form: whether the normaliser is an alpha-entmax (`Normaliser.has_threshold_form`); `auto`
     keeps any other normaliser on the explicit path, the only one that computes it (a forced impl that
     cannot compute it is refused by `config.validate`, `spec.check_attention_impl`).
+    key_padding, causal: the masks a call has besides `has_mask` (named in the reason only).
     Forced GPU kernels on a CPU tensor, or without the package, are refused in one line."""
     if impl in GPU_IMPLS:
-        module = _gpu_backend(impl)
+        module = gpu_backend(impl)
         if device.type != "cuda" or not module.available():
             why = "a CUDA device" if device.type != "cuda" else ("triton" if impl == "triton" else "the adasplash package")
             raise RuntimeError(f"model.attention_impl={impl} needs {why}; use memory_efficient (any device) or auto")
-        return impl
+        return impl, f"{impl}: model.attention_impl={impl}"
     if impl != "auto":
-        return impl
+        return impl, f"{impl}: model.attention_impl={impl}"
+    if not threshold_form:
+        return "explicit", "explicit: a normaliser without a threshold form"
+    where = device.type.upper() if device.type in ("cpu", "cuda") else device.type
+    if device.type == "cuda":
+        kernel_cannot = _triton_cannot(has_mask, head_dim, element_size)
+        if kernel_cannot is None and _triton_available():
+            masks = [name for name, present in (("padding", key_padding), ("causal", causal)) if present]
+            dropout = ", attention dropout" if dropout_p > 0.0 else ""
+            return "triton", f"triton: CUDA, threshold-form normaliser, {' and '.join(masks) or 'no'} mask{dropout}"
+        where = f"CUDA, {kernel_cannot or 'triton not installed'}"
     if memory_efficient_from == MEMORY_EFFICIENT_FROM_AUTO:
-        explicit = n_keys <= EXPLICIT_UP_TO and (n_scores is None or explicit_fits(n_scores, element_size, device))
-    else:
-        explicit = n_keys < memory_efficient_from
-    if explicit or not threshold_form:
-        return "explicit"
-    # The Triton kernel has no attention dropout and no arbitrary masks: the torch path does those.
-    if device.type == "cuda" and dropout_p == 0.0 and not has_mask and _gpu_backend("triton").available():
-        return "triton"
-    return "memory_efficient"
+        if n_keys > EXPLICIT_UP_TO:
+            return "memory_efficient", f"memory_efficient: {where}, {n_keys} keys > {EXPLICIT_UP_TO}"
+        if n_scores is not None and not explicit_fits(n_scores, element_size, device):
+            share = f"1/{round(1 / EXPLICIT_MEMORY_SHARE)}"
+            return "memory_efficient", f"memory_efficient: {where}, {n_keys} keys, the explicit scores exceed {share} of its memory"
+        return "explicit", f"explicit: {where}, {n_keys} keys <= {EXPLICIT_UP_TO}"
+    if n_keys < memory_efficient_from:
+        return "explicit", f"explicit: {where}, {n_keys} keys < model.memory_efficient_from={memory_efficient_from}"
+    return "memory_efficient", f"memory_efficient: {where}, {n_keys} keys >= model.memory_efficient_from={memory_efficient_from}"
 
 
-def _gpu_backend(name: str):
+def _triton_cannot(has_mask: bool, head_dim: int | None, element_size: int) -> str | None:
+    """What keeps the Triton kernel from a call (a phrase for the reason), or None when it can take it."""
+    if has_mask:
+        return "a pattern mask"
+    if head_dim is not None and head_dim > gpu_backend("triton").MAX_HEAD_DIM:
+        return f"head size {head_dim} > {gpu_backend('triton').MAX_HEAD_DIM}"
+    if element_size not in TRITON_ELEMENT_SIZES:
+        return "float64"
+    return None
+
+
+def _triton_available() -> bool:
+    """Whether the Triton kernel can run; where it cannot on a CUDA machine, says so once in the log."""
+    global _told_triton_missing
+    if gpu_backend("triton").available():
+        return True
+    if not _told_triton_missing:
+        _told_triton_missing = True
+        log.warning("triton is not installed: sparse attention on CUDA takes the explicit and memory-efficient torch "
+                    "paths, which are far slower there (pip install -e '.[gpu]' adds it)")
+    return False
+
+
+def gpu_backend(name: str):
+    """The module of GPU kernel `name` ('triton' or 'adasplash'), imported on first use."""
     if name == "triton":
         from sparse_runner.attention.kernels import entmax_attention_triton as module
     else:
@@ -217,11 +272,11 @@ def attend_long(
     record_scores(q.shape[0] * q.shape[1] * q.shape[-2] * k.shape[-2])
     alpha = normaliser_alpha(normaliser)
     if impl == "triton":
-        out = _gpu_backend("triton").entmax_attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal, dropout_p=dropout_p)
+        out = gpu_backend("triton").entmax_attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal, dropout_p=dropout_p)
     elif impl == "adasplash":
         if torch.is_tensor(alpha):
             raise ValueError("model.attention_impl=adasplash takes a fixed alpha only (softmax, sparsemax, entmax15, or alpha_entmax with model.normaliser_options.alpha set)")
-        out = _gpu_backend("adasplash").attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal)
+        out = gpu_backend("adasplash").attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal)
     else:
         out = memory_efficient_attention(q, k, v, alpha, key_padding_mask=key_padding_mask, mask=mask, causal=causal, dropout_p=dropout_p)
     if not need_weights:

@@ -7,6 +7,7 @@ d_model / num_heads removes the low-rank bottleneck.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -14,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sparse_runner.attention.memory_efficient import explain_impl
 from sparse_runner.attention.normalisers import Normaliser, Softmax, build_normaliser
 from sparse_runner.attention.patterns import Pattern, build_pattern
 from sparse_runner.attention.spec import AttentionSpec
@@ -23,6 +25,10 @@ from sparse_runner.attention.spec import AttentionSpec
 # (B, 1, Q, S)), None): groups of query rows, each over its own candidate keys (see block_sparse.RowGroup),
 # to be consumed once.
 WeightsObserver = Callable[[tuple[str, int], "torch.Tensor | Iterable", "torch.Tensor | None"], None]
+# Receives (layer type, backend, reason) from every forward pass without weights (`backend_choice`).
+BackendRecorder = Callable[[str, str, str], None]
+
+log = logging.getLogger(__name__)
 
 
 def attend(
@@ -76,15 +82,29 @@ class MultiHeadAttention(nn.Module):
         self.dropout = spec.dropout
         self.key = key
         self.observer: WeightsObserver | None = None
+        self.backend_recorder: BackendRecorder | None = None
         inner = num_heads * head_size
         self.q_proj = nn.Linear(d_model, inner, bias=bias)
         self.kv_proj = nn.Linear(d_model, 2 * inner, bias=bias)
         self.out_proj = nn.Linear(inner, d_model, bias=bias)
 
-    @property
-    def backend(self) -> str:
-        """Which implementation computes this layer (recorded in metrics.json)."""
-        return self.normaliser.backend_name(self.q_proj.weight.device)
+    def backend_choice(self, q: torch.Tensor, k: torch.Tensor, key_padding_mask: torch.Tensor | None, dropout_p: float) -> tuple[str, str]:
+        """(backend, reason) of `pattern.attend` on these inputs without weights, as metrics.json records them:
+        the backend is 'sdpa', 'triton', 'memory_efficient', 'adasplash' or, for the explicit path, its
+        normaliser's kernel (`Normaliser.backend_name`, e.g. 'entmax15-cpp'); the reason starts with the path
+        ("explicit: CPU, 512 keys <= 4096"; `memory_efficient.explain_impl`)."""
+        pattern, normaliser = self.pattern, self.normaliser
+        if pattern.ignores_attention_impl:
+            backend = normaliser.backend_name(q.device)
+            return backend, f"{backend}: pattern {pattern.name} ({pattern.ignores_attention_impl})"
+        if normaliser.fused_sdpa:
+            return "sdpa", "sdpa: softmax"
+        impl, reason = explain_impl(
+            pattern.impl, pattern.memory_efficient_from, k.shape[-2], q.device, dropout_p=dropout_p, has_mask=pattern.masks_pairs(),
+            threshold_form=normaliser.has_threshold_form(), n_scores=q.shape[0] * q.shape[1] * q.shape[-2] * k.shape[-2],
+            element_size=q.element_size(), head_dim=q.shape[-1], key_padding=key_padding_mask is not None, causal=pattern.causal,
+        )
+        return (normaliser.backend_name(q.device) if impl == "explicit" else impl), reason
 
     def forward(
         self,
@@ -117,13 +137,17 @@ class MultiHeadAttention(nn.Module):
                 cache["k"], cache["v"] = k, v
         m = k.shape[2]
         observe = self.observer is not None and not self.training
+        dropout_p = self.dropout if self.training else 0.0
+        # Not while torch.compile traces: the record is plain Python (logging, a dict), kept out of the graph.
+        if self.backend_recorder is not None and not observe and not torch.compiler.is_compiling():
+            self.backend_recorder(self.key[0], *self.backend_choice(q, k, key_padding_mask, dropout_p))
         y, weights, valid = self.pattern.attend(
             q,
             k,
             v,
             normaliser=self.normaliser,
             key_padding_mask=key_padding_mask,
-            dropout_p=self.dropout if self.training else 0.0,
+            dropout_p=dropout_p,
             need_weights=observe,
             **({"layer": _LayerProjections(self)} if self.pattern.reads_layer else {}),
         )
@@ -195,9 +219,35 @@ def attention_layers(model: nn.Module) -> list[MultiHeadAttention]:
     return [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
 
 
-def attention_backends(model: nn.Module) -> list[str]:
-    """The implementations that compute `model`'s attention layers (recorded in metrics.json)."""
-    return sorted({layer.backend for layer in attention_layers(model)})
+class AttentionBackends:
+    """Which backend computed each type of attention layer of a model, and why, as its forward passes
+    (without weights) meet them (`MultiHeadAttention.backend_choice`); the first time a layer type meets a
+    backend, one INFO line says so."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, dict[str, str]] = {}  # layer type -> {backend: the reason it was first chosen}
+
+    def __call__(self, layer_type: str, backend: str, reason: str) -> None:
+        backends = self.seen.setdefault(layer_type, {})
+        if backend not in backends:
+            backends[backend] = reason
+            log.info("attention %s: %s (%s)", layer_type, backend, reason)
+
+    def fields(self) -> dict[str, object]:
+        """metrics.json's `attention_backend` (the backends, sorted, comma-separated) and
+        `attention_backend_reason` ({layer type: reasons, "; "-separated in the order they were met})."""
+        return {
+            "attention_backend": ",".join(sorted({b for backends in self.seen.values() for b in backends})),
+            "attention_backend_reason": {kind: "; ".join(backends.values()) for kind, backends in sorted(self.seen.items())},
+        }
+
+
+def attention_backends(model: nn.Module) -> AttentionBackends:
+    """A record of the backends `model`'s attention layers run from now on (the layers report to it)."""
+    backends = AttentionBackends()
+    for layer in attention_layers(model):
+        layer.backend_recorder = backends
+    return backends
 
 
 def head_alphas(model: nn.Module) -> dict[str, list[float]]:

@@ -90,8 +90,9 @@ def check_attention_impl(m: Any, patterns: Iterable[str], *, cross_attention: bo
     number (a decoder's context attention, incremental decoding). Refused: an impl that no layer reads
     (block patterns compute their own blocks: auto or explicit), a memory-efficient impl for a
     normaliser without a threshold form, and what the GPU kernels cannot do (`memory_efficient.GPU_IMPLS`:
-    a mask besides padding and causality, attention dropout; AdaSplash: a learned alpha or alpha 1,
-    as many queries as keys). `auto` always works: it only picks what can.
+    a mask besides padding and causality; AdaSplash: attention dropout, a learned alpha or alpha 1, other
+    numbers of queries and keys). `auto` always works: it only picks what can. What depends on the
+    device is checked once it is known (`check_attention_impl_device`).
     """
     from sparse_runner.attention.memory_efficient import GPU_IMPLS
     from sparse_runner.attention.normalisers import NORMALISERS, Normaliser, normaliser_options
@@ -124,10 +125,10 @@ def check_attention_impl(m: Any, patterns: Iterable[str], *, cross_attention: bo
     masked = [cls.name for cls in readers if cls.masks_pairs()]
     if masked:
         _refuse("model.attention_impl", f"{impl!r} cannot apply the mask of pattern {masked[0]!r} (the GPU kernels take padding and causal masks only)", masked[0], "auto, explicit, memory_efficient")
-    if m.attention_dropout > 0 and not normaliser.fused_sdpa:  # softmax trains through SDPA, which drops out
-        _refuse("model.attention_impl", f"{impl!r} has no attention dropout, and model.attention_dropout is {m.attention_dropout}", "attention dropout", "auto, explicit, memory_efficient")
     if impl != "adasplash":
         return
+    if m.attention_dropout > 0 and not normaliser.fused_sdpa:  # softmax trains through SDPA, which drops out
+        _refuse("model.attention_impl", f"'adasplash' has no attention dropout, and model.attention_dropout is {m.attention_dropout}", "attention dropout", "auto, explicit, memory_efficient, triton")
     if normaliser.constant_alpha.__func__ is not Normaliser.constant_alpha.__func__:  # the class says its alpha
         alpha = normaliser.constant_alpha(normaliser_options(m.normaliser, m.normaliser_options))
         if alpha is None or not 1.0 < alpha <= 2.0:
@@ -135,6 +136,32 @@ def check_attention_impl(m: Any, patterns: Iterable[str], *, cross_attention: bo
             _refuse("model.attention_impl", f"'adasplash' takes one fixed alpha in (1, 2], and {m.normaliser!r} {has}", m.normaliser, "auto, explicit, memory_efficient, triton")
     if cross_attention:
         _refuse("model.attention_impl", "'adasplash' needs as many queries as keys, and a decoder's context attention and incremental decoding have other numbers", "a decoder", "auto, explicit, memory_efficient, triton")
+
+
+def check_attention_impl_device(m: Any, device: Any) -> None:
+    """Raise ConfigError when `model.attention_impl` does not suit `device` (a torch.device), checked where
+    the run's device is known (a login node without a GPU may well compose a job for a GPU node).
+
+    The GPU kernels need CUDA. On CUDA, memory_efficient is refused where the Triton kernel computes the
+    layers: that path is a Python loop of small kernels, hundreds of times slower there (issue 40, an
+    H200). It is kept where the kernel cannot serve: a pattern mask besides padding and causality (the
+    encoder's `model.pattern`; a decoder's own layers are causal and dense), a head size above the kernel's,
+    or no triton installed."""
+    from sparse_runner.attention.memory_efficient import GPU_IMPLS, gpu_backend
+    from sparse_runner.attention.patterns import PATTERNS
+
+    impl = m.attention_impl
+    if impl in GPU_IMPLS and device.type != "cuda":
+        raise ConfigError(f"model.attention_impl: {impl} needs a CUDA device, and this run is on {device}; valid here: auto, explicit, memory_efficient")
+    if impl != "memory_efficient" or device.type != "cuda":
+        return
+    pattern = PATTERNS[m.pattern]
+    head_size = head_size_of(m) or m.d_model // m.num_heads
+    kernel = gpu_backend("triton")
+    if (pattern.masks_pairs() and not pattern.ignores_attention_impl) or head_size > kernel.MAX_HEAD_DIM or not kernel.available():
+        return
+    _refuse("model.attention_impl", "memory_efficient on CUDA is a loop of small torch kernels, hundreds of times slower than "
+            "the Triton kernel that computes these layers", "CUDA", "auto, triton, explicit")
 
 
 def _refuse(key: str, problem: str, where: str, valid: str) -> None:
