@@ -58,6 +58,15 @@ def test_cuda_kernel_takes_padding_causality_and_attention_dropout(triton_on):
     assert choose(key_padding=True, causal=True, element_size=2, head_dim=128)[1] == "triton: CUDA, threshold-form normaliser, padding and causal mask"
 
 
+def test_cuda_analysis_takes_its_weights_from_the_explicit_path_where_it_fits(triton_on, monkeypatch):
+    """The weights are the analysis' own: the explicit path has them at once; beyond the crossover the kernel
+    computes the output (and the weights come block by block, as on CPU)."""
+    monkeypatch.setattr(me, "device_memory_bytes", lambda device: 80 * 2**30)
+    assert choose(need_weights=True, n_scores=8 * 128 * 128) == ("explicit", "explicit: CUDA, weights for the analysis, 128 keys")
+    assert choose(need_weights=True, n_keys=8192)[0] == "triton"
+    assert choose(need_weights=True, n_scores=2**40)[0] == "triton"  # explicit scores would not fit
+
+
 def test_cuda_keeps_the_torch_paths_where_the_kernel_cannot_serve(triton_on):
     """A pattern mask, a head size above the kernel's, float64: explicit up to the crossover, memory-efficient beyond, as on CPU."""
     assert choose(has_mask=True) == ("explicit", "explicit: CUDA, a pattern mask, 128 keys <= 4096")

@@ -101,7 +101,7 @@ def choose_impl(impl: str, memory_efficient_from: int | str, n_keys: int, device
 def explain_impl(
     impl: str, memory_efficient_from: int | str, n_keys: int, device: torch.device, *, dropout_p: float, has_mask: bool,
     threshold_form: bool = True, n_scores: int | None = None, element_size: int = 4, head_dim: int | None = None,
-    key_padding: bool = False, causal: bool = False,
+    need_weights: bool = False, key_padding: bool = False, causal: bool = False,
 ) -> tuple[str, str]:
     """(implementation, reason): which of 'explicit', 'memory_efficient', 'triton', 'adasplash' computes a
     layer's attention, and a one-line reason that starts with it ("triton: CUDA, threshold-form normaliser,
@@ -109,8 +109,10 @@ def explain_impl(
 
     `auto` on CUDA: the Triton kernel at every length, attention dropout included, for a threshold-form
     normaliser it can take (no mask besides padding and causality, head_dim <= its MAX_HEAD_DIM, a half or
-    float32 dtype: element_size 2 or 4; head_dim None: not known, taken as fitting). Otherwise, and on
-    every other device, the explicit path up to a crossover and the memory-efficient path beyond it:
+    float32 dtype: element_size 2 or 4; head_dim None: not known, taken as fitting). When the analysis
+    needs the weights (need_weights), the explicit path where the crossover rule keeps it: it has them at
+    once, while beside the kernel they are computed again block by block. Otherwise, and on every other
+    device, the explicit path up to a crossover and the memory-efficient path beyond it:
     memory_efficient_from keys, or for "auto" EXPLICIT_UP_TO keys where `explicit_fits(n_scores,
     element_size)` (n_scores None: fits).
     threshold_form: whether the normaliser is an alpha-entmax (`Normaliser.has_threshold_form`); `auto`
@@ -132,20 +134,27 @@ def explain_impl(
     if device.type == "cuda":
         kernel_cannot = _triton_cannot(has_mask, head_dim, element_size)
         if kernel_cannot is None and _triton_available():
+            if need_weights and _crossover(memory_efficient_from, n_keys, n_scores, element_size, device)[0] == "explicit":
+                return "explicit", f"explicit: CUDA, weights for the analysis, {n_keys} keys"
             masks = [name for name, present in (("padding", key_padding), ("causal", causal)) if present]
             dropout = ", attention dropout" if dropout_p > 0.0 else ""
             return "triton", f"triton: CUDA, threshold-form normaliser, {' and '.join(masks) or 'no'} mask{dropout}"
         where = f"CUDA, {kernel_cannot or 'triton not installed'}"
+    impl, why = _crossover(memory_efficient_from, n_keys, n_scores, element_size, device)
+    return impl, f"{impl}: {where}, {why}"
+
+
+def _crossover(memory_efficient_from: int | str, n_keys: int, n_scores: int | None, element_size: int, device: torch.device) -> tuple[str, str]:
+    """('explicit' or 'memory_efficient', why) by the crossover rule (EXPLICIT_UP_TO, `explicit_fits`)."""
     if memory_efficient_from == MEMORY_EFFICIENT_FROM_AUTO:
         if n_keys > EXPLICIT_UP_TO:
-            return "memory_efficient", f"memory_efficient: {where}, {n_keys} keys > {EXPLICIT_UP_TO}"
+            return "memory_efficient", f"{n_keys} keys > {EXPLICIT_UP_TO}"
         if n_scores is not None and not explicit_fits(n_scores, element_size, device):
-            share = f"1/{round(1 / EXPLICIT_MEMORY_SHARE)}"
-            return "memory_efficient", f"memory_efficient: {where}, {n_keys} keys, the explicit scores exceed {share} of its memory"
-        return "explicit", f"explicit: {where}, {n_keys} keys <= {EXPLICIT_UP_TO}"
+            return "memory_efficient", f"{n_keys} keys, the explicit scores exceed 1/{round(1 / EXPLICIT_MEMORY_SHARE)} of its memory"
+        return "explicit", f"{n_keys} keys <= {EXPLICIT_UP_TO}"
     if n_keys < memory_efficient_from:
-        return "explicit", f"explicit: {where}, {n_keys} keys < model.memory_efficient_from={memory_efficient_from}"
-    return "memory_efficient", f"memory_efficient: {where}, {n_keys} keys >= model.memory_efficient_from={memory_efficient_from}"
+        return "explicit", f"{n_keys} keys < model.memory_efficient_from={memory_efficient_from}"
+    return "memory_efficient", f"{n_keys} keys >= model.memory_efficient_from={memory_efficient_from}"
 
 
 def _triton_cannot(has_mask: bool, head_dim: int | None, element_size: int) -> str | None:
