@@ -85,23 +85,6 @@ NON_RESULT_KEYS = (
 # normaliser=alpha_entmax` are one model): left out of run-directory names and of resume comparisons.
 LABEL_KEYS = ("model.name",)
 
-# Keys whose schema default is not what a config without them computed (their default was chosen to
-# follow a paper more closely than the runs written before the key): key -> the value such a config
-# ran with, from its own flattened keys. The resume check and the report read a missing key through
-# `value_without_key` so that an older run is neither resumed under another objective nor filed as
-# the new default.
-BEHAVIOUR_WITHOUT_KEY = {
-    # R-Drop counted the first pass's task loss alone; without R-Drop the key changes nothing.
-    "trainer.rdrop_task_loss": lambda config: "first" if config.get("trainer.regulariser") == "rdrop" else "both",
-}
-
-
-def value_without_key(key: str, config: Mapping[str, Any], defaults: Mapping[str, Any]) -> Any:
-    """The value a flattened `config` that lacks `key` ran with: `BEHAVIOUR_WITHOUT_KEY`'s, else the default."""
-    if key in BEHAVIOUR_WITHOUT_KEY:
-        return BEHAVIOUR_WITHOUT_KEY[key](config)
-    return defaults.get(key)
-
 # The primary metric of a file that does not name one: schema-1 files, and runs that failed before their
 # task was built (so before it could declare its metric). These are the metrics the tasks declared when
 # schema 2 came in; a task family not listed falls back on the metric the run selected its checkpoint on.

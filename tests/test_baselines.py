@@ -291,18 +291,14 @@ def test_rdrop_task_loss_is_a_result_key(tiny_config):
     assert result_keys(OmegaConf.to_container(cfg))["model.regulariser_options.task_loss"] == "first"
 
 
-# ----------------------------------------------------------------------------- runs written before rdrop_task_loss
-def test_a_run_without_rdrop_task_loss_resumes_only_as_what_it_computed():
-    """R-Drop without the key counted the first pass alone: resuming it under `both` would switch its
-    objective; without R-Drop the key changes nothing and the run resumes."""
+# ----------------------------------------------------------------------------- configs without rdrop_task_loss
+def test_a_checkpoint_without_a_key_resumes_as_the_keys_default():
     from sparse_runner.training.trainer import fingerprint_difference
 
-    defaults = {"trainer.rdrop_task_loss": "both", "trainer.regulariser": "none"}
-    rdrop = {"trainer.regulariser": "rdrop"}
-    assert "trainer.rdrop_task_loss" in fingerprint_difference(rdrop, {**rdrop, "trainer.rdrop_task_loss": "both"}, defaults)
-    assert fingerprint_difference(rdrop, {**rdrop, "trainer.rdrop_task_loss": "first"}, defaults) == ""
-    plain = {"trainer.regulariser": "none"}
-    assert fingerprint_difference(plain, {**plain, "trainer.rdrop_task_loss": "both"}, defaults) == ""
+    defaults = {"model.regulariser_options.task_loss": "both"}
+    saved = {"model.regulariser": "rdrop"}
+    assert fingerprint_difference(saved, {**saved, "model.regulariser_options.task_loss": "both"}, defaults) == ""
+    assert "task_loss" in fingerprint_difference(saved, {**saved, "model.regulariser_options.task_loss": "first"}, defaults)
 
 
 def test_the_report_files_a_run_without_rdrop_task_loss_as_first_pass_r_drop():

@@ -8,7 +8,7 @@ composes only the presets its runs may be) and a run is that preset when every r
 the nearest one, as the `key=value` overrides that turn the preset into the run (`Match.pairs`).
 
 Rules where the two configs are not alike (`differences`):
-- a key only the preset has (the schema gained it after the run was written) agrees when the preset holds its
+- a key only the preset has (the run's schema lacks it) agrees when the preset holds its
   default (`identity.default_values`), as the trainer's resume check does (training/trainer.py
   `fingerprint_difference`);
 - a key only the run has agrees, unless the preset holds a node there or a leaf above it (a run's
@@ -34,7 +34,7 @@ from sparse_runner import identity
 from sparse_runner.checks import one_line
 from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.values import fmt_value
-from sparse_runner.run_metrics import BEHAVIOUR_WITHOUT_KEY, validation_metric, value_without_key
+from sparse_runner.run_metrics import validation_metric
 
 CONF_DIR = identity.CONF_DIR
 SEED_KEY = "seed"
@@ -190,11 +190,7 @@ def differences(run: Keys, preset: Keys, *, primary_metric: str | None = None,
             continue   # a node here, or a leaf above: the run's side reports it below
         else:
             defaults = identity.default_values()
-            if key in BEHAVIOUR_WITHOUT_KEY:
-                have = value_without_key(key, run.values, defaults)
-                if not _same(have, want):
-                    out[key] = have
-            elif not (key in defaults and _same(defaults[key], want)):
+            if not (key in defaults and _same(defaults[key], want)):
                 out[key] = ABSENT
     for key, have in run.values.items():
         if key in preset.values or key in ignored or key.startswith(inert):

@@ -27,7 +27,7 @@ from sparse_runner.attention import attention_layers
 from sparse_runner.attention.layout import shifted_blocks
 from sparse_runner.checks import ConfigError, fail
 from sparse_runner.models.encoder import set_activation_checkpointing
-from sparse_runner.run_metrics import LABEL_KEYS, NON_RESULT_KEYS, value_without_key
+from sparse_runner.run_metrics import LABEL_KEYS, NON_RESULT_KEYS
 from sparse_runner.tasks.base import EvalSums, StepOutput, Task
 from sparse_runner import checkpoint as ckpt
 from sparse_runner.training import distributed
@@ -503,14 +503,12 @@ class Trainer:
 def fingerprint_difference(saved: dict[str, Any], current: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
     """'' if two flattened configs agree, else a short description of the first differences.
 
-    A key that `saved` lacks but that holds its schema default (`defaults`) now agrees: it was added
-    to the schema after the checkpoint was written, and its default is how that run behaved (unless
-    `run_metrics.BEHAVIOUR_WITHOUT_KEY` says that run computed something else). A key
-    declared result-neutral since (run_metrics.NON_RESULT_KEYS) or a label (LABEL_KEYS: a recipe's name)
-    is ignored on both sides."""
+    A key that `saved` lacks counts as its schema default (`defaults`): a checkpoint whose schema had no
+    such key ran as that default. A result-neutral key (run_metrics.NON_RESULT_KEYS) or a label
+    (LABEL_KEYS: a recipe's name) is ignored on both sides."""
     defaults = defaults or {}
     keys = sorted((set(saved) | set(current)) - set(NON_RESULT_KEYS) - set(LABEL_KEYS))
-    diffs = [k for k in keys if (saved[k] if k in saved else value_without_key(k, saved, defaults)) != current.get(k)]
+    diffs = [k for k in keys if (saved[k] if k in saved else defaults.get(k)) != current.get(k)]
     if not diffs:
         return ""
     shown = ", ".join(f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in diffs[:3])
