@@ -16,6 +16,15 @@ Targets (x softmax, training tokens/s): lra_text_4k_cpu >= 0.5; lra_text_cpu and
 
 Writes <out>/training.json and training.md (default out: outputs/bench/training). The 1-minute load
 average before and after each experiment is recorded: run it on an otherwise idle machine.
+On a GPU (--device cuda) the table is the one of issue 40: tokens/s and peak GPU memory of each model on
+the experiment=lra_listops GPU preset (2k tokens, 4 layers, d 512, batch 32) in bf16, one short run per
+model after a warm-up (Triton compilation and autotuning), with ratios to softmax; a model that runs out of
+memory or fails is a cell "n/a (...)". The training data are cut to 3000 generated examples (the step's
+shapes do not depend on their number).
+
+    python scripts/bench_training.py --device cuda                       # ~1 min on one GPU
+    python scripts/bench_training.py --device cuda --models entmax --steps 50 --overrides trainer.precision=fp32
+
 """
 
 from __future__ import annotations
@@ -23,28 +32,51 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import time
 
 import torch
 
-from benchmarking import training_throughput, write_benchmark
+from benchmarking import add_device_argument, device_description, device_training_rows, require_device, training_throughput, write_benchmark
 from sparse_runner.training import cpu_block_cache
 
 TARGETS = {"lra_text_4k_cpu": 0.5, "lra_text_cpu": 0.8, "mt_cpu": 0.8}
+# --device cuda: issue 40's training table.
+GPU_EXPERIMENT = "lra_listops"
+GPU_MODELS = "softmax,bigbird,ernie_sparse,entmax15,entmax"
+GPU_OVERRIDES = ["trainer.precision=bf16", "task.generator.num_train=3000", "task.generator.num_val=64", "task.generator.num_test=64"]
 
 
-def main() -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--experiments", default=",".join(TARGETS), help="comma-separated experiment= presets")
-    parser.add_argument("--models", default="entmax", help="comma-separated model= options compared with softmax")
-    parser.add_argument("--steps", type=int, default=10, help="training steps per round and model")
-    parser.add_argument("--rounds", type=int, default=3)
+    add_device_argument(parser, "cuda: the GPU table (tokens/s and peak memory per model, lra_listops in bf16)")
+    parser.add_argument("--experiments", default=None, help=f"comma-separated experiment= presets (default: {','.join(TARGETS)}; cuda: {GPU_EXPERIMENT})")
+    parser.add_argument("--models", default=None, help=f"comma-separated model= options compared with softmax (default: entmax; cuda: {GPU_MODELS})")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per round and model (default 10; cuda: 20 timed steps)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (cpu)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps per model before its timed steps (cuda)")
+    parser.add_argument("--time-budget", type=float, default=None, help="seconds; models not started by then are n/a (cuda)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--out", default="outputs/bench/training")
-    parser.add_argument("--overrides", nargs="*", default=[], help="config overrides after experiment= (e.g. a smaller model)")
-    args = parser.parse_args()
+    parser.add_argument("--overrides", nargs="*", default=None,
+                        help=f"config overrides after experiment= (e.g. a smaller model; default: none; cuda: {' '.join(GPU_OVERRIDES)})")
+    args = parser.parse_args(argv)
+    gpu = args.device == "cuda"
+    args.experiments = args.experiments or (GPU_EXPERIMENT if gpu else ",".join(TARGETS))
+    args.models = args.models or (GPU_MODELS if gpu else "entmax")
+    args.steps = args.steps or (20 if gpu else 10)
+    args.overrides = args.overrides if args.overrides is not None else (GPU_OVERRIDES if gpu else [])
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    device = require_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     models = ["softmax", *(m for m in args.models.split(",") if m != "softmax")]
+    if args.device == "cuda":
+        device_table(args, models, device)
+        return
     result = {"machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads(), "torch": torch.__version__,
               "steps": args.steps, "rounds": args.rounds, "overrides": args.overrides, "experiments": []}
     md = [f"# Training tokens/s against softmax ({args.steps} steps x {args.rounds} alternating rounds, medians; "
@@ -64,6 +96,38 @@ def main() -> None:
     result["cpu_block_cache"] = cpu_block_cache.status()  # trainer.cpu_block_cache_mb, as in `sparse-run`
     md += ["", f"CPU block cache (trainer.cpu_block_cache_mb): {result['cpu_block_cache']}."]
     write_benchmark(args.out, "training", result, md)
+
+
+def device_table(args, models: list[str], device: torch.device) -> dict:
+    """The GPU table (it runs on any device): tokens/s and peak memory per model, one short run each.
+    Writes <out>/training_<device>.json and .md; returns the result."""
+    deadline = time.monotonic() + args.time_budget if args.time_budget else None
+    start = time.time()
+    result = {"benchmark": "training", "meta": {**device_description(device), "warmup": args.warmup, "steps": args.steps, "overrides": args.overrides},
+              "experiments": []}
+    md = [f"# Training on {result['meta'].get('gpu', device.type)}: tokens/s and peak memory per model", "",
+          f"`MinimalTraining` (scripts/benchmarking.py: the preset's model, AdamW, clipping and schedule; no evaluation or logging), "
+          f"{args.warmup} warm-up steps then {args.steps} timed steps per model; overrides: {' '.join(args.overrides) or 'none'}; "
+          f"peak memory = torch.cuda.max_memory_allocated from building the model on.", "",
+          "| experiment | model | tokens/s | x softmax | s/step | peak memory GiB | x softmax memory |", "|---|---|---:|---:|---:|---:|---:|"]
+    for experiment in args.experiments.split(","):
+        rows = device_training_rows(models, [f"experiment={experiment}", *args.overrides], str(device), args.warmup, args.steps, deadline)
+        result["experiments"].append({"experiment": experiment, "rows": rows})
+        for row in rows:
+            if "failed" in row:
+                md.append(f"| {experiment} | {row['model']} | {row['failed']} | | | | |")
+                continue
+            peak = "-" if row["peak_mib"] is None else f"{row['peak_mib'] / 1024:.1f}"
+            md.append(f"| {experiment} | {row['model']} | {row['tokens_per_s']:,.0f} | {_num(row.get('x_first'))} | "
+                      f"{row['seconds_per_step']:.3f} | {peak} | {_num(row.get('memory_x_first'))} |")
+    result["meta"]["seconds"] = round(time.time() - start, 1)
+    md += ["", f"torch {torch.__version__}; {result['meta'].get('gpu') or result['meta'].get('cpu')}; run time {result['meta']['seconds']} s."]
+    write_benchmark(args.out, f"training_{device.type}", result, md)
+    return result
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 if __name__ == "__main__":

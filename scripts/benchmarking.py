@@ -32,38 +32,137 @@ def minimal_training_tokens_per_s(cfg, task, steps: int | None = None, device: s
 
 def train_minimal(cfg, task, steps: int | None = None, device: str = "cpu") -> tuple[torch.nn.Module, float, int]:
     """The loop of `minimal_training_tokens_per_s`; returns (trained model, tokens/s, tokens)."""
-    import torch
-
-    from sparse_runner.run import seed_everything
-    from sparse_runner.training.schedules import build_scheduler
-    from sparse_runner.training.trainer import optimizer_groups
-
-    t = cfg.trainer
-    steps = t.max_steps if steps is None else steps
-    seed_everything(cfg.seed, t.deterministic)
-    model = task.build_model(cfg.model).to(device)
-    model.train()
-    opt = torch.optim.AdamW(optimizer_groups(model, t.lr, t.weight_decay, t.alpha_lr_scale), lr=t.lr, betas=tuple(t.betas))
-    sched = build_scheduler(opt, schedule=t.schedule, warmup_steps=t.warmup_steps, max_steps=t.max_steps, min_lr_ratio=t.min_lr_ratio)
-    epoch, index = 0, 0
-    plan = task.plan_epoch(seed=cfg.seed, epoch=0, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
+    steps = cfg.trainer.max_steps if steps is None else steps
+    loop = MinimalTraining(cfg, task, device)
     tokens = 0
     start = time.perf_counter()
     for _ in range(steps):
-        if index == len(plan):
-            epoch, index = epoch + 1, 0
-            plan = task.plan_epoch(seed=cfg.seed, epoch=epoch, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
-        batch = task.make_batch("train", plan[index], torch.device(device))
-        index += 1
-        loss = task.forward_loss(model, batch).loss  # the task's forward + loss, nothing else
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if t.clip_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_grad_norm)
-        opt.step()
-        sched.step()
-        tokens += batch["num_tokens"]
-    return model, tokens / (time.perf_counter() - start), tokens
+        tokens += loop.step()
+    synchronize(loop.device)
+    return loop.model, tokens / (time.perf_counter() - start), tokens
+
+
+class MinimalTraining:
+    """cfg's model, AdamW, clipping and the lr schedule on cfg's task, as a researcher's own loop would have
+    them; `step()` trains on the next batch. trainer.precision autocasts as the trainer does (bf16 on any
+    device, fp16 with a gradient scaler on CUDA; fp32, every CPU preset's, runs without autocast)."""
+
+    def __init__(self, cfg, task, device: str = "cpu") -> None:
+        import contextlib
+
+        import torch
+
+        from sparse_runner.run import seed_everything
+        from sparse_runner.training.schedules import build_scheduler
+        from sparse_runner.training.trainer import autocast_dtype, optimizer_groups
+
+        t = self.trainer = cfg.trainer
+        self.task, self.seed, self.device = task, cfg.seed, torch.device(device)
+        seed_everything(cfg.seed, t.deterministic)
+        self.model = task.build_model(cfg.model).to(self.device)
+        self.model.train()
+        self.opt = torch.optim.AdamW(optimizer_groups(self.model, t.lr, t.weight_decay, t.alpha_lr_scale), lr=t.lr, betas=tuple(t.betas))
+        self.sched = build_scheduler(self.opt, schedule=t.schedule, warmup_steps=t.warmup_steps, max_steps=t.max_steps, min_lr_ratio=t.min_lr_ratio)
+        dtype = autocast_dtype(t.precision, self.device)
+        self.autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype is not None else contextlib.nullcontext
+        self.scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
+        self.epoch, self.index = 0, 0
+        self.plan = self._plan()
+
+    def _plan(self):
+        t = self.trainer
+        return self.task.plan_epoch(seed=self.seed, epoch=self.epoch, batch_size=t.batch_size, bucket_size=t.bucket_size, max_tokens=t.batch_tokens)
+
+    def step(self) -> int:
+        """One training step on the next batch; returns its number of tokens."""
+        import torch
+
+        if self.index == len(self.plan):
+            self.epoch, self.index = self.epoch + 1, 0
+            self.plan = self._plan()
+        batch = self.task.make_batch("train", self.plan[self.index], self.device)
+        self.index += 1
+        with self.autocast():
+            loss = self.task.forward_loss(self.model, batch).loss  # the task's forward + loss, nothing else
+        self.opt.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.opt)
+        else:
+            loss.backward()
+        if self.trainer.clip_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.trainer.clip_grad_norm)
+        if self.scaler is not None:
+            self.scaler.step(self.opt)
+            self.scaler.update()
+        else:
+            self.opt.step()
+        self.sched.step()
+        return batch["num_tokens"]
+
+
+def measure_training(cfg, task, device: str, warmup: int, steps: int) -> dict:
+    """Seconds per training step of `MinimalTraining` after `warmup` untimed steps (kernel compilation,
+    autotuning, allocator growth), the device synchronised around the timed `steps`. Returns
+    {"seconds_per_step", "tokens_per_s", "steps", "warmup", "peak_mib"}; peak_mib: the device's peak
+    allocated memory from building the model on (weights, optimizer state, activations), None on the CPU."""
+    import torch
+
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    loop = MinimalTraining(cfg, task, device)
+    for _ in range(warmup):
+        loop.step()
+    synchronize(loop.device)
+    tokens = 0
+    start = time.perf_counter()
+    for _ in range(steps):
+        tokens += loop.step()
+    synchronize(loop.device)
+    seconds = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None
+    del loop
+    return {"seconds_per_step": seconds / steps, "tokens_per_s": tokens / seconds, "steps": steps, "warmup": warmup, "peak_mib": peak}
+
+
+def compose_run_config(overrides: list[str]):
+    """conf/config.yaml composed with `overrides` and validated, as `sparse-run` would run it."""
+    from hydra import compose, initialize_config_dir
+
+    from sparse_runner.config import CONF_DIR, validate
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return validate(compose(config_name="config", overrides=list(overrides)))
+
+
+def device_training_rows(models: list[str], overrides: list[str], device: str, warmup: int, steps: int, deadline: float | None = None) -> list[dict]:
+    """One `measure_training` per model= option of the same config on `device`: tokens/s, seconds per step
+    and peak memory, with ratios to the first model's. A model that fails (out of memory, a kernel error)
+    or that the deadline (time.monotonic()) leaves no time for is a row with "failed": its cell text."""
+    from sparse_runner.tasks import build_task
+
+    configs = {m: compose_run_config([f"model={m}", f"trainer.device={device}", *overrides]) for m in models}
+    task = build_task(configs[models[0]])
+    rows = []
+    for model in models:
+        if deadline is not None and time.monotonic() > deadline:
+            rows.append({"model": model, "failed": "n/a (time budget spent)"})
+            continue
+        try:
+            rows.append({"model": model, **measure_training(configs[model], task, device, warmup, steps)})
+        except Exception as error:  # noqa: BLE001 -- a cell of the table, never the end of the run
+            rows.append({"model": model, "failed": failed_cell(error, device)})
+        print(f"training {model} on {device}: {rows[-1]}", file=sys.stderr, flush=True)
+    base = rows[0] if "failed" not in rows[0] else None
+    for row in rows:
+        if base and "failed" not in row:
+            row["x_first"] = row["tokens_per_s"] / base["tokens_per_s"]
+            if base["peak_mib"] and row["peak_mib"] is not None:
+                row["memory_x_first"] = row["peak_mib"] / base["peak_mib"]
+    return rows
 
 
 def training_throughput(models: list[str], steps: int, rounds: int, overrides: list[str]) -> list[dict]:
@@ -115,6 +214,120 @@ def write_benchmark(out_dir, name: str, result: dict, markdown: list[str]) -> No
     atomic_write_json(out / f"{name}.json", result)
     atomic_write_text(out / f"{name}.md", "\n".join(markdown) + "\n")
     print("\n".join(markdown))
+
+
+# ----------------------------------------------------------------------------- device (--device cpu|cuda)
+DEVICES = ("cpu", "cuda")
+
+
+def add_device_argument(parser, help_extra: str = "") -> None:
+    """--device cpu|cuda (default cpu: the CPU method and its numbers)."""
+    parser.add_argument("--device", default="cpu", choices=DEVICES,
+                        help="where to measure: cpu (default) or cuda (the first CUDA device)" + (f"; {help_extra}" if help_extra else ""))
+
+
+def device_unavailable(device: str) -> str | None:
+    """Why `device` cannot run here (one line), or None when it can."""
+    if device != "cuda":
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        build = "a CPU build" if torch.version.cuda is None else f"a CUDA {torch.version.cuda} build that sees no GPU (driver? CUDA_VISIBLE_DEVICES?)"
+        return f"--device cuda: torch {torch.__version__} is {build}; valid here: --device cpu"
+    return None
+
+
+def require_device(device: str):
+    """The torch.device of `device`; exits with a one-line message (status 2) where it cannot run here."""
+    import torch
+
+    why = device_unavailable(device)
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        raise SystemExit(2)
+    return torch.device(device)
+
+
+def device_description(device) -> dict:
+    """What a benchmark ran on: the GPU's name, memory, CUDA and torch versions (CUDA), or the CPU's model."""
+    import torch
+
+    facts = {"device": str(device), "torch": torch.__version__}
+    if getattr(device, "type", device) == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        facts.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1), cuda=torch.version.cuda)
+        try:
+            import triton
+
+            facts["triton"] = triton.__version__
+        except ImportError:
+            facts["triton"] = None
+    else:
+        facts["cpu"] = cpu_model()
+    return facts
+
+
+def synchronize(device) -> None:
+    """Wait for the device's queued kernels (CUDA); nothing on the CPU."""
+    if getattr(device, "type", device) == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def timed_calls_ms(step: Callable[[], None], device, repeats: int, max_seconds: float) -> list[float]:
+    """Wall times (ms) of up to `repeats` calls of `step`, each between two synchronisations of `device`;
+    at least 3 calls, fewer than `repeats` once `max_seconds` have been spent. Warm up before calling."""
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < repeats and (len(times) < 3 or spent < max_seconds):
+        synchronize(device)
+        t0 = time.perf_counter()
+        step()
+        synchronize(device)
+        times.append(1e3 * (time.perf_counter() - t0))
+        spent += times[-1] / 1e3
+    return times
+
+
+def peak_device_memory_mib(step: Callable[[], None], device) -> float | None:
+    """Peak extra GPU memory (MiB) of one call of `step`: torch.cuda.max_memory_allocated after it minus
+    the memory allocated before it (the tensors it keeps, transients and gradients; not the weights and
+    inputs). None on the CPU (the CPU method is `peak_step_memory`, in a fresh process)."""
+    if getattr(device, "type", device) != "cuda":
+        return None
+    import torch
+
+    synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    step()
+    synchronize(device)
+    return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is a failure to allocate (torch's OutOfMemoryError, MemoryError, or the message of one)."""
+    import torch
+
+    if isinstance(error, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))):
+        return True
+    return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
+
+
+def failed_cell(error: BaseException, device=None) -> str:
+    """The table cell of a measurement that raised: "n/a (out of memory)" or "n/a (<Error>: <first line>)".
+    Frees the device's cached blocks so that the next cell starts clean."""
+    if getattr(device, "type", device) == "cuda":
+        import torch
+
+        gc.collect()
+        torch.cuda.empty_cache()
+    if is_out_of_memory(error):
+        return "n/a (out of memory)"
+    line = (str(error).strip().splitlines() or [""])[0][:160]
+    return f"n/a ({type(error).__name__}: {line})" if line else f"n/a ({type(error).__name__})"
 
 
 # ----------------------------------------------------------------------------- layer benchmarks on CPU

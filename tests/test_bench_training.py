@@ -39,3 +39,63 @@ def test_writes_ratios_to_softmax_per_experiment(tmp_path, cache_dir):
 
     table = (out / "training.md").read_text()
     assert "| lra_listops_cpu | entmax |" in table and "| lra_listops_cpu | sparsemax |" in table
+
+
+def load_script():
+    import importlib.util
+
+    if str(SCRIPT.parent) not in sys.path:  # its helpers (benchmarking.py) are found beside it, as when it runs
+        sys.path.insert(0, str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("bench_training", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_refuses_an_unavailable_device_in_one_line(tmp_path):
+    import pytest
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--device", "cuda", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: --device cuda: torch ") and "valid here: --device cpu" in line
+    assert not list(tmp_path.iterdir())
+
+
+def test_device_defaults_are_the_gpu_table():
+    bench = load_script()
+    gpu = bench.parse_args(["--device", "cuda"])
+    assert (gpu.experiments, gpu.steps, gpu.overrides) == ("lra_listops", 20, bench.GPU_OVERRIDES)
+    assert gpu.models.split(",") == ["softmax", "bigbird", "ernie_sparse", "entmax15", "entmax"]
+    cpu = bench.parse_args([])
+    assert (cpu.device, cpu.experiments, cpu.models, cpu.steps, cpu.overrides) == ("cpu", "lra_text_4k_cpu,lra_text_cpu,mt_cpu", "entmax", 10, [])
+
+
+def test_device_table_runs_on_cpu_with_peak_memory_and_failed_cells(tmp_path, cache_dir, monkeypatch):
+    """The GPU table's code path at a tiny size on the CPU: rows per model, ratios to softmax, and a model that
+    runs out of memory is a cell, not the end of the run."""
+    import torch
+
+    bench = load_script()
+    import benchmarking
+
+    measure = benchmarking.measure_training
+
+    def measure_or_oom(cfg, task, device, warmup, steps):
+        if cfg.model.normaliser == "sparsemax":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 48.00 GiB")
+        return measure(cfg, task, device, warmup, steps)
+
+    monkeypatch.setattr(benchmarking, "measure_training", measure_or_oom)
+    args = bench.parse_args(["--experiments", "lra_listops_cpu", "--steps", "2", "--warmup", "1", "--out", str(tmp_path), "--overrides", *OVERRIDES])
+    result = bench.device_table(args, ["softmax", "entmax", "sparsemax"], torch.device("cpu"))
+    rows = {row["model"]: row for row in result["experiments"][0]["rows"]}
+    assert rows["softmax"]["x_first"] == 1.0 and rows["entmax"]["tokens_per_s"] > 0 and rows["entmax"]["seconds_per_step"] > 0
+    assert rows["entmax"]["steps"] == 2 and rows["entmax"]["warmup"] == 1 and rows["entmax"]["peak_mib"] is None  # measured on CUDA only
+    assert rows["sparsemax"] == {"model": "sparsemax", "failed": "n/a (out of memory)"}
+    assert json.loads((tmp_path / "training_cpu.json").read_text())["meta"]["device"] == "cpu"
+    table = (tmp_path / "training_cpu.md").read_text()
+    assert "| lra_listops_cpu | sparsemax | n/a (out of memory) |" in table and "| lra_listops_cpu | entmax |" in table
