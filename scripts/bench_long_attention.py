@@ -14,6 +14,22 @@ The targets, measured side by side in one run (2-core CPU):
 
 Writes <out-dir>/long_attention.json and .md (default out-dir: outputs/bench/long_attention).
 
+On a GPU (--device cuda) it measures the layer table of issue 40 instead (`device_table`; GPU_ROWS): SDPA
+softmax, the Triton kernel (alpha-entmax with a learned alpha, 1.5-entmax), AdaSplash's 1.5-entmax, the
+memory-efficient and explicit torch paths, the `entmax` package's entmax_bisect on explicit scores, our HST
+and BigBird layers, HF's BigBird and the projections alone, at N = 1k, 4k, 16k, 64k with batch 16, 4, 1, 1
+(--shapes), one layer on x (B, N, 512) under bf16 autocast, forward + backward:
+
+    python scripts/bench_long_attention.py --device cuda                 # the table, ~1.5 min on one GPU
+    python scripts/bench_long_attention.py --device cuda --rows sdpa_softmax,triton_alpha_entmax --shapes 4096:4
+
+Writes <out-dir>/long_attention_cuda.json and .md. Every cell is the median of up to --repeats calls
+(at least 3; fewer once --cell-seconds are spent), each between two torch.cuda.synchronize(), after two
+warm-up calls (compilation, autotuning); peak memory = torch.cuda.max_memory_allocated over one more call
+minus the memory allocated before it. A peer that is not installed, a length a row is not run at, an
+out-of-memory error or any other failure is a cell "n/a (reason)"; cells left when --time-budget is spent
+are "n/a (time budget spent)". The JSON and markdown are rewritten after every shape.
+
 Method (that of scripts/bench_block_sparse.py; helpers in scripts/benchmarking.py):
 * Every row is one whole attention layer on x (1, N, 512) float32: Q/K/V projections, attention, output
   projection: `MultiHeadAttention(512, AttentionSpec(8 heads x 64, normaliser, pattern "dense", impl))`.
@@ -59,6 +75,7 @@ if __name__ == "__main__":
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
+import importlib.util  # noqa: E402
 import itertools  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
@@ -73,7 +90,13 @@ from sparse_runner.attention import AttentionSpec, MultiHeadAttention  # noqa: E
 from sparse_runner.attention import entmax  # noqa: E402
 from sparse_runner.attention.memory_efficient import count_skipped_blocks  # noqa: E402
 from benchmarking import (  # noqa: E402
+    add_device_argument,
     allocator_description,
+    device_description,
+    failed_cell,
+    peak_device_memory_mib,
+    require_device,
+    timed_calls_ms,
     cpu_model,
     git_state,
     loadavg,
@@ -404,6 +427,238 @@ def markdown(meta: dict, results: dict, memory: dict, rows: list[str], lengths: 
     return lines
 
 
+# ----------------------------------------------------------------------------- the device table (--device cuda)
+# name -> (label, kind, normaliser, impl). kind: "ours" = MultiHeadAttention(pattern dense, impl), "hst" /
+# "bigbird" = our block patterns (block 64), "bisect" = the entmax package, "hf" = HF BigBird, "proj".
+GPU_ROWS = {
+    "sdpa_softmax": ("SDPA softmax (flash)", "ours", "softmax", "auto"),
+    "triton_alpha_entmax": ("Triton alpha-entmax, learned alpha", "ours", "alpha_entmax", "triton"),
+    "triton_entmax15": ("Triton 1.5-entmax", "ours", "entmax15", "triton"),
+    "adasplash_entmax15": ("AdaSplash 1.5-entmax (the published peer)", "ours", "entmax15", "adasplash"),
+    "memeff_alpha_entmax": ("memory-efficient torch path, alpha-entmax", "ours", "alpha_entmax", "memory_efficient"),
+    "explicit_alpha_entmax": ("explicit alpha-entmax", "ours", "alpha_entmax", "explicit"),
+    "entmax_bisect": ("the entmax package's entmax_bisect on explicit scores (learned alpha)", "bisect", "alpha_entmax", "explicit"),
+    "hst_softmax": ("HST softmax", "hst", "softmax", "auto"),
+    "hst_alpha_entmax": ("HST alpha-entmax", "hst", "alpha_entmax", "auto"),
+    "bigbird_softmax": ("our BigBird softmax", "bigbird", "softmax", "auto"),
+    "hf_bigbird": ("HF BigBird", "hf", "softmax", "auto"),
+    "projections": ("projections alone", "proj", None, "auto"),
+}
+GPU_SHAPES = "1024:16,4096:4,16384:1,65536:1"
+# Rows whose (B, H, N, N) scores make them the slowest by far: not run above --max-explicit-length.
+QUADRATIC_ROWS = ("memeff_alpha_entmax", "explicit_alpha_entmax", "entmax_bisect")
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """"N:B,N:B" -> [(N, B), ...]; ValueError with the expected form otherwise."""
+    shapes = []
+    for item in text.split(","):
+        n, sep, b = item.strip().partition(":")
+        if not (sep and n.isdigit() and b.isdigit() and int(n) > 0 and int(b) > 0):
+            raise ValueError(f"--shapes {text!r}: expected comma-separated N:B with positive ints, e.g. {GPU_SHAPES}")
+        shapes.append((int(n), int(b)))
+    return shapes
+
+
+def peer_unavailable(row: str, n: int, device: torch.device, max_explicit: int) -> str | None:
+    """Why `row` is not run at N on `device` (the cell reads "n/a (<this>)"), or None."""
+    from bench_block_sparse import BLOCK, HF_RANDOM_BLOCKS, hf_unavailable
+
+    _, kind, _, impl = GPU_ROWS[row]
+    if row in QUADRATIC_ROWS and n > max_explicit:
+        return f"N > --max-explicit-length {max_explicit}"
+    if impl in ("triton", "adasplash"):
+        if device.type != "cuda":
+            return "needs CUDA"
+        from sparse_runner.attention.memory_efficient import gpu_backend
+
+        if not gpu_backend(impl).available():
+            return "triton not installed" if impl == "triton" else "adasplash not installed"
+    if kind == "bisect" and importlib.util.find_spec("entmax") is None:
+        return "entmax not installed"
+    if kind == "hf":
+        if hf_unavailable():
+            return "transformers not installed"
+        smallest = (5 + 2 * HF_RANDOM_BLOCKS) * BLOCK
+        if n <= smallest or n % BLOCK:
+            return f"HF block-sparse needs N > {smallest}, a multiple of {BLOCK}"
+    if kind in ("hst", "bigbird") and n % 64:
+        return "N not a multiple of the block size 64"
+    return None
+
+
+def build_device_case(row: str, n: int, batch: int, device: torch.device, seed: int = 0):
+    """(module, forward, x, g): the layer of GPU row `row` on `device` for x (batch, N, 512) float32
+    (autocast decides the compute dtype), g the gradient the step sends back."""
+    from bench_block_sparse import BLOCK, HF_RANDOM_BLOCKS
+    from sparse_runner.attention.layout import SequenceLayout
+
+    _, kind, normaliser, impl = GPU_ROWS[row]
+    torch.manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    x = torch.randn(batch, n, D_MODEL, generator=gen, device=device)
+    mask = None
+    if kind == "hf":
+        from transformers import BigBirdConfig
+        from transformers.models.big_bird.modeling_big_bird import BigBirdBlockSparseAttention, BigBirdModel
+
+        config = BigBirdConfig(hidden_size=D_MODEL, num_attention_heads=HEADS, attention_type="block_sparse", block_size=BLOCK,
+                               num_random_blocks=HF_RANDOM_BLOCKS, attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0,
+                               max_position_embeddings=max(4096, n))
+        module = torch.nn.ModuleDict({"attn": BigBirdBlockSparseAttention(config), "out_proj": torch.nn.Linear(D_MODEL, D_MODEL)})
+        masks = BigBirdModel.create_masks_for_block_sparse_attn(torch.ones(batch, n, device=device), BLOCK)
+
+        def forward(x):
+            blocked, band, from_mask, to_mask = masks
+            return module["out_proj"](module["attn"](x, band_mask=band, from_mask=from_mask, to_mask=to_mask,
+                                                     from_blocked_mask=blocked, to_blocked_mask=blocked)[0])
+
+    elif kind == "proj":
+        module = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE))
+        inner = HEADS * HEAD_SIZE
+
+        def forward(x):  # the layer's three matmuls; the two adds stand in for attention
+            kv = module.kv_proj(x)
+            return module.out_proj(module.q_proj(x) + kv[..., :inner] + kv[..., inner:])
+
+    elif kind == "bisect":
+        from entmax import entmax_bisect
+
+        module = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE, normaliser=normaliser, impl="explicit"))
+        scale = HEAD_SIZE ** -0.5
+
+        def forward(x):  # the layer's projections and learned alphas; the weights from the entmax package
+            q, (k, v) = module._project_q(x), module._project_kv(x)
+            alpha = module.normaliser.alphas().view(1, HEADS, 1, 1)
+            p = entmax_bisect((scale * q @ k.transpose(-1, -2)).float(), alpha, dim=-1)
+            return module._project_out(p.to(v.dtype) @ v)
+
+    else:
+        pattern = "dense" if kind == "ours" else kind
+        options = {} if pattern == "dense" else {"block_size": BLOCK}
+        module = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE, normaliser=normaliser,
+                                                           pattern=pattern, pattern_options=options, impl=impl))
+        if kind == "hst":
+            layout = SequenceLayout(BLOCK, 0, D_MODEL, "both").to(device)
+            with torch.no_grad():
+                x, mask, _ = layout.enter(x, None)
+
+        def forward(x):
+            return module(x, key_padding_mask=mask)
+
+    module.to(device).train()
+    x = x.detach().requires_grad_()
+    return module, forward, x, torch.randn(x.shape, generator=gen, device=device)
+
+
+def make_device_step(module, forward, x, g, device: torch.device):
+    """One forward + backward of <out, g> under bf16 autocast, into x and every parameter."""
+    params = list(module.parameters())
+    grads: dict[torch.dtype, torch.Tensor] = {}
+
+    def step():
+        for p in params:
+            p.grad = None
+        x.grad = None
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            out = forward(x)
+        if out.dtype not in grads:
+            grads[out.dtype] = g.to(out.dtype)
+        out.backward(grads[out.dtype])
+
+    return step
+
+
+def measure_device_cell(row: str, n: int, batch: int, device: torch.device, args) -> dict:
+    """{"fwd_bwd_ms", "calls_ms", "peak_mib"} of one row at (N, B), or {"na": reason}."""
+    reason = peer_unavailable(row, n, device, args.max_explicit_length)
+    if reason:
+        return {"na": reason}
+    case = None
+    try:
+        case = build_device_case(row, n, batch, device)
+        step = make_device_step(*case, device)
+        step()
+        step()  # warm-up: Triton compilation and autotuning, allocator growth
+        calls = timed_calls_ms(step, device, args.repeats, args.cell_seconds)
+        cell = {"fwd_bwd_ms": statistics.median(calls), "calls_ms": calls, "peak_mib": peak_device_memory_mib(step, device)}
+    except Exception as error:  # noqa: BLE001 -- a cell of the table, never the end of the run
+        del case
+        return {"na": failed_cell(error, device)[len("n/a ("):-1]}
+    del case, step
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return cell
+
+
+def device_table(args, device: torch.device) -> dict:
+    """The layer table on `device` (meant for CUDA; it runs on the CPU at small shapes too): every row of
+    args.rows at every (N, B) of args.shapes. Writes <out-dir>/long_attention_<device>.json and .md after
+    every shape; returns the result."""
+    deadline = time.monotonic() + args.time_budget if args.time_budget else None
+    start = time.time()
+    meta = {**device_description(device), "shapes": args.shapes, "rows": {r: GPU_ROWS[r][0] for r in args.rows}, "baseline": BASELINE,
+            "autocast": "bf16", "repeats": args.repeats, "cell_seconds": args.cell_seconds, "max_explicit_length": args.max_explicit_length,
+            "command": " ".join(["python", "scripts/bench_long_attention.py", *args.argv]), "git": git_state()}
+    cells: dict[str, dict] = {}
+    name = f"long_attention_{device.type}"
+    for n, batch in args.shapes:
+        key = f"{n}x{batch}"
+        cells[key] = {}
+        for row in args.rows:
+            if deadline is not None and time.monotonic() > deadline:
+                cells[key][row] = {"na": "time budget spent"}
+                continue
+            cells[key][row] = measure_device_cell(row, n, batch, device, args)
+            print(f"  N={n} B={batch} {row}: {cells[key][row].get('fwd_bwd_ms', cells[key][row].get('na'))}", file=sys.stderr, flush=True)
+        base = cells[key].get(BASELINE, {}).get("fwd_bwd_ms")
+        for cell in cells[key].values():
+            if base and "fwd_bwd_ms" in cell:
+                cell["x_sdpa"] = cell["fwd_bwd_ms"] / base
+        meta["seconds"] = round(time.time() - start, 1)
+        result = {"benchmark": "long_attention", "meta": meta, "cells": cells}
+        write_benchmark(args.out_dir, name, result, device_markdown(meta, cells, args.rows, args.shapes))
+    return result
+
+
+def device_markdown(meta: dict, cells: dict, rows: list[str], shapes: list[tuple[int, int]]) -> list[str]:
+    """The layer table: per row and (N, B), 'ms (x SDPA)' and the peak memory, or 'n/a (reason)'."""
+    where = meta.get("gpu") or meta.get("cpu") or meta["device"]
+    lines = [
+        f"# One attention layer, forward + backward, on {where}",
+        "",
+        f"x (B, N, {D_MODEL}), {HEADS} heads x {HEAD_SIZE}, bf16 autocast; milliseconds, median of up to {meta['repeats']} "
+        "synchronised calls after two warm-up calls; (x SDPA) = ratio to SDPA softmax at the same N; memory = peak "
+        "allocated during one call minus what was allocated before it (CUDA only).",
+        "",
+        "| row |" + "".join(f" N={n}, B={b} | memory |" for n, b in shapes),
+        "|---|" + "---:|---:|" * len(shapes),
+    ]
+    for row in rows:
+        out = []
+        for n, b in shapes:
+            cell = cells.get(f"{n}x{b}", {}).get(row)
+            if cell is None:
+                out.append(" | |")
+            elif "na" in cell:
+                out.append(f" n/a ({cell['na'].replace('|', '/')}) | |")
+            else:
+                x = f" ({cell['x_sdpa']:.3g}x)" if "x_sdpa" in cell and row != BASELINE else ""
+                mem = "-" if cell.get("peak_mib") is None else f"{cell['peak_mib'] / 1024:.2f} GiB"
+                ms = cell["fwd_bwd_ms"]
+                out.append(f" {ms:.3g}{x} | {mem} |" if ms < 1000 else f" {ms:.0f}{x} | {mem} |")
+        lines.append(f"| {GPU_ROWS[row][0]} |" + "".join(out))
+    lines += [
+        "",
+        f"- {where}; torch {meta['torch']}" + (f", CUDA {meta.get('cuda')}, triton {meta.get('triton')}" if "gpu" in meta else "")
+        + f"; run time {meta.get('seconds', '?')} s",
+        f"- code: HEAD {meta['git']['head'][:12] or '?'}; attention files differing from it: {', '.join(meta['git']['attention_files_modified']) or 'none'}",
+        f"- command: `{meta['command']}`",
+        "",
+    ]
+    return lines
+
+
 # ----------------------------------------------------------------------------- main
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
@@ -423,7 +678,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--memory-timeout", type=float, default=900.0, help="seconds per memory subprocess")
     p.add_argument("--profile", default=None, metavar="ROW:N", help="print a torch.profiler table of ROW at N and exit")
     p.add_argument("--default-allocator", action="store_true", help="do not re-execute with the tuned glibc settings")
+    add_device_argument(p, "cuda: the GPU layer table (GPU_ROWS at --shapes, bf16 autocast)")
+    p.add_argument("--shapes", default=GPU_SHAPES, help=f"device table: comma-separated N:B (default {GPU_SHAPES})")
+    p.add_argument("--repeats", type=int, default=10, help="device table: timed calls per cell (at least 3)")
+    p.add_argument("--cell-seconds", type=float, default=2.0, help="device table: no more calls after these seconds (at least 3)")
+    p.add_argument("--time-budget", type=float, default=None, help="device table: seconds; cells not started by then are n/a")
     args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.device != "cpu":
+        if args.max_explicit_length == p.get_default("max_explicit_length"):
+            args.max_explicit_length = 4096
+        args.rows = args.rows if args.rows != p.get_default("rows") else ",".join(GPU_ROWS)
+        try:
+            args.shapes = parse_shapes(args.shapes)
+        except ValueError as e:
+            p.error(str(e))
+        args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+        unknown = [r for r in args.rows if r not in GPU_ROWS]
+        if unknown:
+            p.error(f"unknown rows {unknown} for --device {args.device}; valid: {', '.join(GPU_ROWS)}")
+        return args
     if args.quick:
         args.rounds, args.min_run_time, args.inputs = 1, min(args.min_run_time, 0.1), 1
     args.lengths = [int(v) for v in (args.lengths or (QUICK_LENGTHS if args.quick else DEFAULT_LENGTHS)).split(",")]
@@ -443,8 +717,11 @@ def main(argv=None) -> dict:
         child_main(argv)
         return {}
     args = parse_args(argv)
+    device = require_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if device.type != "cpu":
+        return device_table(args, device)
     threads = torch.get_num_threads()
     if args.profile:
         row, n = args.profile.split(":")

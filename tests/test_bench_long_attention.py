@@ -109,3 +109,57 @@ def test_targets_read_the_cells():
         results, memory, ["sdpa_softmax", "memeff_alpha_entmax"], [4096, 8192], t))
     assert "| time: memory-efficient alpha_entmax / SDPA softmax at 4096 (target <= 2) | 1.50 | yes |" in md
     assert "| peak memory: memory-efficient alpha_entmax / SDPA softmax at 8192 (target <= 2) | 2.50 | **NO** |" in md
+
+
+def test_refuses_an_unavailable_device_in_one_line(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--device", "cuda", "--out-dir", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, cwd=SCRIPT.parents[1])
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: --device cuda: torch ") and "valid here: --device cpu" in line
+
+
+def test_device_arguments():
+    bench = load_script()
+    args = bench.parse_args(["--device", "cuda"])
+    assert args.shapes == [(1024, 16), (4096, 4), (16384, 1), (65536, 1)] and args.rows == list(bench.GPU_ROWS)
+    assert args.max_explicit_length == 4096
+    cpu = bench.parse_args([])
+    assert cpu.device == "cpu" and cpu.rows == list(bench.ROWS) and cpu.max_explicit_length == 8192
+    with pytest.raises(ValueError, match="expected comma-separated N:B"):
+        bench.parse_shapes("1024")
+
+
+def test_device_table_on_cpu_makes_every_failure_a_cell(tmp_path, monkeypatch):
+    """The GPU table's code path at a tiny shape on the CPU: measured rows have a median and a ratio to SDPA;
+    a missing peer, a row above its length cap and an out-of-memory error are cells "n/a (reason)"."""
+    import torch
+
+    bench = load_script()
+    build = bench.build_device_case
+
+    def build_or_oom(row, n, batch, device, seed=0):
+        if row == "hst_softmax":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 136.00 GiB")
+        return build(row, n, batch, device, seed)
+
+    monkeypatch.setattr(bench, "build_device_case", build_or_oom)
+    rows = "sdpa_softmax,triton_alpha_entmax,explicit_alpha_entmax,hst_softmax,bigbird_softmax,projections"
+    args = bench.parse_args(["--device", "cuda", "--rows", rows, "--shapes", "64:2,128:1", "--max-explicit-length", "64",
+                             "--repeats", "3", "--cell-seconds", "0.01", "--out-dir", str(tmp_path)])
+    result = bench.device_table(args, torch.device("cpu"))
+    small, large = result["cells"]["64x2"], result["cells"]["128x1"]
+    assert small["sdpa_softmax"]["x_sdpa"] == 1.0 and len(small["sdpa_softmax"]["calls_ms"]) >= 3
+    assert small["explicit_alpha_entmax"]["fwd_bwd_ms"] > 0 and small["explicit_alpha_entmax"]["peak_mib"] is None  # CUDA only
+    assert small["bigbird_softmax"]["fwd_bwd_ms"] > 0 and "x_sdpa" in small["projections"]
+    assert small["triton_alpha_entmax"] == {"na": "needs CUDA"}
+    assert large["explicit_alpha_entmax"] == {"na": "N > --max-explicit-length 64"}
+    assert small["hst_softmax"] == {"na": "out of memory"}
+    md = (tmp_path / "long_attention_cpu.md").read_text()
+    assert "| row | N=64, B=2 | memory | N=128, B=1 | memory |" in md
+    assert "| Triton alpha-entmax, learned alpha | n/a (needs CUDA) | |" in md and "| HST softmax | n/a (out of memory) | |" in md
+    assert json.loads((tmp_path / "long_attention_cpu.json").read_text())["meta"]["shapes"] == [[64, 2], [128, 1]]
