@@ -80,6 +80,7 @@ BAD_OVERRIDES = {
     "model.regulariser=dropout": ("model.regulariser", "valid: none, rdrop, sar"),
     "regulariser=sar": ("model.regulariser", "SAR shifts block boundaries", "pattern 'dense' has none"),
     "+model.regulariser_options.weight=1": ("model.regulariser_options.weight", "regulariser 'none' takes no options"),
+    "model.regulariser=rdrop": ("model.regulariser_options", "regulariser 'rdrop' needs task_loss, weight", "regulariser=rdrop"),
     "model.num_heads=2,4": ("is a sweep", "-m"),
     "trainer.max_steps=[": ("trainer.max_steps", ""),
 }

@@ -3,6 +3,8 @@ check, the report's preset matching, the model-key check) sees the values a run 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -11,6 +13,8 @@ from sparse_runner.config import RunConfig
 from sparse_runner.run_metrics import flatten
 from sparse_runner.tasks import task_families
 from tests.conftest import compose_config
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def composed_defaults() -> dict:
@@ -123,3 +127,19 @@ def test_one_file_per_geometry():
     a = compose_config(["model=fixed_head_128"], tiny=False).model
     b = compose_config(["model=fixed_head", "model.head_size=128"], tiny=False).model
     assert {**a, "name": None} == {**b, "name": None} and a.name == "fixed_head_128"
+
+
+def test_a_regularisers_options_are_written_once_in_its_yaml():
+    """conf/regulariser/<name>.yaml sets every option; the registered Options dataclass carries their types alone."""
+    import dataclasses
+
+    import yaml
+
+    from sparse_runner.training.regularisers import REGULARISERS
+
+    for path in sorted((ROOT / "conf" / "regulariser").glob("*.yaml")):
+        options = yaml.safe_load(path.read_text())["regulariser_options"]
+        schema = dataclasses.fields(REGULARISERS[path.stem].Options)
+        assert set(options) == {f.name for f in schema}, path.name
+        with_default = [f.name for f in schema if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING]
+        assert not with_default, f"{path.stem}: {with_default} hold a default, a second copy of {path.name}'s"

@@ -295,7 +295,8 @@ def read_run(run_dir: Path, display: str) -> RunRecord:
     flat = run_metrics.flatten(config or {}, keep_empty=True)
 
     task = as_str(data.get("task")) or as_str(flat.get("task.name"))
-    # cfg.task.family names the paper table; a config without it belongs to the table named like the task.
+    # task.family: the registered task family; the report files runs into paper tables by it (a config
+    # without it goes to the table named like the task).
     family = as_str(data.get("task_family")) or as_str(flat.get("task.family")) or task
     model = as_str(data.get("model")) or as_str(flat.get("model.name"))
     experiment = as_str(data.get("experiment")) if "experiment" in data else _experiment_from_overrides(overrides)

@@ -34,6 +34,8 @@ class TaskConfig:
     """Keys every task family has; a family's schema extends this dataclass."""
 
     name: str
+    # family: the registered task family (its Task class: data, model builder, loss, metrics); the report
+    # files runs into paper tables by it.
     family: str
     max_length: int
 

@@ -110,8 +110,8 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype of trainer.precision on `device` (None: fp32, no autocast).
 
     bf16 autocasts on GPU and on CPU (matmuls in bf16 via oneDNN, AVX-512-BF16 / AMX where the CPU has
-    them; no gradient scaler: its exponent range is fp32's). On CPU it measured no faster than fp32 for
-    the small CPU presets (scripts/bench_cpu_precision.py), so fp32 stays the default. fp16 is GPU-only:
+    them; no gradient scaler: its exponent range is fp32's). fp32 is the default on CPU too (docs/benchmarks.md,
+    "Precision on CPU", measures bf16 against it). fp16 is GPU-only:
     it needs the gradient scaler, which is CUDA's here, and CPUs without AVX-512-FP16 emulate it."""
     dtype = PRECISIONS[precision]
     if dtype == torch.float16 and device.type != "cuda":
@@ -126,8 +126,8 @@ class Trainer:
         started: tuple[float, float] | None = None,
     ) -> None:
         """fingerprint: the flattened result-changing config a checkpoint must match to be resumed;
-        fingerprint_defaults: every key's schema default (`config.schema_defaults()`), which a key that an
-        older checkpoint lacks is taken to hold (`fingerprint_difference`); started: (time.perf_counter(),
+        fingerprint_defaults: every key's default (`identity.default_values()`), which a key that the
+        checkpoint lacks is taken to hold (`fingerprint_difference`); started: (time.perf_counter(),
         time.process_time()) when this process began the run (default: now), for `run_time`."""
         self.cfg, self.tcfg = cfg, cfg.trainer
         self.task, self.device = task, device

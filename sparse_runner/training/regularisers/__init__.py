@@ -2,11 +2,12 @@
 
 `regulariser=<name>` (conf/regulariser/<name>.yaml) sets `model.regulariser` and the regulariser's own
 settings, `model.regulariser_options`, which the class registered under that name declares and checks, as a
-pattern does its `pattern_options`:
+pattern does its `pattern_options`. The YAML holds every option's value; the dataclass declares their types
+and checks, and no defaults:
 
     @dataclass(frozen=True)
     class RDropOptions:
-        weight: float = field(default=1.0, metadata={"valid": lambda w: w >= 0, "help": "a float >= 0"})
+        weight: float = field(metadata={"valid": lambda w: w >= 0, "help": "a float >= 0"})
 
     @register_regulariser("rdrop", options=RDropOptions)
     class RDrop(Regulariser):
@@ -25,7 +26,7 @@ group `sparse_runner.regularisers` (see `sparse_runner.registry`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, NamedTuple
 
 import torch
@@ -83,13 +84,14 @@ REGULARISERS: Registry[type[Regulariser]] = Registry(
 def register_regulariser(name: str, options: type = NoOptions) -> Callable[[type[Regulariser]], type[Regulariser]]:
     """Class decorator: make a Regulariser subclass available as `regulariser=<name>` (`model.regulariser`).
 
-    `options` is a dataclass whose fields (with defaults) are the keys `model.regulariser_options` accepts; a
-    field's metadata may hold `valid` (a predicate on the value) and `help` (the valid values, in words)."""
+    `options` is a dataclass whose fields are the keys `model.regulariser_options` takes (their values are in
+    conf/regulariser/<name>.yaml); a field's metadata may hold `valid` (a predicate on the value) and `help`
+    (the valid values, in words)."""
     return REGULARISERS.register(name, Options=options)
 
 
 def build_regulariser(name: str, options: Mapping[str, Any] | None = None) -> Regulariser:
-    """The regulariser registered as `name` with `options` (a dict of its option fields; missing = default)."""
+    """The regulariser registered as `name` with `options` (a dict of every option field)."""
     cls = REGULARISERS[name]
     return cls(cls.Options(**(options or {})))
 
@@ -98,12 +100,16 @@ def check_regulariser_config(m: Any) -> None:
     """Raise ConfigError on the first invalid `model.regulariser` / `model.regulariser_options` of a typed
     `model` node."""
     from sparse_runner.attention.spec import check_options
-    from sparse_runner.checks import choice
+    from sparse_runner.checks import ConfigError, choice
 
     choice("model.regulariser", m.regulariser, sorted(REGULARISERS))
     cls = REGULARISERS[m.regulariser]
     options = dict(m.regulariser_options or {})
     check_options("model.regulariser_options", options, cls.Options, f"regulariser {m.regulariser!r}")
+    missing = sorted(f.name for f in fields(cls.Options) if f.name not in options)
+    if missing:
+        raise ConfigError(f"model.regulariser_options: regulariser {m.regulariser!r} needs {', '.join(missing)}; select it "
+                          f"with regulariser={m.regulariser} (conf/regulariser/{m.regulariser}.yaml sets every option)")
     cls.check_model(m, cls.Options(**options))
 
 

@@ -13,9 +13,11 @@ from sparse_runner.training.regularisers import Regularised, Regulariser, regist
 
 @dataclass(frozen=True)
 class RDropOptions:
-    weight: float = field(default=1.0, metadata={"valid": lambda w: w >= 0, "help": "a float >= 0 (the KL term's weight)"})
+    """The keys of `model.regulariser_options`; their values are conf/regulariser/rdrop.yaml's."""
+
+    weight: float = field(metadata={"valid": lambda w: w >= 0, "help": "a float >= 0 (the KL term's weight)"})
     # which passes' task losses the objective holds: both (their mean, the paper) | first (the first pass's alone)
-    task_loss: Literal["both", "first"] = "both"
+    task_loss: Literal["both", "first"]
 
 
 @register_regulariser("rdrop", options=RDropOptions)

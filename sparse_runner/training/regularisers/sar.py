@@ -16,10 +16,12 @@ from sparse_runner.training.regularisers import Regularised, Regulariser, regist
 
 @dataclass(frozen=True)
 class SAROptions:
-    weight: float = field(default=1.0, metadata={"valid": lambda w: w >= 0, "help": "a float >= 0 (lambda of the KL term)"})
+    """The keys of `model.regulariser_options`; their values are conf/regulariser/sar.yaml's."""
+
+    weight: float = field(metadata={"valid": lambda w: w >= 0, "help": "a float >= 0 (lambda of the KL term)"})
     # tokens the second pass's block boundaries move right (0 <= shift < block_size)
-    shift: int = field(default=1, metadata={"valid": lambda s: s >= 0, "help": "an int >= 0, below the pattern's block_size"})
-    random_shift: bool = False  # draw the shift from 1 .. block_size - 1 at every step instead
+    shift: int = field(metadata={"valid": lambda s: s >= 0, "help": "an int >= 0, below the pattern's block_size"})
+    random_shift: bool  # draw the shift from 1 .. block_size - 1 at every step instead
 
 
 @register_regulariser("sar", options=SAROptions)
