@@ -110,8 +110,8 @@ def _polish_rows(y: torch.Tensor, p: torch.Tensor, u: torch.Tensor, a1: Alpha, d
 
 def _polish_t(x: torch.Tensor, a1: Alpha, t: torch.Tensor) -> torch.Tensor:
     """Newton steps on G(t) = F(t)^a1 - 1 with F = sum of the threshold weights of x (K, n) float32;
-    a1 float or (K, 1), t (K, 1) float64.  Stops when the error the last step leaves (its quadratic
-    term) no longer matters by _bias_effect."""
+    a1 float or (K, 1), t (K, 1) float64.  Stops once the error the last step leaves (its quadratic
+    term) moves p and s by at most _POLISH_TOL (_bias_effect)."""
     parts = a1_parts(a1, x)
     a1d = a1 if isinstance(a1, float) else a1.double()
     todo = torch.ones_like(t, dtype=torch.bool)

@@ -2,9 +2,10 @@
 // autograd node that wires them up (EntmaxFunction, at the end).
 //
 // Built on first use by sparse_runner/attention/kernels/__init__.py (torch.utils.cpp_extension.load).
-// sparse_runner/attention/entmax.py holds the maths in plain PyTorch (the "torch" backend the tests
-// compare this file against) and derives the gradient formulas.  Rows run in parallel
-// (at::parallel_for over blocks of rows); all per-row work happens in L1/L2-sized scratch buffers.
+// sparse_runner/attention/entmax_torch.py holds the maths in plain PyTorch (the "torch" backend the
+// tests compare this file against); sparse_runner/attention/entmax.py derives the gradient formulas.
+// Rows run in parallel (at::parallel_for over blocks of rows); all per-row work happens in L1/L2-sized
+// scratch buffers.
 //
 // Notation (one row):  y = x - max(x) <= 0,  a1 = alpha - 1 in (0, 1],  k = 1 / a1,
 //     p_i = [1 + a1 (y_i - u)]_+^k   with u >= 0 chosen so that sum_i p_i = 1.
@@ -16,7 +17,7 @@
 //     (the max entry alone gives p = 1), then Newton steps over the compacted support, each checked
 //     against the exact closed form on the current support (Michelot's tau for sparsemax; the root of
 //     sum_S (z - tau)^2 = 1 for 1.5-entmax), which is the answer as soon as it keeps all of S >= 0.
-//   * alpha - 1 < thr (set by entmax.py): softmax (softmax_row).
+//   * alpha - 1 < thr (ALPHA_SOFTMAX_THRESHOLD in entmax_torch.py): softmax (softmax_row).
 //   * other alpha (FwdBlock), per row: max pass; filter pass keeping 1 + a1 y > 0 (u only grows, so
 //     the rest never enters the support); a Jensen lower bound of u as the start; Newton from the
 //     left on G(u) = F(u)^a1 - 1 = ||d(u)||_k - 1 (F = sum p, d = [1 + a1 (y - u)]_+): G is a norm
@@ -627,7 +628,7 @@ struct Tol;
 // instead of a new pass (FwdBlock::step), for alpha - 1 <= 0.7 and above.
 // polish: whether FwdBlock polishes thresholds (FwdBlock::polish; float32 only, the float64 solver
 // works in float64 throughout); solver_bias, polish_tol and weights_bias are _F32_BIAS, _POLISH_TOL
-// and _F32_WEIGHTS_BIAS in entmax.py.
+// and _F32_WEIGHTS_BIAS in entmax_polish.py.
 template <>
 struct Tol<float> {
   static constexpr double newton = 2e-6;
@@ -651,7 +652,7 @@ constexpr int kMaxIter = 64;
 constexpr int kPolishSteps = 4;
 
 // Bound on the relative error of p and of s = p^(2 - alpha) (the backward's weights) when every d of a
-// row is off by the same delta (entmax.py, _bias_effect, derives it): delta max(k / d_max,
+// row is off by the same delta (derived in entmax_polish.py, above _F32_BIAS): delta max(k / d_max,
 // e (d_min / d_max)^e / d_min), k = 1/a1, e = k - 1.  The second term is below e / d_max < k / d_max
 // for e >= 1, and below e / d_min always, so pow is only called when that does not settle it.
 inline double bias_effect(double delta, double a1, double dmax, double dmin) {
@@ -930,7 +931,7 @@ struct Kernels {
   }
 
   // ----------------------------------------------------------------------------------------------
-  // The threshold representation (entmax_threshold / entmax_from_threshold in entmax.py).
+  // The threshold representation (entmax_threshold / entmax_from_threshold in entmax_thresholds.py).
   // A row is (t, F), both float64:  w_i = [1 + a1 (x_i - t)]_+^(1/a1)  (softmax rows: exp(x_i - t)),
   // p_i = w_i * T(1 / F).  Precision: the support's d = 1 + a1 (x - t) lies in (0, 1] and, on long
   // flat supports, needs an absolute error well below float32's 6e-8 near 1 (a shared bias of
@@ -1502,8 +1503,8 @@ struct Kernels {
     }
 
     // Newton steps on G(t) = F(t)^a1 - 1, F the sum of the threshold weights (weight<kGeneral>) of the
-    // row's surviving entries, in float64 sums, from t = max + u + shift; stops when the error the last
-    // step leaves (its quadratic term, from M2 = sum w / d^2) no longer matters by bias_effect.
+    // row's surviving entries, in float64 sums, from t = max + u + shift; stops once the error the last
+    // step leaves (its quadratic term, from M2 = sum w / d^2) moves p and s by at most polish_tol (bias_effect).
     // Entries the solver dropped have p ~ 0 here (they only matter to the output, which
     // write_threshold evaluates on the whole row).  Returns t.
     double polish(Row& r) {
