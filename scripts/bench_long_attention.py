@@ -617,7 +617,7 @@ def device_table(args, device: torch.device) -> dict:
                 cell["x_sdpa"] = cell["fwd_bwd_ms"] / base
         meta["seconds"] = round(time.time() - start, 1)
         result = {"benchmark": "long_attention", "meta": meta, "cells": cells}
-        write_benchmark(args.out_dir, name, result, device_markdown(meta, cells, args.rows, args.shapes))
+        write_benchmark(args.out_dir, name, result, device_markdown(meta, cells, args.rows, args.shapes), echo=(n, batch) == args.shapes[-1])
     return result
 
 

@@ -206,14 +206,15 @@ def training_markdown(rows: list[dict], steps: int, rounds: int, overrides: list
     return lines + [""]
 
 
-def write_benchmark(out_dir, name: str, result: dict, markdown: list[str]) -> None:
-    """<out_dir>/<name>.json and .md, written atomically; the markdown is also printed."""
+def write_benchmark(out_dir, name: str, result: dict, markdown: list[str], echo: bool = True) -> None:
+    """<out_dir>/<name>.json and .md, written atomically; the markdown is also printed when `echo`."""
     from sparse_runner.io import atomic_write_json, atomic_write_text
 
     out = Path(out_dir)
     atomic_write_json(out / f"{name}.json", result)
     atomic_write_text(out / f"{name}.md", "\n".join(markdown) + "\n")
-    print("\n".join(markdown))
+    if echo:
+        print("\n".join(markdown))
 
 
 # ----------------------------------------------------------------------------- device (--device cpu|cuda)
@@ -326,7 +327,8 @@ def failed_cell(error: BaseException, device=None) -> str:
         torch.cuda.empty_cache()
     if is_out_of_memory(error):
         return "n/a (out of memory)"
-    line = (str(error).strip().splitlines() or [""])[0][:160]
+    line = (str(error).strip().splitlines() or [""])[0]
+    line = line if len(line) <= 160 else line[:157] + "..."
     return f"n/a ({type(error).__name__}: {line})" if line else f"n/a ({type(error).__name__})"
 
 

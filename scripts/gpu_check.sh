@@ -1,86 +1,140 @@
 #!/usr/bin/env bash
-# The checks that need a GPU, in one short run (at most ~8 minutes on one GPU machine):
-#   1. setup      .venv as scripts/setup.sh makes it, but a CUDA build of torch is never replaced: it is
-#                 reported first; a CPU build is reported (not replaced either) and the GPU steps then fail;
-#   2. gpu_tests  pytest -m gpu (tests marked gpu: autocast training, seq2seq decoding, Triton/AdaSplash kernels);
-#   3. scaling    scripts/bench_scaling.py --device cuda --nprocs 1[,2] (one process per GPU, NCCL), few steps;
-#   4. train_bf16 a short real run of the CLI on the GPU: alpha-entmax (learned alphas), bf16 autocast;
-#   5. bench_*    the benchmark scripts under scripts/ that take --device, with --device cuda in their quick mode
-#                 (the others time CPU kernels only and are listed as skipped).
-# Every step has its own timeout (clipped to what is left of GPU_CHECK_BUDGET_S, default 470 s), writes under
-# ${OUT:-gpu_check_out}/ (<step>.log, the benchmarks' JSON/markdown, junit XML), and a failing step does not stop
-# the others. A summary of what passed / failed / was skipped is printed at the end and written to summary.txt;
-# the exit status is 1 when a step failed, else 0.
+# The checks that need a GPU, in one run of at most ~8 minutes on one GPU machine, network or not:
+#   1. setup          the interpreter (`choose_python`): $PYTHON (default python3) as it is when it imports torch
+#                     and sees a CUDA device (a CUDA image's own venv: no new venv, which would lose its torch);
+#                     the project's pure-Python dependencies it lacks come from the wheel folder .whl/ (made where
+#                     there is network by ../shared/gpu/prepare_wheels.sh, copied along) with `pip install
+#                     --no-index --target`, or from the package index when one answers; never a download attempt
+#                     offline. Without such an interpreter: .venv, as scripts/setup.sh makes it (network only).
+#   2. gpu_tests      pytest -m gpu (the tests marked gpu: autocast training, decoding, the Triton/AdaSplash kernels);
+#   3. bench_layers   scripts/bench_long_attention.py --device cuda: the layer table (ms and peak memory per row and N);
+#   4. bench_training scripts/bench_training.py --device cuda: tokens/s and peak memory per model on lra_listops, bf16;
+#   5. bench_presets  scripts/bench_presets.py --device cuda: seconds per step and GPU-hours of every paper preset.
+# Every step runs under `timeout` (its share of GPU_CHECK_BUDGET_S, default 470 s, clipped to what is left); the
+# benchmarks get two thirds of it as their --time-budget and rewrite their tables as they go, so a late cell is
+# "n/a (time budget spent)", never a lost table. Everything goes under ${OUT:-gpu_check_out}/: <step>.log,
+# bench/*.json and *.md, pytest_gpu.xml, summary.txt, summary.json and gpu_check.md (the summary and the tables).
+# Exit status: 0 when every step passed (a peer that is not installed is a table cell, not a failure), 1 when a
+# GPU test or a step failed or timed out, 3 when no interpreter sees a CUDA device (nothing was checked).
 #
 #   bash scripts/gpu_check.sh                    # on the GPU machine, from anywhere
 #   OUT=/tmp/gc bash scripts/gpu_check.sh        # elsewhere
-#   GPU_CHECK_DRY_RUN=1 bash scripts/gpu_check.sh   # list the steps and their commands, run nothing
+#   bash scripts/gpu_check.sh --dry-run          # the interpreter and every step's command, nothing run
+#   bash scripts/gpu_check.sh --which-python     # "<cuda|venv> <interpreter>": what the checks would run with
+# Environment: PYTHON (the interpreter to try first), GPU_CHECK_BUDGET_S, GPU_CHECK_WHEELS (default .whl),
+# GPU_CHECK_SITE (where the wheels are installed, default $TMPDIR/sparse_runner_gpu_check_site), GPU_CHECK_OFFLINE=1
+# (take the index as unreachable without asking).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-OUT=${OUT:-gpu_check_out}
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) && export OUT
-BUDGET=${GPU_CHECK_BUDGET_S:-470}
 DRY=${GPU_CHECK_DRY_RUN:-0}
-PY=$ROOT/.venv/bin/python
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-export SPARSE_RUNNER_CACHE=${SPARSE_RUNNER_CACHE:-$OUT/cache}
-START=$(date +%s)
-SUMMARY=()
-FAILED=0
+case "${1:-}" in
+    "") ;;
+    --dry-run) DRY=1 ;;
+    --which-python | __setup) ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check.sh: unknown argument '$1'; valid: --dry-run, --which-python, --help" >&2; exit 2 ;;
+esac
+DEFAULT_BUDGET=470
+BUDGET=${GPU_CHECK_BUDGET_S:-$DEFAULT_BUDGET}
+WHEELS=${GPU_CHECK_WHEELS:-$ROOT/.whl}
+SITE=${GPU_CHECK_SITE:-${TMPDIR:-/tmp}/sparse_runner_gpu_check_site}
+# What the project imports beyond what a CUDA image's interpreter holds (../shared/gpu/README.md), and the
+# distributions that carry them (prepare_wheels.sh fetches the same list; adasplash is an optional peer).
+NEEDED_MODULES="hydra omegaconf antlr4 datasets dill multiprocess sacremoses entmax submitit"
+DISTRIBUTIONS="hydra-core omegaconf antlr4-python3-runtime sacremoses entmax dill multiprocess datasets submitit adasplash"
+CUDA_PROBE='import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'
+
+# "cuda <path>" when $PYTHON (default python3) imports torch and sees a CUDA device: the checks use it as it
+# is. Otherwise "venv <ROOT>/.venv/bin/python".
+choose_python() {
+    local path
+    path=$(command -v "${PYTHON:-python3}" 2>/dev/null) || path=
+    if [ -n "$path" ] && "$path" -c "$CUDA_PROBE" >/dev/null 2>&1; then
+        echo "cuda $path"
+    else
+        echo "venv $ROOT/.venv/bin/python"
+    fi
+}
+
+# Whether a package index answers within 5 s ($PIP_INDEX_URL, else PyPI); GPU_CHECK_OFFLINE=1: no, unasked.
+index_reachable() {
+    [ "${GPU_CHECK_OFFLINE:-0}" = 1 ] && return 1
+    "${1:-python3}" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' \
+        "${PIP_INDEX_URL:-https://pypi.org/simple/}" >/dev/null 2>&1
+}
+
+read -r MODE PY <<<"$(choose_python)"
+if [ "${1:-}" = --which-python ]; then
+    echo "$MODE $PY"
+    exit 0
+fi
 
 # ------------------------------------------------------------------------------------------------- setup
 # Run as `bash scripts/gpu_check.sh __setup` by the setup step (so that it has a timeout of its own).
-setup() {
-    set -e
-    local sys_python=${PYTHON:-python3}
-    if [ ! -x "$PY" ]; then
-        if "$sys_python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-            echo "setup: $sys_python has a CUDA build of torch: .venv is created with --system-site-packages so that it is kept"
-            "$sys_python" -m venv --system-site-packages .venv
-        else
-            "$sys_python" -m venv .venv
-        fi
-    fi
-    local info
-    info=$("$PY" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available(), torch.cuda.device_count())' 2>/dev/null || true)
-    if [ -z "$info" ]; then
-        echo "setup: no torch in .venv: pip install torch==2.13.0 (on Linux x86_64 the PyPI wheel is a CUDA build)"
-        "$PY" -m pip install -q torch==2.13.0
-        info=$("$PY" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available(), torch.cuda.device_count())')
-    fi
-    read -r version cuda available count <<<"$info"
-    if [ "$available" = True ]; then
-        echo "setup: torch $version (CUDA $cuda) sees $count GPU(s): kept as it is"
-    elif [ "$cuda" = None ]; then
-        echo "setup: WARNING: torch $version in .venv is a CPU build; it is NOT replaced. For the GPU steps install your CUDA"
-        echo "       build into .venv first, e.g. .venv/bin/pip install --force-reinstall torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
-    else
-        echo "setup: WARNING: torch $version is a CUDA $cuda build but sees no GPU (driver? CUDA_VISIBLE_DEVICES?); nvidia-smi says:"
-        nvidia-smi -L 2>&1 | head -8 || true
-    fi
-    # The installed torch pinned exactly (local label included), so that pip can never swap it for another build.
-    sed "s/^torch==.*/torch==$version/" constraints.txt >"$OUT/constraints.gpu_check.txt"
-    if "$PY" -c 'import sparse_runner, hydra, pytest, entmax' 2>/dev/null; then
-        echo "setup: sparse_runner and its dev dependencies are already importable: no pip install"
-    else
-        "$PY" -m pip install -q -e ".[dev]" -c "$OUT/constraints.gpu_check.txt"
-    fi
-    if [ "$available" = True ] && ! "$PY" -c 'import triton' 2>/dev/null; then
-        echo "setup: triton missing: pip install -e .[gpu] (failure tolerated: the Triton tests then skip)"
-        "$PY" -m pip install -q -e ".[gpu]" -c "$OUT/constraints.gpu_check.txt" || echo "setup: WARNING: .[gpu] not installed"
-    fi
-    "$PY" -c 'import torch, sparse_runner; print("setup: ready: torch", torch.__version__, "cuda", torch.cuda.is_available())'
+missing_modules() {  # the NEEDED_MODULES that $PY cannot import (with PYTHONPATH as exported)
+    "$PY" -c 'import importlib.util, sys; print(" ".join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))' $NEEDED_MODULES
 }
+
+setup_cuda_interpreter() {
+    echo "setup: $PY imports torch $("$PY" -c 'import torch; print(torch.__version__, "with CUDA", torch.version.cuda)') and sees a GPU: used as it is, no venv"
+    local missing
+    missing=$(missing_modules)
+    if [ -z "$missing" ]; then
+        echo "setup: every dependency is importable: nothing installed"
+    elif compgen -G "$WHEELS/*.whl" >/dev/null; then
+        echo "setup: missing $missing: installing the wheels of $WHEELS into $SITE (no index)"
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHEELS"/*.whl
+    elif index_reachable "$PY"; then
+        echo "setup: missing $missing: installing $DISTRIBUTIONS into $SITE from the package index (no dependencies: torch stays)"
+        "$PY" -m pip install -q --no-deps --no-compile --upgrade --target "$SITE" -c constraints.txt $DISTRIBUTIONS
+    else
+        echo "setup: missing $missing, no package index reachable and no wheels in $WHEELS: run" \
+            "'bash ../shared/gpu/prepare_wheels.sh' where there is network and copy .whl/ along"
+        return 1
+    fi
+    missing=$(missing_modules)
+    [ -z "$missing" ] || { echo "setup: still missing after the install: $missing"; return 1; }
+}
+
+setup_venv() {
+    echo "setup: ${PYTHON:-python3} does not see a CUDA device through torch: .venv ($PY)"
+    if [ ! -x "$PY" ] || ! "$PY" -c 'import torch, sparse_runner, hydra, pytest, entmax' 2>/dev/null; then
+        if ! index_reachable "${PYTHON:-python3}"; then
+            echo "setup: .venv is missing or incomplete and no package index is reachable: nothing installed"
+            return 1
+        fi
+        [ -x "$PY" ] || "${PYTHON:-python3}" -m venv .venv
+        "$PY" -m pip install -q -e ".[dev,gpu]" -c constraints.txt
+    fi
+    "$PY" -c 'import torch; print("setup: torch", torch.__version__, "CUDA build" if torch.version.cuda else "CPU build", "sees", torch.cuda.device_count(), "GPU(s)")'
+}
+
+export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [ "${1:-}" = __setup ]; then
-    setup
+    set -e
+    if [ "$MODE" = cuda ]; then setup_cuda_interpreter; else setup_venv; fi
     exit
 fi
 
 # ------------------------------------------------------------------------------------------------- steps
-record() { SUMMARY+=("$(printf '%-26s %-8s %s' "$1" "$2" "$3")"); }
+OUT=${OUT:-gpu_check_out}
+mkdir -p "$OUT/bench" && OUT=$(cd "$OUT" && pwd) && export OUT
+export SPARSE_RUNNER_CACHE=${SPARSE_RUNNER_CACHE:-$OUT/cache} HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} HF_DATASETS_OFFLINE=${HF_DATASETS_OFFLINE:-1}
+START=$(date +%s)
+SUMMARY=()
+STEPS_JSON=()
+FAILED=0
 
-# step NAME LIMIT_S CMD...: run CMD under `timeout`, output to the console and $OUT/NAME.log.
+record() {
+    SUMMARY+=("$(printf '%-16s %-8s %s' "$1" "$2" "$3")")
+    local detail=${3//\\/\\\\}
+    STEPS_JSON+=("{\"step\": \"$1\", \"status\": \"$2\", \"detail\": \"${detail//\"/\\\"}\"}")
+}
+
+# step NAME LIMIT_S CMD...: CMD under `timeout`, to the console and $OUT/NAME.log. LIMIT_S is the step's share of
+# the default budget, scaled to GPU_CHECK_BUDGET_S and clipped to what is left; an argument {budget} becomes two
+# thirds of it (the benchmarks' --time-budget).
 step() {
     local name=$1 limit=$2
     shift 2
@@ -89,16 +143,20 @@ step() {
         record "$name" SKIP "no time left of GPU_CHECK_BUDGET_S=$BUDGET"
         return
     fi
+    limit=$((limit * BUDGET / DEFAULT_BUDGET))  # the shares are those of the default budget
     [ "$limit" -gt $((left - 10)) ] && limit=$((left - 10))
+    local args=() arg
+    for arg in "$@"; do args+=("${arg//\{budget\}/$((limit * 2 / 3))}"); done
     echo
-    echo "=== $name (timeout ${limit}s): $*"
+    echo "=== $name (timeout ${limit}s): ${args[*]}"
     if [ "$DRY" = 1 ]; then
-        record "$name" DRY "$*"
+        record "$name" DRY "${args[*]}"
         return
     fi
-    local t0=$(date +%s)
-    timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
-    local rc=${PIPESTATUS[0]} secs=$(($(date +%s) - t0))
+    local t0 rc secs
+    t0=$(date +%s)
+    timeout --kill-after=10 "$limit" "${args[@]}" 2>&1 | tee "$OUT/$name.log"
+    rc=${PIPESTATUS[0]} secs=$(($(date +%s) - t0))
     if [ "$rc" -eq 0 ]; then
         record "$name" PASS "${secs}s"
     elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
@@ -110,50 +168,48 @@ step() {
     fi
 }
 
-echo "gpu_check: $(date -u +%FT%TZ), output under $OUT, budget ${BUDGET}s"
+echo "gpu_check: $(date -u +%FT%TZ), output under $OUT, budget ${BUDGET}s, interpreter $PY ($MODE)"
 command -v nvidia-smi >/dev/null && nvidia-smi -L 2>&1 | head -8
 
-step setup 150 bash scripts/gpu_check.sh __setup
+step setup 45 bash scripts/gpu_check.sh __setup
 
 NGPU=0
-if [ -x "$PY" ]; then
+if [ "$DRY" != 1 ] && [ -x "$PY" ]; then
     NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null || echo 0)
+    echo "gpu_check: $NGPU GPU(s) visible to $PY"
 fi
-echo "gpu_check: $NGPU GPU(s) visible to .venv's torch"
 
+GPU_STEPS="gpu_tests bench_layers bench_training bench_presets"
 if [ "$NGPU" -gt 0 ] || [ "$DRY" = 1 ]; then
-    step gpu_tests 200 "$PY" -m pytest -q -m gpu -rs --junitxml="$OUT/pytest_gpu.xml" tests/
-
-    NPROCS=1
-    [ "$NGPU" -ge 2 ] && NPROCS=1,2
-    step scaling 150 "$PY" scripts/bench_scaling.py --device cuda --nprocs "$NPROCS" --max-steps 300 --timeout 120 \
-        --out "$OUT/scaling"
-
-    step train_bf16 90 "$PY" -m sparse_runner.cli experiment=lra_listops_cpu model=entmax trainer.device=cuda \
-        trainer.precision=bf16 trainer.max_steps=200 trainer.eval_every=100 trainer.progress=false trainer.resume=false \
-        paths.output_dir="$OUT/train_bf16"
-
-    for bench in bench_attention bench_normalisers bench_long_attention bench_block_sparse; do
-        script=scripts/$bench.py
-        if [ ! -f "$script" ]; then
-            record "$bench" SKIP "$script not found"
-        elif ! grep -q -- '"--device"' "$script"; then
-            record "$bench" SKIP "no --device flag: it times CPU kernels only"
-        else
-            outflag=--out
-            grep -q -- '"--out-dir"' "$script" && outflag=--out-dir
-            step "$bench" 60 "$PY" "$script" --device cuda --quick "$outflag" "$OUT/$bench"
-        fi
-    done
+    step gpu_tests 180 "$PY" -m pytest -q -m gpu -rs -p no:cacheprovider --junitxml="$OUT/pytest_gpu.xml" tests/
+    step bench_layers 90 "$PY" scripts/bench_long_attention.py --device cuda --time-budget {budget} --out-dir "$OUT/bench"
+    step bench_training 60 "$PY" scripts/bench_training.py --device cuda --time-budget {budget} --out "$OUT/bench"
+    step bench_presets 80 "$PY" scripts/bench_presets.py --device cuda --time-budget {budget} --out "$OUT/bench" \
+        --overrides trainer.precision=bf16
 else
-    for name in gpu_tests scaling train_bf16; do
-        record "$name" SKIP "no GPU visible to .venv's torch (see the setup step)"
+    for name in $GPU_STEPS; do
+        record "$name" SKIP "no GPU visible to $PY (see the setup step)"
     done
-    FAILED=1
+    FAILED=3
 fi
 
+SECONDS_TOTAL=$(($(date +%s) - START))
 echo
-echo "=== gpu_check summary ($(($(date +%s) - START))s; logs and results under $OUT)"
+echo "=== gpu_check summary (${SECONDS_TOTAL}s; logs and results under $OUT)"
 printf '%s\n' "${SUMMARY[@]}" | tee "$OUT/summary.txt"
-[ -f "$OUT/scaling/bench_scaling.md" ] && { echo; cat "$OUT/scaling/bench_scaling.md"; }
+{
+    printf '{"interpreter": "%s", "mode": "%s", "gpus": %s, "seconds": %s, "exit_status": %s, "steps": [\n' "$PY" "$MODE" "$NGPU" "$SECONDS_TOTAL" "$FAILED"
+    (IFS=$'\n'; echo "${STEPS_JSON[*]}") | sed '$!s/$/,/'
+    echo "]}"
+} >"$OUT/summary.json"
+{
+    echo "# GPU check ($(date -u +%FT%TZ), ${SECONDS_TOTAL}s, interpreter $PY)"
+    echo
+    echo '```'
+    printf '%s\n' "${SUMMARY[@]}"
+    echo '```'
+    for table in long_attention_cuda training_cuda presets_cuda; do
+        [ -f "$OUT/bench/$table.md" ] && { echo; cat "$OUT/bench/$table.md"; }
+    done
+} >"$OUT/gpu_check.md"
 exit "$FAILED"
