@@ -4,6 +4,7 @@ thresholds, and ERNIE-Sparse's claims filled from fake LRA runs (arms = the LRA 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,20 @@ from sparse_runner.reporting.claims import (
     NOT_RUN,
     Arm,
     Claim,
+    Design,
+    Estimate,
+    TrendClaim,
     claims_table,
     compute_time,
+    decide,
     evaluate,
-    verdict,
+    excludes_sesoi,
+    holm,
+    ols_slope,
+    p_value,
+    published_text,
+    runs_needed,
+    welch,
     welch_interval,
 )
 from sparse_runner.reporting.papers import all_claims, ernie_sparse
@@ -41,33 +52,223 @@ def test_welch_interval_needs_two_values_per_arm():
     assert welch_interval([2.0, 2.0], [1.0, 1.0]) == (1.0, 1.0, 1.0)   # no spread: the difference itself
 
 
-def claim(kind="greater", margin=0.0, published_effect=None) -> Claim:
-    arm = Arm("x", lambda records: [], "sparse-run -m seed=0,1,2")
-    return Claim("paper", "statement", "1.0", "task", arm, arm, lambda rec: None, kind=kind, margin=margin,
-                 published_effect=published_effect)
+def design(hypothesis="superiority", margin=0.0, sesoi=1.0, family="f", test="Welch t", **more) -> Design:
+    return Design("test accuracy", test, sesoi=sesoi, family=family, hypothesis=hypothesis, margin=margin,
+                  pairing="the seed" if test == "paired t" else "", **more)
 
 
-@pytest.mark.parametrize("low, high, expected", [
-    (0.1, 2.0, HELD), (-0.1, 2.0, INCONCLUSIVE), (-2.0, -0.1, NOT_HELD), (0.0, 1.0, INCONCLUSIVE),
+def fake_runs(values, name: str) -> list:
+    """Runs of one arm, one per seed, reading `value`."""
+    from types import SimpleNamespace as Run
+
+    return [Run(path=Path(f"/runs/{name}{seed}"), data={"seed": seed}, config={}, value=value)
+            for seed, value in enumerate(values)]
+
+
+def arms_claim(treatment, baseline, the_design: Design, statement="statement") -> Claim:
+    ours, theirs = fake_runs(treatment, "t"), fake_runs(baseline, "b")
+    return Claim("paper", statement, "1.0", "task", Arm("treatment", lambda records: ours, "cmd-t"),
+                 Arm("baseline", lambda records: theirs, "cmd-b"), lambda rec: rec.value, the_design)
+
+
+TIGHT = [0.0, 0.1, -0.1]   # sd 0.1: with three seeds on each side the interval is +-0.23
+
+
+@pytest.mark.parametrize("shift, expected", [
+    (2.0, HELD),                # [+1.77, +2.23]: above 0
+    (0.1, NOT_HELD),            # [-0.13, +0.33]: below the SESOI of 1
+    (-2.0, NOT_HELD),           # below 0, so below the SESOI too
+    (0.9, HELD),                # [+0.67, +1.13]: a positive effect, held though it may be below the SESOI
 ])
-def test_greater(low, high, expected):
-    assert verdict(claim(), low, high) == expected
+def test_superiority_on_constructed_arms(shift, expected):
+    found = evaluate(arms_claim([v + shift for v in TIGHT], TIGHT, design()), [])
+    assert found.verdict == expected
+    treatment = [v + shift for v in TIGHT]
+    assert found.p == pytest.approx(stats.ttest_ind(treatment, TIGHT, equal_var=False, alternative="greater").pvalue)
 
 
-@pytest.mark.parametrize("low, high, expected", [
-    (0.2, 0.5, HELD),            # a smaller effect than published, but positive: the direction holds
-    (-0.3, 0.4, NOT_HELD),       # excludes the published 1.78 and does not show a positive effect
-    (-0.3, 2.0, INCONCLUSIVE),   # wide enough to hold the published effect
+def test_a_wide_interval_is_inconclusive_and_says_how_many_seeds_would_decide_it():
+    wide = arms_claim([1.0, 3.0, 2.0], [0.0, 2.0, 1.0], design())   # +1 [-1.27, +3.27]: reaches 0 and the SESOI
+    found = evaluate(wide, [])
+    assert found.verdict == INCONCLUSIVE and found.low < 0 < 1 < found.high
+    row = claims_table([wide], []).rows[0]
+    cells = dict(zip(claims_table([wide], []).headers, row))
+    assert cells["verdict"] == INCONCLUSIVE
+    assert cells["n needed"] == "underpowered: 17 per arm would decide it (has 3)"   # sd 1 per arm, SESOI 1
+
+
+@pytest.mark.parametrize("low, high, excluded", [
+    (-1.0, 0.999, True), (-1.0, 1.0, False), (-1.0, 1.001, False),
 ])
-def test_greater_against_a_published_effect(low, high, expected):
-    assert verdict(claim(published_effect=1.78), low, high) == expected
+def test_not_held_is_an_interval_below_the_sesoi(low, high, excluded):
+    assert excludes_sesoi(design(sesoi=1.0), low, high) is excluded
+    assert decide(0.5, excludes_sesoi(design(sesoi=1.0), low, high)) == (NOT_HELD if excluded else INCONCLUSIVE)
 
 
-@pytest.mark.parametrize("low, high, expected", [
-    (-0.5, 0.9, HELD), (-1.5, 0.5, INCONCLUSIVE), (1.1, 2.0, NOT_HELD), (-3.0, -1.2, NOT_HELD), (-2.0, 2.0, INCONCLUSIVE),
+def test_held_is_p_below_0025_exactly_where_the_95_interval_leaves_zero():
+    """One-sided p < 0.025 in the claimed direction and a 95 % interval above 0 are the same statement."""
+    df = 4.0
+    edge = float(stats.t.ppf(0.975, df))
+    for effect, expected in ((edge * 1.001, HELD), (edge * 0.999, INCONCLUSIVE)):
+        found = Estimate(effect, 1.0, df, 3, lambda n: (1.0, df))
+        low, _ = found.interval()
+        assert (low > 0) == (expected == HELD)
+        assert decide(p_value(design(sesoi=100.0), found), False) == expected
+
+
+@pytest.mark.parametrize("shift, spread, expected", [
+    (0.1, TIGHT, HELD),                        # [-0.13, +0.33]: inside +-1
+    (3.0, TIGHT, NOT_HELD),                    # [+2.77, +3.23]: outside
+    (-3.0, TIGHT, NOT_HELD),
+    (0.0, [0.0, 2.0, -2.0], INCONCLUSIVE),     # [-4.5, +4.5]: reaches both sides
 ])
-def test_within(low, high, expected):
-    assert verdict(claim("within", margin=1.0), low, high) == expected
+def test_equivalence_on_constructed_arms(shift, spread, expected):
+    found = evaluate(arms_claim([v + shift for v in spread], TIGHT, design("equivalence", margin=1.0)), [])
+    assert found.verdict == expected
+    treatment = [v + shift for v in spread]
+    tost = max(stats.ttest_ind([v + 1.0 for v in treatment], TIGHT, equal_var=False, alternative="greater").pvalue,
+               stats.ttest_ind([v - 1.0 for v in treatment], TIGHT, equal_var=False, alternative="less").pvalue)
+    assert found.p == pytest.approx(tost)
+
+
+@pytest.mark.parametrize("shift, spread, expected", [
+    (-0.5, TIGHT, HELD),                       # [-0.73, -0.27]: above -1
+    (3.0, TIGHT, HELD),                        # better by far: not inferior
+    (-3.0, TIGHT, NOT_HELD),                   # [-3.23, -2.77]: below -1
+    (-1.0, [0.0, 2.0, -2.0], INCONCLUSIVE),
+])
+def test_non_inferiority_on_constructed_arms(shift, spread, expected):
+    found = evaluate(arms_claim([v + shift for v in spread], TIGHT, design("non-inferiority", margin=1.0)), [])
+    assert found.verdict == expected
+    treatment = [v + shift + 1.0 for v in spread]
+    assert found.p == pytest.approx(stats.ttest_ind(treatment, TIGHT, equal_var=False, alternative="greater").pvalue)
+
+
+def test_a_paired_design_pairs_by_seed():
+    treatment, baseline = [5.0, 3.0, 4.1, 9.0], [4.0, 2.1, 3.0]   # seed 3 has no partner: left out
+    found = evaluate(arms_claim(treatment, baseline, design(test="paired t")), [])
+    assert found.p == pytest.approx(stats.ttest_rel(treatment[:3], baseline, alternative="greater").pvalue)
+    assert found.difference == pytest.approx(1.0) and found.verdict == HELD
+
+
+def test_holm_by_hand():
+    # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> 0.06 (never below the step before)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])   # capped at 1
+    assert holm([0.02]) == [0.02]
+
+
+def test_the_table_holds_a_claim_by_its_holm_p_within_its_family():
+    """A claim held alone (p 0.017) but not after Holm's adjustment over its family of three (second smallest p,
+    times 2: 0.035): inconclusive; the same claim in a family of its own stays held."""
+    borderline = [0.35, 0.5, 0.2]
+    a = arms_claim([v + 0.75 for v in TIGHT], TIGHT, design(sesoi=0.5, family="one"), "a")
+    b = arms_claim(borderline, TIGHT, design(sesoi=0.05, family="one"), "b")
+    c = arms_claim([v + 5.0 for v in [0.0, 3.0, -3.0]], TIGHT, design(sesoi=100.0, family="one"), "c")
+    p_a, p_b, p_c = (evaluate(claim, []).p for claim in (a, b, c))
+    assert p_b == pytest.approx(0.0174, abs=1e-4) and evaluate(b, []).verdict == HELD
+    assert holm([p_a, p_b, p_c])[1] == pytest.approx(2 * p_b)
+    table = claims_table([a, b, c], [])
+    rows = {r[0]: dict(zip(table.headers, r)) for r in table.rows}
+    assert rows["b"]["verdict"] == INCONCLUSIVE and rows["b"]["p"] == f"{p_b:.3g}" and rows["b"]["Holm p"] == f"{2 * p_b:.3g}"
+    assert rows["b"]["n needed"].startswith("held alone (p < 0.025), not after Holm's adjustment")
+    assert rows["a"]["verdict"] == HELD
+    alone = arms_claim(borderline, TIGHT, design(sesoi=0.05, family="its own"), "b")
+    assert claims_table([a, alone, c], []).rows[1][8] == HELD
+
+
+def test_a_claim_without_a_p_counts_as_p_1_in_its_family():
+    a = arms_claim([v + 0.75 for v in TIGHT], TIGHT, design(family="one"), "a")
+    none = arms_claim([], TIGHT, design(family="one"), "not run")
+    table = claims_table([a, none], [])
+    assert table.rows[0][11] == f"{holm([evaluate(a, []).p, 1.0])[0]:.3g}" and table.rows[1][8] == NOT_RUN
+
+
+def test_runs_needed_by_hand():
+    """sd 1 in both arms, SESOI 1, one-sided 0.025, 80 % power: (t(0.975, df) + t(0.8, df)) * sqrt(2 / n) <= 1 first at
+    n = 17 (df 32: 2.037 + 0.853 = 2.890, times 0.343 = 0.991; n = 16, df 30: 2.896 * 0.354 = 1.024)."""
+    found = welch([1.0, 3.0, 2.0], [0.0, 2.0, 1.0])
+    assert runs_needed(design(sesoi=1.0), found) == 17
+    se, df = found.at(17)
+    assert (se, df) == pytest.approx((math.sqrt(2 / 17), 32.0))
+    power = 1 - stats.nct.cdf(stats.t.ppf(0.975, df), df, 1.0 / se)   # the noncentral t's power at the SESOI
+    assert 0.80 <= power < 0.82
+    assert runs_needed(design(sesoi=1.0), found, alpha=0.025 / 5) > 17    # a family of five asks for more
+    assert runs_needed(design(sesoi=1e-4), found) is None                 # beyond MAX_N
+
+
+def test_a_design_refuses_what_it_cannot_mean():
+    with pytest.raises(ValueError, match=r"^claim design: a non-inferiority claim needs a positive margin, got 0.0$"):
+        design("non-inferiority")
+    with pytest.raises(ValueError, match="sesoi must be a positive number"):
+        design(sesoi=0.0)
+    with pytest.raises(ValueError, match="test 'z' is not one of Welch t, paired t, trend, own rule"):
+        Design("m", "z", sesoi=1.0, family="f")   # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="published_comparable needs the published_effect"):
+        design(published_comparable=True)
+
+
+def test_the_published_size_is_compared_only_where_the_settings_match():
+    comparable = design(published_comparable=True, published_effect=1.78, published_source="Table 3")
+    assert published_text(comparable, 0.9) == "ours +0.90 against published +1.78 (Table 3)"
+    other = design(published_effect=3.6, published_source="en→de")
+    assert published_text(other, 24.5) == "direction only, the setting differs: published +3.60 (en→de); ours is 6.8× it"
+    assert published_text(design(), 1.0) == "no single published effect"
+
+
+# ----------------------------------------------------------------------------- the trend test
+def trend_runs(points: dict[str, list[tuple[float, float]]]) -> list:
+    from types import SimpleNamespace as Run
+
+    return [Run(path=Path(f"/runs/{name}{i}"), data={"ppl": y}, config={"log2_heads": x})
+            for name, pts in points.items() for i, (x, y) in enumerate(pts)]
+
+
+STANDARD = [(1, 10.0), (1, 11.0), (3, 12.0), (3, 12.5), (5, 14.0), (5, 15.0)]
+FIXED = [(1, 10.0), (1, 11.0), (3, 10.5), (3, 10.0), (5, 10.0), (5, 11.0)]
+
+
+def test_the_slope_by_hand():
+    """x 1, 1, 3, 3, 5, 5 (mean 3, Sxx 16); y 10, 11, 12, 12.5, 14, 15 (mean 74.5 / 6): Sxy 16, so the slope is
+    1 and the intercept 9.4167; the residuals are -5/12, 7/12, -5/12, 1/12, -5/12, 7/12 (SSE 174/144), so the
+    slope's se is sqrt(174/144 / 4 / 16)."""
+    fit = ols_slope([x for x, _ in STANDARD], [y for _, y in STANDARD])
+    assert fit.slope == pytest.approx(1.0) and fit.intercept == pytest.approx(74.5 / 6 - 3)
+    assert fit.se == pytest.approx(math.sqrt(174 / 144 / 4 / 16))
+    assert fit.se == pytest.approx(stats.linregress([x for x, _ in STANDARD], [y for _, y in STANDARD]).stderr)
+
+
+def test_the_trend_claim_compares_the_slopes():
+    """Both fits have SSE 174/144 (FIXED: slope 0), so the difference 1 has se sqrt(2) * 0.1374 and
+    Welch-Satterthwaite df (2v)^2 / (v^2 / 4 + v^2 / 4) = 8."""
+    runs = trend_runs({"s": STANDARD, "f": FIXED})
+    arm = lambda name: Arm(name, lambda records: [r for r in records if r.path.name.startswith(name)], f"cmd {name}")  # noqa: E731
+    claim = TrendClaim("paper", "standard degrades faster", "plots", "task", arm("s"), arm("f"),
+                       lambda rec: rec.config["log2_heads"], "per doubling", lambda rec: rec.data["ppl"],
+                       design(test="trend", sesoi=0.25))
+    row = claim.row(runs)
+    se = math.sqrt(2 * 174 / 144 / 4 / 16)
+    half = stats.t.ppf(0.975, 8) * se
+    assert row.difference == f"+1.00 [{1 - half:+.2f}, {1 + half:+.2f}] per doubling"
+    assert row.p == pytest.approx(stats.t.sf(1.0 / se, 8)) and row.verdict == HELD
+    assert row.treatment.startswith("s: +1.00 per doubling [") and row.treatment.endswith("(n=6)")
+    assert row.found is not None and row.found.n == 2 and row.commands == ["cmd s", "cmd f"]   # 2 seeds per x
+    assert claim.row([]).verdict == NOT_RUN
+
+
+def test_claims_sharing_an_arm_are_marked():
+    shared = fake_runs([1.0, 1.1, 0.9], "shared")
+    other, third = fake_runs([0.0, 0.1, -0.1], "o"), fake_runs([2.0, 2.1, 1.9], "x")
+
+    def claim(statement, treatment, baseline):
+        return Claim("paper", statement, "", "task", Arm("softmax", lambda records: treatment, "c"),
+                     Arm(statement + " arm", lambda records: baseline, "c"), lambda rec: rec.value, design())
+
+    table = claims_table([claim("one", shared, other), claim("two", shared, third), claim("three", other, third)], [])
+    marks = [dict(zip(table.headers, row))["shared arm"] for row in table.rows]
+    assert marks[0] == "softmax: also claim 2; one arm: also claim 3"
+    assert marks[1] == "softmax: also claim 1; two arm: also claim 3"
+    assert marks[2] == "softmax: also claim 1; three arm: also claim 2"
 
 
 def test_compute_is_cpu_time_on_a_cpu_and_wall_time_on_a_gpu():
@@ -121,7 +322,7 @@ def test_ernie_sparse_claims_take_the_lra_cells_runs(tmp_path: Path):
     assert text.verdict == NOT_RUN and text.baseline == pytest.approx([60.0])
 
     table = all_claims.tables(records)[0]
-    assert table.slug == "claims" and table.headers[-2:] == ["verdict", "compute"]
+    assert table.slug == "claims" and table.headers[8:10] == ["verdict", "compute"]
     first = next(dict(zip(table.headers, r)) for r in table.rows if r[0].startswith("ERNIE-Sparse (HST + SAR) is more"))
     assert first["result"].startswith("+2.00 [") and first["verdict"] == HELD
     assert first["treatment"] == "ERNIE-Sparse: 46.50 ± 0.50 (n=3)"
@@ -167,9 +368,10 @@ def test_a_paired_claim_without_spread_is_inconclusive(differences, expected):
 
     from sparse_runner.reporting.papers.correia2019.claims import PairedClaim
 
-    runs = [Run(data={}, first=0.5 + d, second=0.5) for d in differences]
+    runs = [Run(path=Path(f"/runs/{i}"), data={}, first=0.5 + d, second=0.5) for i, d in enumerate(differences)]
     claim = PairedClaim("paper", "statement", "1.0", "task", Arm("x", lambda records: records, "sparse-run"),
-                        ("first", lambda rec: rec.first), ("second", lambda rec: rec.second))
+                        ("first", lambda rec: rec.first), ("second", lambda rec: rec.second),
+                        design(test="paired t", sesoi=0.01))
     row = claim.row(runs)
     assert row.verdict == expected
     if expected == INCONCLUSIVE:
@@ -270,3 +472,40 @@ def test_the_low_rank_cliff(tmp_path: Path, at_cliff, expected):
     assert row.difference == f"cliff ratio >= {ratio:.3g} (every seed)"
     assert bool(row.commands) == (len(at_cliff) < 3)
     assert bhojanapalli2020.LowRankCliff().row([]).verdict == NOT_RUN
+
+
+# ----------------------------------------------------------------------------- the kept evidence
+EVIDENCE = Path(__file__).resolve().parents[1] / "docs" / "evidence"
+# The verdicts of docs/evidence by the pre-registered rule, in table order (docs/reproduction.md lists them).
+EVIDENCE_VERDICTS = [
+    INCONCLUSIVE, INCONCLUSIVE, HELD, HELD, INCONCLUSIVE, INCONCLUSIVE,   # Correia: BLEU x2, JS x2, density x2
+    HELD, HELD,                                                           # Theorem 1's cliff, the LM trend
+    HELD, INCONCLUSIVE,                                                   # pre-training, head size
+    INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE,  # ERNIE-Sparse
+]
+
+
+def test_every_claim_has_a_full_design_and_the_kept_runs_regenerate_the_table(tmp_path: Path):
+    from sparse_runner.reporting.report import main
+    from sparse_runner.reporting.papers import papers
+
+    claims = [claim for paper in papers() for claim in getattr(paper, "CLAIMS", ())]
+    assert len(claims) == len(EVIDENCE_VERDICTS)
+    for claim in claims:
+        design = claim.design
+        assert isinstance(design, Design) and design.metric and design.family and design.sesoi > 0, claim.statement
+        assert design.published_source, claim.statement   # where the paper's number is, or why there is none
+    assert main([str(EVIDENCE), "--out", str(tmp_path / "report"), "--print", "none", "--formats", "csv"]) == 0
+    import csv
+
+    with open(tmp_path / "report" / "claims.csv", encoding="utf-8") as handle:
+        table = list(csv.DictReader(handle))
+    assert [row["verdict"] for row in table] == EVIDENCE_VERDICTS
+    assert [row["claim"] for row in table] == [claim.statement for claim in claims]
+    lm = next(row for row in table if row["claim"].startswith("As the heads grow"))
+    assert lm["result"].lstrip("'") == "+0.74 [+0.38, +1.10] per doubling"    # the trend replaces three rows
+    density = next(row for row in table if row["claim"].startswith("1.5-entmax: the decoder"))
+    assert density["p"] == "0.0134" and density["Holm p"] == "0.0536"          # held alone, not in its family of 6
+    softmax_arms = [row["shared arm"] for row in table[:4]]
+    assert all("softmax: also claims" in mark for mark in softmax_arms)        # the softmax arm feeds 4 claims
+    assert all(row["test"] for row in table)

@@ -28,7 +28,7 @@ import re
 from typing import Any
 
 from sparse_runner.reporting import seeds
-from sparse_runner.reporting.claims import Arm, Claim, preset_arm
+from sparse_runner.reporting.claims import Arm, Claim, Design, preset_arm
 from sparse_runner.reporting.papers.bhojanapalli2020.bert_published import (  # noqa: F401 (read as bert.X)
     CITATION,
     CPU,
@@ -229,7 +229,7 @@ def _data_notes(rows: list[OurRow]) -> list[str]:
 
 def _command_notes(rows: list[OurRow], paper: PaperTable) -> list[str]:
     """One command per (setting, init, difference) for the rows with an empty cell of ours; none for other runs
-    that lack a key the job has (no override brings a key back to what an older run did)."""
+    that lack a key the job has (no override removes a key from a config)."""
     missing: dict[tuple[str, bool, tuple[str, ...]], list[OurRow]] = {}
     for row in rows:
         if not row.complete and row.key.geometry is not None and not any("=(absent)" in o for o in row.key.other):
@@ -306,17 +306,29 @@ def _study_arm(head_size: int, pretrained: bool) -> Arm:
     return preset_arm(label, overrides, SQUAD, SQUAD_F1, STUDY_COMMAND)
 
 
+F1_SESOI = 0.5   # F1 points: half of Table 2B's +1.07 between head sizes 128 and 32
+FAMILY_NAME = "Bhojanapalli et al. 2020, pre-training study (2 claims)"
+
+
 def _claims() -> list[Claim]:
     f1 = lambda rec: rec.metric(SQUAD_F1)  # noqa: E731
     small, large = (pub for pub in TABLE2B.rows if pub.head_size in (32, 128))
-    # No published_effect: the paper's +1.07 is SQuAD v1.1 F1 of 24-layer models, ours a cloze substitute's.
+    # Unpaired: the arms are different models (pre-trained weights or a random start; other head sizes), so a seed
+    # aligns their batch order but not their weights.
+    metric = "test F1 of the SQuAD cloze substitute at the best validation checkpoint"
     return [
         Claim(CITATION, "Pre-training helps fine-tuning (SQuAD F1, head size 128)",
               "all the paper's models are pre-trained BERTs; no from-scratch number", STUDY_SETTING,
-              _study_arm(128, True), _study_arm(128, False), f1, unit="F1"),
+              _study_arm(128, True), _study_arm(128, False), f1,
+              Design(metric, "Welch t", sesoi=F1_SESOI, family=FAMILY_NAME,
+                     published_source="the paper has no model from scratch"), unit="F1"),
         Claim(CITATION, "At 8 heads a larger head size helps: d_p 128 beats d_p 32 (SQuAD F1)",
               f"Table 2B: {large.f1:g} vs {small.f1:g} ({large.f1 - small.f1:+.2f})", STUDY_SETTING,
-              _study_arm(128, True), _study_arm(32, True), f1, unit="F1"),
+              _study_arm(128, True), _study_arm(32, True), f1,
+              Design(metric, "Welch t", sesoi=F1_SESOI, family=FAMILY_NAME,
+                     published_effect=round(large.f1 - small.f1, 2),
+                     published_source="Table 2B: SQuAD v1.1 F1 of 24-layer BERTs; ours a cloze substitute at d 128"),
+              unit="F1"),
     ]
 
 
