@@ -50,10 +50,12 @@ def paper_presets() -> list[str]:
 
 def data_note(cfg) -> str:
     """Where the stage's data come from, for the table."""
+    from omegaconf import OmegaConf
+
     task = cfg.task
     if task.name in GENERATED_DATA:
-        sizes = [o.split("=", 1)[1] for o in GENERATED_DATA[task.name] if "num_train" in o]
-        return f"generated, {sizes[0]} training examples" if sizes else "generated"
+        examples = OmegaConf.select(cfg, "task.generator.num_train", default=None) or OmegaConf.select(cfg, "task.num_train", default=None)
+        return f"generated, {examples} training examples"
     return task.get("hf_path") or task.get("data_dir") or task.name
 
 
