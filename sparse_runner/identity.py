@@ -41,7 +41,7 @@ def config_hash(config: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Axes:
-    """The attention axes of a run and what was added to its training, as short labels."""
+    """The attention axes of a run and the regulariser and pre-training of its training, as short labels."""
 
     normaliser: str   # softmax | sparsemax | entmax15 | alpha_entmax (learned per head) | alpha_entmax(1.3) (fixed)
     pattern: str      # dense | causal | local | bigbird | hst

@@ -18,11 +18,11 @@ from typing import Any, Mapping
 
 from sparse_runner.io import atomic_write_json
 
-# 1: the first release. 2: adds `primary_metric`.
+# 1: without `primary_metric`. 2: with `primary_metric`.
 SCHEMA_VERSION = 2
 
 # Every top-level key of metrics.json and what it holds. Written at start (status running): the run's
-# identity and config; at the end: its results. Any key may be absent (older schema, or a run that stopped
+# identity and config; at the end: its results. Any key may be absent (schema 1, or a run that stopped
 # before writing it), so a reader treats each one as optional.
 SCHEMA: dict[str, str] = {
     "schema": "SCHEMA_VERSION of the writer",
@@ -30,7 +30,7 @@ SCHEMA: dict[str, str] = {
     "error": "one line: why the run failed or stopped (null otherwise)",
     "run_dir": "absolute run directory when written",
     "task": "cfg.task.name",
-    "task_family": "cfg.task.family: the paper table a task belongs to",
+    "task_family": "cfg.task.family: the registered task family; the report files runs into paper tables by it",
     "model": "cfg.model.name",
     "experiment": "the experiment= config the run came from (null when none)",
     "overrides": "Hydra command-line overrides, as given",
@@ -40,7 +40,7 @@ SCHEMA: dict[str, str] = {
     "git_commit": "HEAD of the checkout that ran (null outside git)",
     "started_at": "UTC, ISO 8601",
     "primary_metric": "the run's headline test metric (`test/accuracy`, `test/bleu`, ...), declared by its task; "
-                      "schema 2 (older files: see primary_metric())",
+                      "schema 2 (schema-1 files: see primary_metric())",
     "num_parameters": "trainable parameters",
     "device": "torch device the run trained on",
     "world_size": "processes the run trained on (torchrun / SLURM tasks; 1 without a launcher)",
@@ -86,8 +86,8 @@ NON_RESULT_KEYS = (
 LABEL_KEYS = ("model.name",)
 
 # The primary metric of a file that does not name one: schema-1 files, and runs that failed before their
-# task was built (so before it could declare its metric). These are the metrics the tasks declared when
-# schema 2 came in; a task family not listed falls back on the metric the run selected its checkpoint on.
+# task was built (so before it could declare its metric). These are the metrics the tasks declare in
+# schema 2; a task family not listed falls back on the metric the run selected its checkpoint on.
 SCHEMA1_PRIMARY_METRICS = {"listops": "test/accuracy", "translation": "test/bleu"}
 
 VAL, TEST = "val/", "test/"

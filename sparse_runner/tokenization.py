@@ -57,8 +57,8 @@ SPECIAL_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>
 
 MODEL_TYPES = ("bpe", "unigram", "char", "word")
 
-# Bumped whenever this module changes how a model is trained from the same texts and settings, so that
-# older cached models are not reused.
+# Part of every cache key: a change to how this module trains a model from the same texts and settings
+# takes a new number, so a cached model of another number is not reused.
 _TRAINING_FORMAT_VERSION = 1
 
 # How many texts are hashed / converted per step (bounds the memory of one step on multi-million

@@ -1,5 +1,6 @@
-"""Kept evidence stays readable: the report reads a config written with the keys the runner held before its
-regulariser and normaliser became axes with options (`reporting.runs.current_keys`), and files it as before."""
+"""Kept evidence stays readable: the report reads a config that holds the regulariser and normaliser settings
+under other keys (`model.sar`, `model.alpha`, `trainer.regulariser` ...) through `reporting.runs.current_keys`,
+and files it as the same run."""
 
 from __future__ import annotations
 

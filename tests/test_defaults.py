@@ -65,7 +65,7 @@ def test_the_resume_check_reads_the_composed_defaults(tiny_config, tmp_path, mon
 
 
 def test_the_report_takes_a_missing_key_to_hold_the_composed_default():
-    """A run written before a key existed is the preset when the preset holds the key's default."""
+    """A run whose config lacks a key (its schema had none) is the preset when the preset holds the key's default."""
     from sparse_runner.reporting import presets
 
     preset = presets.Preset(())

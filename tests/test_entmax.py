@@ -135,8 +135,8 @@ def long_reference(kind: str, alpha: float) -> torch.Tensor:
 @pytest.mark.parametrize("kind", ["flat", "random", "spike"])
 @pytest.mark.parametrize("alpha", [1.0] + ALPHAS)
 def test_long_rows_match_float64_oracle(backend, kind, alpha):
-    """10k keys, float32: max error <= 1e-5 and rows summing to 1 within 1e-6 (flat rows used to sum
-    to 1 - 5e-3 at 1.5), for alpha_entmax and the threshold API."""
+    """10k keys, float32: max error <= 1e-5 and rows summing to 1 within 1e-6 (a float32 solve alone leaves
+    flat rows summing to 1 - 5e-3 at 1.5), for alpha_entmax and the threshold API."""
     x = long_rows(kind)
     ref = long_reference(kind, alpha)
     for out in (alpha_entmax(x, alpha, backend=backend), T.entmax_threshold(x, alpha, backend=backend)[0]):
@@ -154,8 +154,8 @@ def test_entmax15_flat_rows_sum_to_one(backend, n):
 
 
 def test_nan_and_inf_scores_give_nan_rows(backend):
-    """As softmax: a NaN or +inf score makes its row NaN (the C++ kernel used to drop NaN scores and
-    zero a +inf row, which could hide a divergence); other rows are unaffected."""
+    """As softmax: a NaN or +inf score makes its row NaN (dropping NaN scores or zeroing a +inf row would
+    hide a divergence); other rows are unaffected."""
     x = torch.tensor([[0.1, 0.5, float("nan"), 0.2], [0.1, float("inf"), 0.2, 0.3], [0.1, 0.5, 0.3, 0.2]])
     for alpha in (1.0, 1.3, 1.5, 2.0, torch.tensor([[1.3], [1.5], [1.7]])):
         for dtype in (torch.float32, torch.float64):

@@ -1,7 +1,7 @@
 """The LRA Image and Pathfinder presets are google-research/long-range-arena's released configs at its head
-(cd31e5c; sizes set by ee6649e in image/configs/{cifar10,pathfinder32}/transformer_base.py), the older sizes
-(before ee6649e) are experiment=lra_*_v0, LRA's qkv_dim (total q/k/v width over all heads) maps onto
-num_heads * head_size, and the report still files runs of the presets in the Transformer's row."""
+(cd31e5c; sizes set by ee6649e in image/configs/{cifar10,pathfinder32}/transformer_base.py), the sizes of
+its first release (up to ee6649e) are experiment=lra_*_v0, LRA's qkv_dim (total q/k/v width over all heads)
+maps onto num_heads * head_size, and the report files runs of the presets in the Transformer's row."""
 
 from __future__ import annotations
 
@@ -56,6 +56,6 @@ def test_runs_of_the_presets_fill_the_transformer_row(tmp_path: Path) -> None:
     assert (paper["Image"], paper["Pathfinder"]) == ("42.00", "71.00")
     assert rows[("BigBird (bigbird)", "ours: paper presets")]["Image"] == "41.00"
     assert not [key for key in rows if key[0] == "fixed_head"]       # not taken for a fixed-head model's runs
-    # The older sizes are no cell of Table 1: a run of them sits beside the paper preset, with what differs.
+    # The first release's sizes are no cell of Table 1: a run of them sits beside the paper preset, with what differs.
     other = [key for key in rows if key[1].startswith("ours: other runs (nearest: paper presets; model.d_model=32")]
     assert len(other) == 1 and rows[other[0]]["Image"] == "40.00"

@@ -56,7 +56,7 @@ def test_marker_distance_alone_is_at_chance(difficulty):
     split, meta = gen.generate_pathfinder(N, contour_length=params.DIFFICULTIES[difficulty], seed=21, return_meta=True)
     distance, labels = marker_distance(meta), split.labels
     accuracy = held_out_accuracy(distance, labels)
-    # Measured (seed 21): 0.48-0.51. The generator before the fix: 0.55 (hard) to 0.68 (easy).
+    # Measured (seed 21): 0.48-0.51. Labels drawn before the snakes (the original generator's way): 0.55 (hard) to 0.68 (easy).
     assert abs(accuracy - 0.5) <= chance_bound(N - N // 2), f"{difficulty}: marker distance alone scores {accuracy:.3f}"
     # Close markers occur in both labels alike (before: only in positives).
     close = distance < 8
@@ -95,9 +95,9 @@ def eight_connected(mask: np.ndarray) -> np.ndarray:
 def test_positive_paths_are_dashed():
     split, meta = gen.generate_pathfinder(gen.CHUNK_SIZE, contour_length=14, seed=22, return_meta=True)
     path = meta.path_mask[split.labels == 1]
-    # Measured: no positive path is 8-connected (before: all of them).
+    # Measured: no positive path is 8-connected.
     assert eight_connected(path).mean() <= 0.01
-    # Without LRA's gaps (paddles one pixel apart, as before) nearly all are.
+    # Without LRA's gaps (paddles one pixel apart) nearly all are.
     split, meta = gen.generate_pathfinder(gen.CHUNK_SIZE, contour_length=14, seed=22, paddle_gap=1.0, return_meta=True)
     assert eight_connected(meta.path_mask[split.labels == 1]).mean() >= 0.9
 

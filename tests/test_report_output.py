@@ -1,6 +1,6 @@
 """What sparse-report writes, from run folders that may come from anyone: figures inlined only from regular
 PNG files inside their run folder (S2), CSV cells a spreadsheet reads as text (S3), no escape sequence on the
-terminal (S5), no raw HTML in report.md, and --out replaced as a whole (issue 38)."""
+terminal (S5), no raw HTML in report.md, and --out replaced as a whole."""
 
 from __future__ import annotations
 

@@ -51,11 +51,11 @@ def test_what_differs_is_the_runs_value_per_key() -> None:
 
 
 def test_a_key_the_run_lacks_agrees_when_the_preset_holds_its_default() -> None:
-    # Written before the schema had trainer.min_lr_ratio: the run behaved as its default (0.0).
+    # A config without trainer.min_lr_ratio (its schema lacked the key) ran as its default (0.0).
     run = preset_config("experiment=lra_listops_cpu")
     del run["trainer"]["min_lr_ratio"]
     assert differences(keys(run), CPU_LISTOPS.keys) == {}
-    # A preset that sets it otherwise is not what the old run did.
+    # A preset that sets it otherwise is not what that run did.
     decayed = Preset(("experiment=lra_listops_cpu", "trainer.min_lr_ratio=0.1"))
     assert differences(keys(run), decayed.keys) == {"trainer.min_lr_ratio": ABSENT}
     assert Match(decayed, (("trainer.min_lr_ratio", ABSENT),)).pairs == ("trainer.min_lr_ratio=(absent)",)

@@ -181,7 +181,7 @@ def test_max_context_ties_go_to_the_earlier_window():
 
 
 def test_single_window_without_empty_pieces_is_unchanged():
-    # one window, every piece with characters: every start and end is a candidate, as before
+    # one window, every piece with characters: every start and end is a candidate
     text, pieces = words(6)
     ex = QAExample("q", "t", text, "Q?", ["00"], [0])
     (f,) = make_features([ex], PiecesTokenizer({text: pieces}), max_length=32, doc_stride=4, max_query_length=1,

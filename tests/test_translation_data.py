@@ -2,7 +2,7 @@
 
 The hub path is exercised offline: with ``hf_path="json"`` the real ``datasets.load_dataset`` reads
 local files in the hub's ``translation`` layout; a fake entry in a temporary HF cache stands for a
-previously downloaded hub dataset; and an unreachable endpoint checks the one-line, fast failure.
+hub dataset in the local cache; and an unreachable endpoint checks the one-line, fast failure.
 """
 
 from __future__ import annotations

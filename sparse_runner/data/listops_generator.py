@@ -41,7 +41,7 @@ Tree = Union[int, tuple]  # int leaf, or (op: str, children: tuple[Tree, ...])
 
 
 class _TooLong(Exception):
-    """Raised inside the sampler once a tree has reached max_length (it can no longer be kept)."""
+    """Raised inside the sampler once a tree has reached max_length (it cannot be kept)."""
 
 
 def _make_tree_sampler(rng: random.Random, *, max_depth: int, max_args: int, length_limit: float):

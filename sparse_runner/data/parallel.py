@@ -68,7 +68,7 @@ SPLIT_STEMS: dict[str, tuple[str, ...]] = {
 }
 
 #: Hub copies of the paper's language pairs, as ``load_parallel(source="hf", **entry)`` arguments.
-#: ``datasets`` >= 4 no longer runs loading scripts; wmt14/wmt16 are plain parquet, while
+#: ``datasets`` >= 4 runs no loading scripts; wmt14/wmt16 are plain parquet, while
 #: IWSLT/iwslt2017 is a script repository whose data the hub also serves as parquet on the
 #: ``refs/convert/parquet`` branch (one folder per config). These ids were found in the hub's
 #: listings but could not be loaded from this (offline) machine. KFTT has no complete hub copy

@@ -57,7 +57,7 @@ distance as a positive and one as a negative; binned by ``DISTANCE_BIN``, it com
 waiting candidate of the other label in the same bin, or waits in both of its bins. A chunk is
 CHUNK_SIZE / 2 such pairs, shuffled, so both labels have the same histogram of marker distances (a
 classifier on the distance alone is at chance, which the tests check); distances that only one
-label can have (markers closer than the separation allows two snakes) no longer occur.
+label can have (markers closer than the separation allows two snakes) do not occur.
 
 Deliberate differences from the original generator (drewlinsley/pathfinder): markers and snakes have
 the same intensity (the original scales paddle contrasts, then normalises), there are no

@@ -93,7 +93,7 @@ def _load(directory: Path, kind: type, what: str, file_name: str, names: Sequenc
     if names is not None:
         empty = [name for name, split in splits.items() if len(split) == 0]
         if empty:
-            # Written before files without examples were refused; rebuilding reports the file itself.
+            # A cache with an empty split came from a source file without examples: a rebuild names that file.
             raise damaged(f"holds no {'/'.join(empty)} examples")
     logger.info("%s: loaded cache from %s (%s examples)", what, directory, "/".join(str(len(s)) for s in splits.values()))
     return splits

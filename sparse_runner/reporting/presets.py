@@ -81,7 +81,7 @@ def compose(overrides: tuple[str, ...]) -> dict[str, Any] | None:
     try:  # initialize_config_dir saves and restores any Hydra already set up in this process
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sparse_report"):
             config = OmegaConf.to_container(hydra_compose(config_name="config", overrides=list(overrides)), resolve=True)
-    except Exception as exc:  # a preset the conf/ folder no longer has: it fills nothing
+    except Exception as exc:  # a preset the conf/ folder lacks: it fills nothing
         warn(f"cannot compose the preset `{' '.join(overrides)}`: {one_line(exc)}")
         return None
     return config if isinstance(config, dict) else None

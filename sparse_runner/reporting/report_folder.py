@@ -123,7 +123,8 @@ def _lock(folder: Path) -> Iterator[None]:
 
 def _swap_in(build: Path, out_dir: Path, shown_as: str) -> None:
     """`build` takes the place of `out_dir`; an earlier report there is removed. Raises Refused where
-    `out_dir` is (no longer) one a report may replace."""
+    `out_dir`, checked again at the swap (something may have written there during the build), is not one a
+    report may replace."""
     reason = refusal(out_dir, shown_as)
     if reason:
         raise Refused(reason)

@@ -27,15 +27,15 @@ TEST_HEADERS = {"test/accuracy": "test acc (%)", "test/bleu": "test BLEU", "test
 _SCORES = {"test/bleu", "test/sacrebleu", "test/chrf"}
 
 # A table none of whose runs has a primary metric (nothing readable, so no value to show) still needs a
-# test column header: accuracy's, as before schema 2.
+# test column header: accuracy's (that of ListOps, the default task).
 _DEFAULT_TEST_METRIC = "test/accuracy"
 
 
 def varying_keys(records: list[RunRecord]) -> list[str]:
     """Dotted config keys that take at least two different values among `records`, noise excluded.
 
-    A key absent from a run counts as unknown, not as a different value: older or partial files (a
-    hand-written .hydra/config.yaml, a metrics.json from before a key existed) would otherwise turn every
+    A key absent from a run counts as unknown, not as a different value: partial files (a hand-written
+    .hydra/config.yaml, a metrics.json whose config lacks a key) would otherwise turn every
     key they lack into a column.
     """
     values: dict[str, set[str]] = {}

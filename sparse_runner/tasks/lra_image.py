@@ -37,8 +37,8 @@ SOURCES = ("hf", "files", "fashion_mnist")
 FILE_FORMATS = ("cifar10", "idx")
 RELEASE_FILES = "a folder with CIFAR-10's python batches (task.file_format=cifar10) or MNIST-style IDX files (task.file_format=idx)"
 IMAGE_SIZE = 32
-# Part of every split cache key: 2 = grey levels as tf.image.rgb_to_grayscale truncates them (1 rounded to
-# nearest), so caches of RGB data built before are not served.
+# Part of every split cache key: 2 = grey levels as tf.image.rgb_to_grayscale truncates them (format 1
+# rounded them to nearest), so a cache of another format is not served.
 _FORMAT_VERSION = 2
 
 

@@ -301,7 +301,7 @@ if triton is not None:
             u_new = u + step
             inside = (u_new >= u_lo) & (u_new <= u_hi) & (u_new == u_new)
             u_new = tl.where(inside, u_new, 0.5 * (u_lo + u_hi))
-            # Done: sum p = 1 to TOL_F, or u can no longer move by more than a few ulps (a large
+            # Done: sum p = 1 to TOL_F, or the step moves u by at most a few ulps (a large
             # support resolves F - 1 only to |support| * ulp(u), which can exceed TOL_F).
             done = (tl.abs(f - 1.0) <= TOL_F) | (tl.abs(u_new - u) <= STALL * u) | ~live
             u = tl.where(done, u, u_new)
@@ -516,7 +516,7 @@ if triton is not None:
 def _blocks(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, BLOCK_D, num_warps).
 
-    Not timed on hardware (none was available when this was written).  Chosen from the register use
+    Chosen without timings on hardware, from the register use
     of the sm_90 (H100/H200) builds, compiled here with Triton's bundled ptxas: the smallest tiles
     that keep every kernel (nearly) free of register spills.  16-bit inputs: 64 x 32 tiles, no spills
     (8 warps at D = 128).  float32 inputs (IEEE dots run on the FMA units, their operands all in

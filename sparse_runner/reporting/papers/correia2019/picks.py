@@ -70,7 +70,7 @@ def table_models() -> list[str]:
 
 
 def column_of(rec: RunRecord) -> str | None:
-    """The Table 1 column of a run's task (its resolved cfg.task.name; the `iwslt` alias of old runs too)."""
+    """The Table 1 column of a run's task (its resolved cfg.task.name, an alias such as `iwslt` included)."""
     task = canonical_task(rec.task)
     return next((column for column, spec in TRANSLATION_COLUMNS.items() if spec["tasks"][0] == task), None)
 

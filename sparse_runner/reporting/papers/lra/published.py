@@ -121,8 +121,8 @@ class DataInfo:
 
 
 def data_info(rec: RunRecord) -> DataInfo:
-    """A run's data as task_info.data states it. ListOps runs from before the tasks wrote it are ours
-    generated, unless task.data_dir pointed at LRA's release files; any other run without it is unknown."""
+    """A run's data as task_info.data states it. A ListOps run without it is ours generated, unless
+    task.data_dir pointed at LRA's release files; any other run without it is unknown."""
     info = rec.data.get("task_info")
     data = info.get("data") if isinstance(info, dict) else None
     if isinstance(data, dict) and as_str(data.get("source")):
