@@ -482,3 +482,16 @@ def test_the_guide_names_exactly_the_execution_keys_the_report_ignores():
     listed = re.search(r"how it was executed: ([^)]*)\)", guide)
     assert listed, "docs/guide.md does not list the execution keys"
     assert set(re.findall(r"`([^`]+)`", listed.group(1))) == set(EXECUTION_KEYS)
+
+
+def test_task_family_is_described_one_way():
+    """task.family selects the registered task family, and the report files runs into paper tables by it: the
+    schema, the metrics.json schema, the report and the docs say so in one wording, and conf/task/listops.yaml is
+    the one task file that comments its family line."""
+    wording = re.compile(r"the registered task family.{0,80}?the report\s+(?:#\s*)?files runs into paper tables by it", re.S)
+    for path in ("conf/task/listops.yaml", "sparse_runner/tasks/base.py", "sparse_runner/reporting/runs.py",
+                 "sparse_runner/run_metrics.py", "docs/tasks.md"):
+        assert wording.search(" ".join((ROOT / path).read_text(encoding="utf-8").split())), path
+    commented = sorted(path.name for path in (ROOT / "conf" / "task").glob("*.yaml")
+                       if re.search(r"^#.*\bfamily\b|^family:.*#", path.read_text(encoding="utf-8"), re.M | re.I))
+    assert commented == ["listops.yaml"], commented
