@@ -14,7 +14,7 @@ The targets, measured side by side in one run (2-core CPU):
 
 Writes <out-dir>/long_attention.json and .md (default out-dir: outputs/bench/long_attention).
 
-On a GPU (--device cuda) it measures the layer table of issue 40 instead (`device_table`; GPU_ROWS): SDPA
+On a GPU (--device cuda) it measures the GPU layer table instead (`device_table`; GPU_ROWS): SDPA
 softmax, the Triton kernel (alpha-entmax with a learned alpha, 1.5-entmax), AdaSplash's 1.5-entmax, the
 memory-efficient and explicit torch paths, the `entmax` package's entmax_bisect on explicit scores, our HST
 and BigBird layers, HF's BigBird and the projections alone, at N = 1k, 4k, 16k, 64k with batch 16, 4, 1, 1

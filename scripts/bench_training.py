@@ -16,7 +16,7 @@ Targets (x softmax, training tokens/s): lra_text_4k_cpu >= 0.5; lra_text_cpu and
 
 Writes <out>/training.json and training.md (default out: outputs/bench/training). The 1-minute load
 average before and after each experiment is recorded: run it on an otherwise idle machine.
-On a GPU (--device cuda) the table is the one of issue 40: tokens/s and peak GPU memory of each model on
+On a GPU (--device cuda) the table is the GPU training table: tokens/s and peak GPU memory of each model on
 the experiment=lra_listops GPU preset (2k tokens, 4 layers, d 512, batch 32) in bf16, one short run per
 model after a warm-up (Triton compilation and autotuning), with ratios to softmax; a model that runs out of
 memory or fails is a cell "n/a (...)". The training data are cut to 3000 generated examples (the step's
@@ -40,7 +40,7 @@ from benchmarking import add_device_argument, device_description, device_trainin
 from sparse_runner.training import cpu_block_cache
 
 TARGETS = {"lra_text_4k_cpu": 0.5, "lra_text_cpu": 0.8, "mt_cpu": 0.8}
-# --device cuda: issue 40's training table.
+# --device cuda: the GPU training table (docs/benchmarks.md, GPU).
 GPU_EXPERIMENT = "lra_listops"
 GPU_MODELS = "softmax,bigbird,ernie_sparse,entmax15,entmax"
 GPU_OVERRIDES = ["trainer.precision=bf16", "task.generator.num_train=3000", "task.generator.num_val=64", "task.generator.num_test=64"]

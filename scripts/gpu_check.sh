@@ -2,10 +2,10 @@
 # The checks that need a GPU, in one run of at most ~8 minutes on one GPU machine, network or not:
 #   1. setup          the interpreter (`choose_python`): $PYTHON (default python3) as it is when it imports torch
 #                     and sees a CUDA device (a CUDA image's own venv: no new venv, which would lose its torch);
-#                     the project's pure-Python dependencies it lacks come from the wheel folder .whl/ (made where
-#                     there is network by ../shared/gpu/prepare_wheels.sh, copied along) with `pip install
-#                     --no-index --target`, or from the package index when one answers; never a download attempt
-#                     offline. Without such an interpreter: .venv, as scripts/setup.sh makes it (network only).
+#                     the project's pure-Python dependencies it lacks come from the wheel folder .whl/ (the wheels
+#                     of $DISTRIBUTIONS, fetched where there is network with `pip wheel --no-deps -w .whl` and
+#                     copied along) with `pip install --no-index --target`, or from the package index when one
+#                     answers; never a download attempt offline. Without such an interpreter: .venv, as scripts/setup.sh makes it (network only).
 #   2. gpu_tests      pytest -m gpu (the tests marked gpu: autocast training, decoding, the Triton/AdaSplash kernels);
 #   3. bench_layers   scripts/bench_long_attention.py --device cuda: the layer table (ms and peak memory per row and N);
 #   4. bench_training scripts/bench_training.py --device cuda: tokens/s and peak memory per model on lra_listops, bf16;
@@ -39,8 +39,8 @@ DEFAULT_BUDGET=470
 BUDGET=${GPU_CHECK_BUDGET_S:-$DEFAULT_BUDGET}
 WHEELS=${GPU_CHECK_WHEELS:-$ROOT/.whl}
 SITE=${GPU_CHECK_SITE:-${TMPDIR:-/tmp}/sparse_runner_gpu_check_site}
-# What the project imports beyond what a CUDA image's interpreter holds (../shared/gpu/README.md), and the
-# distributions that carry them (prepare_wheels.sh fetches the same list; adasplash is an optional peer).
+# What the project imports beyond torch, triton, transformers, pytest, numpy and the like, which a CUDA image's
+# interpreter holds, and the distributions that carry them (adasplash is an optional peer).
 NEEDED_MODULES="hydra omegaconf antlr4 datasets dill multiprocess sacremoses entmax submitit"
 DISTRIBUTIONS="hydra-core omegaconf antlr4-python3-runtime sacremoses entmax dill multiprocess datasets submitit adasplash"
 CUDA_PROBE='import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'
@@ -89,8 +89,8 @@ setup_cuda_interpreter() {
         echo "setup: missing $missing: installing $DISTRIBUTIONS into $SITE from the package index (no dependencies: torch stays)"
         "$PY" -m pip install -q --no-deps --no-compile --upgrade --target "$SITE" -c constraints.txt $DISTRIBUTIONS
     else
-        echo "setup: missing $missing, no package index reachable and no wheels in $WHEELS: run" \
-            "'bash ../shared/gpu/prepare_wheels.sh' where there is network and copy .whl/ along"
+        echo "setup: missing $missing, no package index reachable and no wheels in $WHEELS: fetch them where there is" \
+            "network ('pip wheel --no-deps -w .whl $DISTRIBUTIONS') and copy .whl/ along"
         return 1
     fi
     missing=$(missing_modules)

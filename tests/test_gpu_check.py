@@ -100,7 +100,7 @@ def test_offline_setup_without_wheels_installs_nothing(tmp_path):
     that says how to bring the wheels, and pip is never called."""
     proc = run(["__setup"], tmp_path, PYTHON=str(fake_python(tmp_path)), GPU_CHECK_WHEELS=str(tmp_path / "none"), GPU_CHECK_SITE=str(tmp_path / "site"))
     assert proc.returncode == 1
-    assert "missing hydra entmax, no package index reachable and no wheels" in proc.stdout and "prepare_wheels.sh" in proc.stdout
+    assert "missing hydra entmax, no package index reachable and no wheels" in proc.stdout and "pip wheel --no-deps -w .whl" in proc.stdout
     calls = (tmp_path / "calls.log").read_text()
     assert "urllib.request" in calls and "-m pip" not in calls
 
