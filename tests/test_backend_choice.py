@@ -20,7 +20,6 @@ import torch
 
 import sparse_runner.attention.memory_efficient as me
 from sparse_runner.attention import AttentionSpec, MultiHeadAttention
-from sparse_runner.attention.kernels import entmax_attention_triton
 from sparse_runner.attention.spec import check_attention_impl_device
 from sparse_runner.checks import ConfigError
 from sparse_runner.run import run
@@ -29,14 +28,16 @@ from tests.test_combinations import plain  # noqa: F401  (fixture: registers the
 CUDA, CPU = torch.device("cuda"), torch.device("cpu")
 
 
+# The kernel module is imported inside the fixtures, not here: tests/test_triton_attention.py must be the
+# first to import triton in a session (it sets TRITON_INTERPRET=1 before).
 @pytest.fixture
 def triton_on(monkeypatch):
-    monkeypatch.setattr(entmax_attention_triton, "available", lambda: True)
+    monkeypatch.setattr(me.gpu_backend("triton"), "available", lambda: True)
 
 
 @pytest.fixture
 def triton_off(monkeypatch):
-    monkeypatch.setattr(entmax_attention_triton, "available", lambda: False)
+    monkeypatch.setattr(me.gpu_backend("triton"), "available", lambda: False)
     monkeypatch.setattr(me, "_told_triton_missing", False)
 
 
