@@ -1,7 +1,7 @@
 """Which attention backend `model.attention_impl=auto` picks, per device, and why: on CUDA the Triton kernel for
 every threshold-form normaliser at every length (padding, causality and attention dropout included); a
 pattern mask, a head size above the kernel's, float64 or a machine without triton keep the torch paths; on
-CPU the choice is the one the crossover rule always made. memory_efficient forced on CUDA is refused where
+CPU the crossover rule decides, as it states. memory_efficient forced on CUDA is refused where
 the kernel serves. Runs log the backend of each layer type and write it, with the reason, to metrics.json.
 
 No GPU here: the selection is a pure function of (device type, normaliser, keys, dropout, masks, triton

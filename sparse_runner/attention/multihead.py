@@ -119,7 +119,7 @@ class MultiHeadAttention(nn.Module):
 
         context: (B, M, d_model) keys/values for cross-attention; None = self-attention.
         key_padding_mask: (B, M or N) bool, True = real key.
-        query_mask: (B, N) bool, True = real query; only used to tell the analysis observer which
+        query_mask: (B, N) bool, True = real query; it only tells the analysis observer which
             queries count (self-attention defaults to key_padding_mask).
         cache: incremental decoding state, a dict this layer fills in place. Self-attention appends
             the new keys/values to cache["k"], cache["v"] (B, H, steps so far, D); cross-attention

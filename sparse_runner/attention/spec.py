@@ -143,7 +143,7 @@ def check_attention_impl_device(m: Any, device: Any) -> None:
     the run's device is known (a login node without a GPU may well compose a job for a GPU node).
 
     The GPU kernels need CUDA. On CUDA, memory_efficient is refused where the Triton kernel computes the
-    layers: that path is a Python loop of small kernels, hundreds of times slower there (issue 40, an
+    layers: that path is a Python loop of small kernels, hundreds of times slower there (measured on an
     H200). It is kept where the kernel cannot serve: a pattern mask besides padding and causality (the
     encoder's `model.pattern`; a decoder's own layers are causal and dense), a head size above the kernel's,
     or no triton installed."""
