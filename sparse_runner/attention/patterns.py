@@ -139,7 +139,7 @@ class Pattern:
             impl = choose_impl(
                 self.impl, self.memory_efficient_from, k.shape[-2], q.device, dropout_p=dropout_p, has_mask=mask is not None,
                 threshold_form=normaliser.has_threshold_form(), n_scores=q.shape[0] * q.shape[1] * q.shape[-2] * k.shape[-2],
-                element_size=q.element_size(),
+                element_size=q.element_size(), head_dim=q.shape[-1], need_weights=need_weights,
             )
             if impl != "explicit":
                 return attend_long(
