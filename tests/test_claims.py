@@ -149,6 +149,8 @@ def test_a_paired_design_pairs_by_seed():
     found = evaluate(arms_claim(treatment, baseline, design(test="paired t")), [])
     assert found.p == pytest.approx(stats.ttest_rel(treatment[:3], baseline, alternative="greater").pvalue)
     assert found.difference == pytest.approx(1.0) and found.verdict == HELD
+    one_pair = evaluate(arms_claim([5.0, 3.0], [4.0], design(test="paired t")), [])
+    assert one_pair.verdict == INCONCLUSIVE and one_pair.note == "1 seed(s) in both arms: too few pairs for an interval"
 
 
 def test_holm_by_hand():
@@ -253,6 +255,8 @@ def test_the_trend_claim_compares_the_slopes():
     assert row.p == pytest.approx(stats.t.sf(1.0 / se, 8)) and row.verdict == HELD
     assert row.treatment.startswith("s: +1.00 per doubling [") and row.treatment.endswith("(n=6)")
     assert row.found is not None and row.found.n == 2 and row.commands == ["cmd s", "cmd f"]   # 2 seeds per x
+    assert row.found.at(2) == pytest.approx((se, 8.0))   # n needed scales the observed slopes' se by seeds per x
+    assert row.found.at(8) == pytest.approx((se / 2, 2 * (3 * 8 - 2)))
     assert claim.row([]).verdict == NOT_RUN
 
 

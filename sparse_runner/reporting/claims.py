@@ -418,7 +418,8 @@ def evaluate(claim: Claim, records: list[RunRecord]) -> Evidence:
         shared = sorted(seed for seed in by_seed[0].keys() & by_seed[1].keys() if seed is not None)
         differences = [by_seed[0][seed] - by_seed[1][seed] for seed in shared]
         if len(differences) < MIN_RUNS:
-            return Evidence(*values, diff, None, None, INCONCLUSIVE, compute, f"{len(differences)} seed(s) in both arms: no pairs for an interval")
+            return Evidence(*values, diff, None, None, INCONCLUSIVE, compute,
+                            f"{len(differences)} seed(s) in both arms: too few pairs for an interval")
         if without_spread(differences):
             return Evidence(*values, mean(differences), None, None, INCONCLUSIVE, compute,
                             "no interval: every seed gave the same difference")
@@ -495,7 +496,8 @@ class TrendClaim:
         folders = tuple((arm.label, _folders(runs)) for arm, runs in zip((self.treatment, self.baseline), arms))
         commands = [arm.command for arm, pts in zip((self.treatment, self.baseline), points) if _seeds_per_x(pts) < 3]
         fits = [_fit(pts) for pts in points]
-        labels = [f"{arm.label}: {self._slope_text(fit, pts)}" for arm, fit, pts in zip((self.treatment, self.baseline), fits, points)]
+        labels = [f"{arm.label}: {self._slope_text(fit, pts)}"
+                  for arm, fit, pts in zip((self.treatment, self.baseline), fits, points)]
         design_text = self.design.text(f"{self.unit} {self.x_label}")
         if not all(arms):
             return ClaimRow(*labels, "", design_text, NOT_RUN, compute, commands, arms=folders)
