@@ -143,3 +143,36 @@ def test_a_regularisers_options_are_written_once_in_its_yaml():
         assert set(options) == {f.name for f in schema}, path.name
         with_default = [f.name for f in schema if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING]
         assert not with_default, f"{path.stem}: {with_default} hold a default, a second copy of {path.name}'s"
+
+
+def test_a_normalisers_options_are_written_in_its_yaml_as_its_python_defaults():
+    """conf/normaliser/<name>.yaml sets every option of the normaliser, at the values its Options dataclass gives
+    code that builds one directly (AlphaEntmax(num_heads)): one set of values, held equal here."""
+    import dataclasses
+
+    import yaml
+
+    from sparse_runner.attention.normalisers import NORMALISERS, NoOptions
+
+    for path in sorted((ROOT / "conf" / "normaliser").glob("*.yaml")):
+        options = yaml.safe_load(path.read_text())["normaliser_options"] or {}
+        schema = getattr(NORMALISERS[path.stem], "Options", NoOptions)
+        assert options == dataclasses.asdict(schema()), path.name
+
+
+def test_a_fixed_alpha_run_is_not_filed_as_the_learned_alpha_preset():
+    from sparse_runner.reporting.presets import Keys, differences
+
+    learned = Keys.of(OmegaConf.to_container(compose_config(["normaliser=alpha_entmax"]), resolve=True))
+    fixed = Keys.of(OmegaConf.to_container(compose_config(["normaliser=alpha_entmax", "model.normaliser_options.alpha=1.3"]), resolve=True))
+    assert differences(fixed, learned) != {}
+    assert differences(learned, learned) == {}
+
+
+def test_a_normaliser_named_without_its_options_is_refused_naming_the_group():
+    from sparse_runner.checks import ConfigError
+    from sparse_runner.config import validate
+
+    cfg = compose_config(["model.normaliser=alpha_entmax"])
+    with pytest.raises(ConfigError, match=r"model.normaliser_options: normaliser 'alpha_entmax' needs alpha, alpha_init; select it with normaliser=alpha_entmax"):
+        validate(cfg)

@@ -333,7 +333,8 @@ def test_alpha_entmax_spelled_as_softmax_is_in_the_alpha_entmax_row(tmp_path: Pa
     root = tmp_path / "outputs"
     write_run(root, "spelled", model="softmax", size={**CPU_SIZE, "more": ("normaliser=alpha_entmax",)},
               test_bleu=13.0, analysis=False)
-    write_run(root, "keyed", model="softmax", size={**PAPER_SIZE, "more": ("model.normaliser=alpha_entmax",)},
+    write_run(root, "keyed", model="softmax", size={**PAPER_SIZE, "more": ("model.normaliser=alpha_entmax", "++model.normaliser_options.alpha=null",
+                                                                    "++model.normaliser_options.alpha_init=random")},
               test_bleu=30.0, analysis=False)
     assert main([str(root), "--formats", "md"]) == 0
     table = table1(capsys.readouterr().out)

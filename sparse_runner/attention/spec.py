@@ -70,8 +70,13 @@ def check_attention_config(m: Any) -> None:
     from sparse_runner.attention.patterns import PATTERNS
 
     choice("model.normaliser", m.normaliser, sorted(NORMALISERS))
-    check_options("model.normaliser_options", m.normaliser_options or {}, getattr(NORMALISERS[m.normaliser], "Options", NoOptions),
-                  f"normaliser {m.normaliser!r}")
+    options_schema = getattr(NORMALISERS[m.normaliser], "Options", NoOptions)
+    check_options("model.normaliser_options", m.normaliser_options or {}, options_schema, f"normaliser {m.normaliser!r}")
+    # A config states every option, so that the report tells a fixed-alpha run from a learned-alpha one.
+    missing = sorted(f.name for f in fields(options_schema) if f.name not in (m.normaliser_options or {}))
+    if missing:
+        raise ConfigError(f"model.normaliser_options: normaliser {m.normaliser!r} needs {', '.join(missing)}; select it with "
+                          f"normaliser={m.normaliser} (conf/normaliser/{m.normaliser}.yaml sets every option)")
     choice("model.attention_impl", m.attention_impl, ATTENTION_IMPLS)
     value = m.memory_efficient_from
     if value != MEMORY_EFFICIENT_FROM_AUTO and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
