@@ -92,16 +92,20 @@ def load_script_config(overrides):
     return benchmarking.compose_run_config(overrides)
 
 
-def test_refuses_an_unavailable_device_in_one_line(tmp_path):
+@pytest.mark.parametrize("script, out_flag", [("bench_presets.py", "--out"), ("bench_training.py", "--out"),
+                                              ("bench_long_attention.py", "--out-dir")])
+def test_refuses_an_unavailable_device_in_one_line(tmp_path, script, out_flag):
+    """Every GPU-capable bench script refuses a device this machine lacks in one line (benchmarking.require_device)."""
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--device", "cuda", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    path = SCRIPT.parent / script
+    proc = subprocess.run([sys.executable, str(path), "--device", "cuda", out_flag, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, cwd=SCRIPT.parents[1])
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("error: --device cuda: torch ") and "valid here: --device cpu" in line
-
 
 def test_unknown_preset_is_refused_with_the_valid_ones(capsys):
     with pytest.raises(SystemExit):

@@ -352,7 +352,7 @@ def test_mnli_files_hold_matched_and_mismatched_test_pairs(data, cache_dir):
 # --------------------------------------------------------------------------------- parameter counts
 @pytest.mark.parametrize("overrides", [
     [],
-    ["model.normaliser=alpha_entmax"],
+    ["normaliser=alpha_entmax"],
     ["model.positions=sinusoidal", "model.norm_first=false"],
 ])
 def test_bert_parameter_formula_counts_the_masked_lm(data, cache_dir, overrides):

@@ -140,7 +140,7 @@ def test_sar_random_shift_draws_within_the_block(monkeypatch):
 @pytest.mark.parametrize("preset", ["local", "bigbird", "hst", "ernie_sparse", "bigbird_sar"])
 @pytest.mark.parametrize("normaliser", ["softmax", "sparsemax", "entmax15", "alpha_entmax"])
 def test_presets_compose_with_every_normaliser_and_a_free_head_size(tiny_config, preset, normaliser):
-    cfg = tiny_config(f"model={preset}", f"model.normaliser={normaliser}", "model.head_size=8", "model.pattern_options.block_size=8")
+    cfg = tiny_config(f"model={preset}", f"normaliser={normaliser}", "model.head_size=8", "model.pattern_options.block_size=8")
     from sparse_runner.tasks import build_task
 
     task = build_task(cfg)

@@ -182,10 +182,10 @@ def test_other_models_get_their_own_rows_with_commands(tmp_path: Path) -> None:
 
 
 def test_a_run_is_filed_by_what_it_computed_not_by_its_model_label(tmp_path: Path) -> None:
-    # `model=softmax model.normaliser=alpha_entmax` computes what `model=entmax` computes: its metrics.json says
+    # `model=softmax normaliser=alpha_entmax` computes what `model=entmax` computes: its metrics.json says
     # "model": "softmax", yet it is the entmax preset, in the entmax row and not in the Transformer's.
-    write_lra_run(tmp_path / "spelled", "listops", experiment="lra_listops_cpu", more=("model.normaliser=alpha_entmax",),
-                  test_acc=0.45, overrides=("experiment=lra_listops_cpu", "model.normaliser=alpha_entmax"))
+    write_lra_run(tmp_path / "spelled", "listops", experiment="lra_listops_cpu", more=("normaliser=alpha_entmax",),
+                  test_acc=0.45, overrides=("experiment=lra_listops_cpu", "normaliser=alpha_entmax"))
     # ... and so is the group override of the same axis, on another task.
     write_lra_run(tmp_path / "group", "pathfinder", experiment="lra_pathfinder_cpu", more=("normaliser=alpha_entmax",),
                   test_acc=0.66, overrides=("experiment=lra_pathfinder_cpu", "normaliser=alpha_entmax"))
