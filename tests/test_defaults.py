@@ -13,6 +13,7 @@ from sparse_runner.config import RunConfig
 from sparse_runner.run_metrics import flatten
 from sparse_runner.tasks import task_families
 from tests.conftest import compose_config
+from tests.test_report import set_dotted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,18 +73,7 @@ def test_the_report_takes_a_missing_key_to_hold_the_composed_default():
     run_keys = dict(preset.keys.values)
     for key in ("trainer.max_steps", "trainer.warmup_steps", "trainer.eval_every"):
         del run_keys[key]
-    assert presets.differences(presets.Keys.of(OmegaConf.to_container(OmegaConf.create(unflatten(run_keys)))), preset.keys) == {}
-
-
-def unflatten(flat: dict) -> dict:
-    nested: dict = {}
-    for key, value in flat.items():
-        node = nested
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return nested
+    assert presets.differences(presets.Keys.of(OmegaConf.to_container(OmegaConf.create(set_dotted({}, run_keys)))), preset.keys) == {}
 
 
 def test_a_model_key_a_family_does_not_read_must_hold_the_composed_default(tiny_config):

@@ -5,6 +5,7 @@ YAML files on Hydra's search path (`pkg://my_package.conf`), trained for a few s
 from __future__ import annotations
 
 import json
+import sys
 import re
 from pathlib import Path
 
@@ -72,8 +73,12 @@ def test_a_regulariser_is_one_module_in_the_package_and_one_yaml(tmp_path, cache
     (tmp_path / "conf" / "regulariser").mkdir(parents=True)
     (tmp_path / "conf" / "regulariser" / "z_loss.yaml").write_text(files["conf/regulariser/z_loss.yaml"])
     # The module is one more file of the package (its search path gains the folder), as a file added there would be.
+    # The registry as the package alone fills it (another test of this session may have added a z_loss of its own),
+    # then loaded again with the folder on the package's path, as a first import in a new process would.
+    items = {name: obj for name, obj in regularisers.REGULARISERS.load().items() if name != "z_loss"}
+    monkeypatch.delitem(sys.modules, "sparse_runner.training.regularisers.z_loss", raising=False)
     monkeypatch.setattr(regularisers, "__path__", [*regularisers.__path__, str(package)])
-    monkeypatch.setattr(regularisers.REGULARISERS, "_items", dict(regularisers.REGULARISERS.load()))
+    monkeypatch.setattr(regularisers.REGULARISERS, "_items", items)
     monkeypatch.setattr(regularisers.REGULARISERS, "_loaded", False)
     from sparse_runner.config import validate
     from sparse_runner.run import run
