@@ -142,6 +142,19 @@ def skip_reason(row: str, n: int, max_explicit: int) -> str | None:
     return None
 
 
+
+def projections_only():
+    """(module, forward): an attention layer's three matmuls alone, the two adds standing in for attention
+    (the cost every attention row pays besides attention itself)."""
+    module = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE))
+    inner = HEADS * HEAD_SIZE
+
+    def forward(x):
+        kv = module.kv_proj(x)
+        return module.out_proj(module.q_proj(x) + kv[..., :inner] + kv[..., inner:])
+
+    return module, forward
+
 def build_case(row: str, n: int, inputs: int, seed: int = 0):
     """(module, forward fn, xs, gs, positions): the layer of `row` for N tokens, ready for `step`."""
     _, normaliser, impl = ROWS[row]
@@ -149,12 +162,7 @@ def build_case(row: str, n: int, inputs: int, seed: int = 0):
     gen = torch.Generator().manual_seed(seed + 1)
     xs = [torch.randn(1, n, D_MODEL, generator=gen) for _ in range(inputs)]
     if impl == "proj":
-        module = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE))
-        inner = HEADS * HEAD_SIZE
-
-        def forward(x):  # the layer's three matmuls; the two adds stand in for attention
-            kv = module.kv_proj(x)
-            return module.out_proj(module.q_proj(x) + kv[..., :inner] + kv[..., inner:])
+        module, forward = projections_only()
 
     else:
         spec = AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE, normaliser=normaliser, pattern="dense",
@@ -514,12 +522,7 @@ def build_device_case(row: str, n: int, batch: int, device: torch.device, seed: 
                                                      from_blocked_mask=blocked, to_blocked_mask=blocked)[0])
 
     elif kind == "proj":
-        module = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE))
-        inner = HEADS * HEAD_SIZE
-
-        def forward(x):  # the layer's three matmuls; the two adds stand in for attention
-            kv = module.kv_proj(x)
-            return module.out_proj(module.q_proj(x) + kv[..., :inner] + kv[..., inner:])
+        module, forward = projections_only()
 
     elif kind == "bisect":
         from entmax import entmax_bisect
