@@ -104,3 +104,16 @@ def backend(request):
     if request.param == "cpp":
         request.getfixturevalue("cpp")
     return request.param
+
+
+def load_bench_script(path: Path):
+    """A script under scripts/ as a module (not __main__: nothing runs), with scripts/ on sys.path so that its
+    helpers (benchmarking.py) are found beside it, as when it runs."""
+    import importlib.util
+
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

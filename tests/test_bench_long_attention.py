@@ -8,24 +8,20 @@ from __future__ import annotations
 
 import pytest
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.conftest import load_bench_script
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_long_attention.py"
 ROWS = ["sdpa_softmax", "explicit_alpha_entmax", "memeff_alpha_entmax"]
 
 
 def load_script():
-    if str(SCRIPT.parent) not in sys.path:  # its helpers (benchmarking.py) are found beside it, as when it runs
-        sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("bench_long_attention", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # not __main__: no re-exec, no run
-    return module
+    return load_bench_script(SCRIPT)
 
 
 @pytest.mark.slow  # about a minute or less, but the default suite must stay near 10 minutes on 2 cores

@@ -6,13 +6,14 @@ No assertion on timings (the machine is shared and noisy); only on the report's 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_bench_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_presets.py"
 # lra_listops shrunk to seconds on the CPU: its model, its generated data and its batch.
@@ -22,12 +23,7 @@ TINY_LISTOPS = ["task.generator.num_train=64", "task.generator.num_val=16", "tas
 
 
 def load_script():
-    if str(SCRIPT.parent) not in sys.path:  # its helpers (benchmarking.py) are found beside it, as when it runs
-        sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("bench_presets", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script(SCRIPT)
 
 
 def test_paper_presets_leave_out_cpu_presets_and_studies():

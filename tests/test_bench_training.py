@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import TINY
+from tests.conftest import TINY, load_bench_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_training.py"
 OVERRIDES = [o for o in TINY if not o.startswith(("trainer.max_steps=", "trainer.eval_every=", "trainer.num_threads="))]
@@ -42,14 +42,7 @@ def test_writes_ratios_to_softmax_per_experiment(tmp_path, cache_dir):
 
 
 def load_script():
-    import importlib.util
-
-    if str(SCRIPT.parent) not in sys.path:  # its helpers (benchmarking.py) are found beside it, as when it runs
-        sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("bench_training", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script(SCRIPT)
 
 
 def test_device_defaults_are_the_gpu_table():
