@@ -77,27 +77,32 @@ def test_single_process_seam_is_the_identity():
 
 
 def _evaluate_on_rank(rank: int, world: int, init_file: str, overrides: list[str], cache_dir: str, out_dir: str) -> None:
-    """One rank of a gloo group: build the tiny run, evaluate 'val' on its shard, write the metrics."""
+    """One rank of a gloo group: build the tiny run, evaluate 'val' on its shard, write the metrics, and leave
+    the group as a launched run does (`distributed.teardown`), so that an exit that aborts fails the test."""
     import torch.distributed as dist
 
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        _write_rank_metrics(rank, overrides, cache_dir, out_dir)
+        dist.barrier()  # no rank leaves (closing its connections) while another still receives
+    finally:
+        distributed.teardown()
+
+
+def _write_rank_metrics(rank: int, overrides: list[str], cache_dir: str, out_dir: str) -> None:
     from sparse_runner.config import validate
     from sparse_runner.run import fingerprint
     from sparse_runner.tasks import build_task
     from sparse_runner.training.trainer import Trainer
     from tests.conftest import compose_config
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        cfg = validate(compose_config(overrides, cache_dir=Path(cache_dir)))
-        task = build_task(cfg)
-        torch.manual_seed(0)
-        trainer = Trainer(cfg, task, task.build_model(cfg.model), Path(out_dir) / "run", torch.device("cpu"), fingerprint=fingerprint(cfg))
-        metrics = trainer.evaluate("val")
-        Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"metrics": metrics, "shard": len(distributed.shard(task.eval_plan("val")))}))
-        dist.barrier()  # no rank leaves (closing its connections) while another still receives
-    finally:
-        dist.destroy_process_group()
+    cfg = validate(compose_config(overrides, cache_dir=Path(cache_dir)))
+    task = build_task(cfg)
+    torch.manual_seed(0)
+    trainer = Trainer(cfg, task, task.build_model(cfg.model), Path(out_dir) / "run", torch.device("cpu"), fingerprint=fingerprint(cfg))
+    metrics = trainer.evaluate("val")
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"metrics": metrics, "shard": len(distributed.shard(task.eval_plan("val")))}))
 
 
 def test_sharded_evaluation_adds_up_to_the_single_process_metrics(tiny_config, cache_dir, tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import gc
 import os
 from typing import Any, Sequence, TypeVar
 
@@ -63,7 +64,18 @@ def setup(device: torch.device) -> None:
         torch.cuda.set_device(device)
     # CUDA tensors (DDP's gradients) go through NCCL, CPU tensors (host numbers, stop signals) through gloo.
     dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo", timeout=_TIMEOUT)
-    atexit.register(dist.destroy_process_group)
+    atexit.register(teardown)
+
+
+def teardown() -> None:
+    """Leave the process group (registered at exit by `setup`). DDP's reducer holds the group, and the
+    trainer that holds DDP sits in reference cycles, which Python would only free during interpreter
+    shutdown, after the group is destroyed: gloo's threads then abort the process ("terminate called
+    without an active exception", about one exit in eight), and the launcher reports a failed rank for a
+    finished run. Collecting first frees them while the group is alive."""
+    if is_distributed():
+        gc.collect()
+        dist.destroy_process_group()
 
 
 def is_main() -> bool:
