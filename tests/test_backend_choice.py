@@ -91,37 +91,78 @@ def test_forced_impls_are_kept_and_named(triton_on):
     assert choose(impl="triton", dropout_p=0.1) == ("triton", "triton: model.attention_impl=triton")
 
 
-def _cpu_rule(memory_efficient_from, n_keys, n_scores, threshold_form, fits) -> str:
-    """The CPU choice as the crossover rule states it (memory_efficient.py's comment on EXPLICIT_UP_TO)."""
+@pytest.fixture
+def cpp_on(monkeypatch):
+    monkeypatch.setattr(me.cpu_kernel(), "available", lambda: True)
+
+
+@pytest.fixture
+def cpp_off(monkeypatch):
+    monkeypatch.setattr(me.cpu_kernel(), "available", lambda: False)
+
+
+def _cpu_rule(memory_efficient_from, n_keys, n_scores, threshold_form, fits, kernel_takes) -> str:
+    """The CPU choice as the crossover rule states it (memory_efficient.py's comments on EXPLICIT_UP_TO and
+    CPP_EXPLICIT_UP_TO): the fused kernel, where it takes the call, beyond its own crossover."""
+    up_to = me.CPP_EXPLICIT_UP_TO if kernel_takes else me.EXPLICIT_UP_TO
     if memory_efficient_from == "auto":
-        explicit = n_keys <= me.EXPLICIT_UP_TO and (n_scores is None or fits)
+        explicit = n_keys <= up_to and (n_scores is None or fits)
     else:
         explicit = n_keys < memory_efficient_from
-    return "explicit" if explicit or not threshold_form else "memory_efficient"
+    return "explicit" if explicit or not threshold_form else ("cpp" if kernel_takes else "memory_efficient")
 
 
-def test_cpu_choices_follow_the_crossover_rule_whatever_the_dropout_and_masks(monkeypatch):
+@pytest.mark.parametrize("built", [True, False])
+def test_cpu_choices_follow_the_crossover_rule_whatever_the_dropout_and_masks(monkeypatch, built):
     monkeypatch.setattr(me, "device_memory_bytes", lambda device: 2**33)
+    monkeypatch.setattr(me.cpu_kernel(), "available", lambda: built)
     grid = itertools.product(
-        ("auto", 100, 4097), (1, 64, 4096, 4097, 65536), (None, 10, 2**40), (True, False), (0.0, 0.1), (False, True), (None, 256), (4, 8)
+        ("auto", 100, 4097), (1, 64, 256, 257, 4096, 4097, 65536), (None, 10, 2**40), (True, False), (0.0, 0.1), (False, True), (None, 256), (4, 8)
     )
     for me_from, n_keys, n_scores, threshold_form, dropout_p, has_mask, head_dim, element_size in grid:
         fits = n_scores is None or me.explicit_fits(n_scores, element_size, CPU)
+        kernel_takes = built and not has_mask and dropout_p == 0.0
         impl, reason = choose(CPU, n_keys, memory_efficient_from=me_from, dropout_p=dropout_p, has_mask=has_mask, threshold_form=threshold_form,
                               n_scores=n_scores, element_size=element_size, head_dim=head_dim, key_padding=has_mask, causal=True)
-        assert impl == _cpu_rule(me_from, n_keys, n_scores, threshold_form, fits)
+        assert impl == _cpu_rule(me_from, n_keys, n_scores, threshold_form, fits, kernel_takes)
         assert reason.startswith(f"{impl}: ") and "\n" not in reason
         assert me.choose_impl("auto", me_from, n_keys, CPU, dropout_p=dropout_p, has_mask=has_mask, threshold_form=threshold_form,
                               n_scores=n_scores, element_size=element_size) == impl
 
 
-def test_cpu_reasons_name_the_rule_that_applied(monkeypatch):
+def test_cpu_kernel_reasons_name_the_rule_that_applied(cpp_on, monkeypatch):
     monkeypatch.setattr(me, "device_memory_bytes", lambda device: 2**33)
-    assert choose(CPU, 512) == ("explicit", "explicit: CPU, 512 keys <= 4096")
-    assert choose(CPU, 4097) == ("memory_efficient", "memory_efficient: CPU, 4097 keys > 4096")
-    assert choose(CPU, 4096, n_scores=2**40) == ("memory_efficient", "memory_efficient: CPU, 4096 keys, the explicit scores exceed 1/8 of its memory")
-    assert choose(CPU, 99, memory_efficient_from=100) == ("explicit", "explicit: CPU, 99 keys < model.memory_efficient_from=100")
-    assert choose(CPU, 100, memory_efficient_from=100) == ("memory_efficient", "memory_efficient: CPU, 100 keys >= model.memory_efficient_from=100")
+    assert choose(CPU, 256) == ("explicit", "explicit: CPU, 256 keys <= 256")
+    assert choose(CPU, 512, key_padding=True) == ("cpp", "cpp: CPU, threshold-form normaliser, padding mask, 512 keys > 256")
+    assert choose(CPU, 128, n_scores=2**40) == ("cpp", "cpp: CPU, threshold-form normaliser, no mask, 128 keys, the explicit scores exceed 1/8 of its memory")
+    assert choose(CPU, 512, dropout_p=0.1) == ("explicit", "explicit: CPU, attention dropout, 512 keys <= 4096")
+    assert choose(CPU, 5000, has_mask=True) == ("memory_efficient", "memory_efficient: CPU, a pattern mask, 5000 keys > 4096")
+    assert choose(CPU, 512, need_weights=True) == ("explicit", "explicit: CPU, weights for the analysis, 512 keys")
+    assert choose(CPU, 5000, need_weights=True)[0] == "cpp"
+    assert choose(CPU, 128, impl="cpp") == ("cpp", "cpp: model.attention_impl=cpp")
+
+
+def test_forced_cpp_is_refused_off_the_cpu_without_the_extension_and_for_what_it_cannot_take(cpp_on, monkeypatch):
+    for kwargs, problem in (
+        (dict(device=CUDA), "model.attention_impl=cpp needs a CPU device; use memory_efficient (any device) or auto"),
+        (dict(device=CPU, has_mask=True), "model.attention_impl=cpp cannot take a pattern mask; use memory_efficient or auto"),
+        (dict(device=CPU, dropout_p=0.1), "model.attention_impl=cpp cannot take attention dropout; use memory_efficient or auto"),
+    ):
+        with pytest.raises(RuntimeError) as error:
+            choose(impl="cpp", **kwargs)
+        assert str(error.value) == problem
+    monkeypatch.setattr(me.cpu_kernel(), "available", lambda: False)
+    with pytest.raises(RuntimeError, match=r"^model.attention_impl=cpp needs the C\+\+ extension, which could not be built here; use memory_efficient \(any device\) or auto$"):
+        choose(CPU, impl="cpp")
+
+
+def test_cpu_reasons_name_the_rule_that_applied(cpp_off, monkeypatch):
+    monkeypatch.setattr(me, "device_memory_bytes", lambda device: 2**33)
+    assert choose(CPU, 512) == ("explicit", "explicit: CPU, the C++ extension unavailable, 512 keys <= 4096")
+    assert choose(CPU, 4097) == ("memory_efficient", "memory_efficient: CPU, the C++ extension unavailable, 4097 keys > 4096")
+    assert choose(CPU, 4096, n_scores=2**40) == ("memory_efficient", "memory_efficient: CPU, the C++ extension unavailable, 4096 keys, the explicit scores exceed 1/8 of its memory")
+    assert choose(CPU, 99, memory_efficient_from=100) == ("explicit", "explicit: CPU, the C++ extension unavailable, 99 keys < model.memory_efficient_from=100")
+    assert choose(CPU, 100, memory_efficient_from=100) == ("memory_efficient", "memory_efficient: CPU, the C++ extension unavailable, 100 keys >= model.memory_efficient_from=100")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -166,7 +207,7 @@ def test_gpu_kernels_are_still_refused_on_cpu(impl):
 # ------------------------------------------------------------------------------------------------
 
 
-def test_layers_record_the_backend_that_runs_and_log_it_once_per_layer_type(monkeypatch, caplog):
+def test_layers_record_the_backend_that_runs_and_log_it_once_per_layer_type(cpp_off, monkeypatch, caplog):
     from sparse_runner.attention import attention_backends
 
     calls = []
@@ -190,12 +231,12 @@ def test_layers_record_the_backend_that_runs_and_log_it_once_per_layer_type(monk
         "attention_backend": "memory_efficient,sdpa",
         "attention_backend_reason": {
             "decoder_self": "sdpa: softmax",
-            "encoder_self": "memory_efficient: CPU, 16 keys >= model.memory_efficient_from=10",
+            "encoder_self": "memory_efficient: CPU, the C++ extension unavailable, 16 keys >= model.memory_efficient_from=10",
             "local_self": "sdpa: pattern local (block patterns compute their own blocks)",
         },
     }
     lines = [r.getMessage() for r in caplog.records]
-    assert lines.count("attention encoder_self: memory_efficient (memory_efficient: CPU, 16 keys >= model.memory_efficient_from=10)") == 1
+    assert lines.count("attention encoder_self: memory_efficient (memory_efficient: CPU, the C++ extension unavailable, 16 keys >= model.memory_efficient_from=10)") == 1
     assert len(lines) == 3, lines
 
 
@@ -206,7 +247,7 @@ def test_a_run_writes_the_backend_and_its_reason_to_metrics_json(tiny_config, tm
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert re.fullmatch(r"entmax15-(cpp|torch)", m["attention_backend"]), m["attention_backend"]
     reason = m["attention_backend_reason"]
-    assert list(reason) == ["encoder_self"] and re.fullmatch(r"explicit: CPU, \d+ keys <= 4096", reason["encoder_self"]), reason
+    assert list(reason) == ["encoder_self"] and re.fullmatch(r"explicit: CPU, (the C\+\+ extension unavailable, \d+ keys <= 4096|\d+ keys <= 256)", reason["encoder_self"]), reason
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("attention encoder_self: ")]
     assert logged == [f"attention encoder_self: {m['attention_backend']} ({reason['encoder_self']})"]
 

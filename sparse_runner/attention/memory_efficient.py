@@ -22,9 +22,11 @@ value products, and in backward every product (scores included), run on the gath
 `count_skipped_blocks()` reports the fraction skipped (the analysis writes it to metrics.json).
 
 Why by hand: PyTorch's fused attention kernels are softmax only, the `entmax` package materialises the
-scores, and AdaSplash (a fused kernel) runs on CUDA only and for a fixed alpha. On CUDA a Triton kernel
-of the same algorithm (kernels/entmax_attention_triton.py) computes every length, and this path serves
-what the kernel cannot take (a pattern mask, a head size above its own; `explain_impl`).
+scores, and AdaSplash (a fused kernel) runs on CUDA only and for a fixed alpha. The same algorithm runs
+as fused kernels: Triton on CUDA (kernels/entmax_attention_triton.py) and C++ on CPU
+(kernels/entmax_attention_cpu.cpp). This path serves what they cannot take (a pattern mask; attention
+dropout on CPU; a head size above the Triton kernel's; `explain_impl`), and is the reference the kernels
+are tested against.
 """
 
 from __future__ import annotations
@@ -54,9 +56,11 @@ Alpha = float | torch.Tensor
 # model.attention_impl: how a dense or causal pattern computes attention (block patterns have their own tiles).
 #   auto: `explain_impl` (softmax without weights goes to SDPA before any choice is made);
 #   explicit: the (Nq, Nk) scores and weights; memory_efficient: this module;
+#   cpp: the fused CPU kernel (kernels/entmax_attention_cpu.py); no pattern mask, no attention dropout;
 #   triton / adasplash: the CUDA kernels (kernels/entmax_attention_triton.py, kernels/adasplash_backend.py).
-ATTENTION_IMPLS = ("auto", "explicit", "memory_efficient", "triton", "adasplash")
+ATTENTION_IMPLS = ("auto", "explicit", "memory_efficient", "cpp", "triton", "adasplash")
 GPU_IMPLS = ("triton", "adasplash")  # no mask besides padding and causality; AdaSplash: no attention dropout
+CPU_IMPLS = ("cpp",)
 
 # model.memory_efficient_from = "auto" (the default): the explicit path up to EXPLICIT_UP_TO keys where its
 # scores fit, the memory-efficient path otherwise. Measured on 2 CPU cores (scripts/bench_long_attention.py: one
@@ -64,6 +68,11 @@ GPU_IMPLS = ("triton", "adasplash")  # no mask besides padding and causality; Ad
 # took 0.74-0.88x the memory-efficient path's time at 1,024-4,096 keys (alpha-entmax) and 1.54x at 8,192, where
 # memory traffic bounds it; with 1 thread on a loaded machine it was faster at 512-2,048 keys for every sparse
 # normaliser and level at 4,096 (alpha-entmax 1.17x, 1.5-entmax 0.89x, sparsemax 0.91x).
+# With the fused CPU kernel (model.attention_impl=cpp) that crossover moves down to CPP_EXPLICIT_UP_TO keys: measured
+# with scripts/bench_long_attention.py --lengths (one layer, 8 heads, forward + backward, docs/benchmarks.md),
+# the kernel took less time than the explicit path above CPP_EXPLICIT_UP_TO keys, and up to it about as long or longer
+# (short rows: its per-block overhead and the threshold API's per-row solve against the explicit path's
+# row kernels, which batch short rows across vector lanes).
 # "Fit": EXPLICIT_LIVE_COPIES float tensors of the layer's (B, H, Nq, Nk) scores (scores, weights and the
 # backward's gradient) within EXPLICIT_MEMORY_SHARE of the device's total memory. Total, not free memory:
 # a run's path, and with it its floating-point rounding, must not depend on what else the machine runs.
@@ -72,6 +81,7 @@ GPU_IMPLS = ("triton", "adasplash")  # no mask besides padding and causality; Ad
 # path, a Python loop of small kernels, takes hundreds of times longer than either there.
 MEMORY_EFFICIENT_FROM_AUTO = "auto"
 EXPLICIT_UP_TO = 4096
+CPP_EXPLICIT_UP_TO = 256
 EXPLICIT_LIVE_COPIES = 3
 EXPLICIT_MEMORY_SHARE = 0.125
 # The Triton kernel's input dtypes, by element size (float64, 8 bytes, it does not take).
@@ -94,7 +104,7 @@ def explicit_fits(n_scores: int, element_size: int, device: torch.device) -> boo
 
 
 def choose_impl(impl: str, memory_efficient_from: int | str, n_keys: int, device: torch.device, **facts) -> str:
-    """The implementation that runs: 'explicit', 'memory_efficient', 'triton' or 'adasplash' (`explain_impl`)."""
+    """The implementation that runs: 'explicit', 'memory_efficient', 'cpp', 'triton' or 'adasplash' (`explain_impl`)."""
     return explain_impl(impl, memory_efficient_from, n_keys, device, **facts)[0]
 
 
@@ -103,55 +113,81 @@ def explain_impl(
     threshold_form: bool = True, n_scores: int | None = None, element_size: int = 4, head_dim: int | None = None,
     need_weights: bool = False, key_padding: bool = False, causal: bool = False,
 ) -> tuple[str, str]:
-    """(implementation, reason): which of 'explicit', 'memory_efficient', 'triton', 'adasplash' computes a
-    layer's attention, and a one-line reason that starts with it ("triton: CUDA, threshold-form normaliser,
-    padding mask"; recorded in metrics.json as `attention_backend_reason`).
+    """(implementation, reason): which of 'explicit', 'memory_efficient', 'cpp', 'triton', 'adasplash'
+    computes a layer's attention, and a one-line reason that starts with it ("triton: CUDA, threshold-form
+    normaliser, padding mask"; recorded in metrics.json as `attention_backend_reason`).
 
     `auto` on CUDA: the Triton kernel at every length, attention dropout included, for a threshold-form
     normaliser it can take (no mask besides padding and causality, head_dim <= its MAX_HEAD_DIM, a half or
     float32 dtype: element_size 2 or 4; head_dim None: not known, taken as fitting). When the analysis
     needs the weights (need_weights), the explicit path where the crossover rule keeps it: it has them at
-    once, while beside the kernel they are computed again block by block. Otherwise, and on every other
-    device, the explicit path up to a crossover and the memory-efficient path beyond it:
-    memory_efficient_from keys, or for "auto" EXPLICIT_UP_TO keys where `explicit_fits(n_scores,
-    element_size)` (n_scores None: fits).
+    once, while beside the kernel they are computed again block by block.
+    `auto` on CPU: the explicit path up to CPP_EXPLICIT_UP_TO keys (where `explicit_fits`), the fused C++
+    kernel above, for a threshold-form normaliser without a pattern mask or attention dropout (the
+    analysis's weights as on CUDA). Otherwise, and on every other device, the explicit path up to a
+    crossover and the memory-efficient path beyond it: memory_efficient_from keys, or for "auto"
+    EXPLICIT_UP_TO keys where `explicit_fits(n_scores, element_size)` (n_scores None: fits). A
+    memory_efficient_from set to a number moves the kernel's crossover as well.
     threshold_form: whether the normaliser is an alpha-entmax (`Normaliser.has_threshold_form`); `auto`
     keeps any other normaliser on the explicit path, the only one that computes it (a forced impl that
     cannot compute it is refused by `config.validate`, `spec.check_attention_impl`).
     key_padding, causal: the masks a call has besides `has_mask` (named in the reason only).
-    Forced GPU kernels on a CPU tensor, or without the package, are refused in one line."""
+    Forced GPU kernels on a CPU tensor, or without the package, and a forced cpp kernel off the CPU,
+    without the extension or on a call it cannot take, are refused in one line."""
     if impl in GPU_IMPLS:
         module = gpu_backend(impl)
         if device.type != "cuda" or not module.available():
             why = "a CUDA device" if device.type != "cuda" else ("triton" if impl == "triton" else "the adasplash package")
             raise RuntimeError(f"model.attention_impl={impl} needs {why}; use memory_efficient (any device) or auto")
         return impl, f"{impl}: model.attention_impl={impl}"
+    if impl in CPU_IMPLS:
+        if device.type != "cpu" or not cpu_kernel().available():
+            why = "a CPU device" if device.type != "cpu" else "the C++ extension, which could not be built here"
+            raise RuntimeError(f"model.attention_impl={impl} needs {why}; use memory_efficient (any device) or auto")
+        kernel_cannot = cpu_kernel().cannot(has_mask=has_mask, dropout_p=dropout_p)
+        if kernel_cannot is not None:
+            raise RuntimeError(f"model.attention_impl={impl} cannot take {kernel_cannot}; use memory_efficient or auto")
+        return impl, f"{impl}: model.attention_impl={impl}"
     if impl != "auto":
         return impl, f"{impl}: model.attention_impl={impl}"
     if not threshold_form:
         return "explicit", "explicit: a normaliser without a threshold form"
     where = device.type.upper() if device.type in ("cpu", "cuda") else device.type
+    masks = [name for name, present in (("padding", key_padding), ("causal", causal)) if present]
+    masks = f"{' and '.join(masks) or 'no'} mask"
+    if device.type == "cpu":
+        kernel_cannot = cpu_kernel().cannot(has_mask=has_mask, dropout_p=dropout_p)
+        if kernel_cannot is None and _cpp_available():
+            if need_weights and _crossover(memory_efficient_from, n_keys, n_scores, element_size, device)[0] == "explicit":
+                return "explicit", f"explicit: CPU, weights for the analysis, {n_keys} keys"
+            path, why = _crossover(memory_efficient_from, n_keys, n_scores, element_size, device, CPP_EXPLICIT_UP_TO)
+            if path == "explicit":
+                return "explicit", f"explicit: CPU, {why}"
+            return "cpp", f"cpp: CPU, threshold-form normaliser, {masks}, {why}"
+        where = f"CPU, {kernel_cannot or 'the C++ extension unavailable'}"
     if device.type == "cuda":
         kernel_cannot = _triton_cannot(has_mask, head_dim, element_size)
         if kernel_cannot is None and _triton_available():
             if need_weights and _crossover(memory_efficient_from, n_keys, n_scores, element_size, device)[0] == "explicit":
                 return "explicit", f"explicit: CUDA, weights for the analysis, {n_keys} keys"
-            masks = [name for name, present in (("padding", key_padding), ("causal", causal)) if present]
             dropout = ", attention dropout" if dropout_p > 0.0 else ""
-            return "triton", f"triton: CUDA, threshold-form normaliser, {' and '.join(masks) or 'no'} mask{dropout}"
+            return "triton", f"triton: CUDA, threshold-form normaliser, {masks}{dropout}"
         where = f"CUDA, {kernel_cannot or 'triton not installed'}"
     impl, why = _crossover(memory_efficient_from, n_keys, n_scores, element_size, device)
     return impl, f"{impl}: {where}, {why}"
 
 
-def _crossover(memory_efficient_from: int | str, n_keys: int, n_scores: int | None, element_size: int, device: torch.device) -> tuple[str, str]:
-    """('explicit' or 'memory_efficient', why) by the crossover rule (EXPLICIT_UP_TO, `explicit_fits`)."""
+def _crossover(
+    memory_efficient_from: int | str, n_keys: int, n_scores: int | None, element_size: int, device: torch.device,
+    explicit_up_to: int = EXPLICIT_UP_TO,
+) -> tuple[str, str]:
+    """('explicit' or 'memory_efficient', why) by the crossover rule (explicit_up_to keys, `explicit_fits`)."""
     if memory_efficient_from == MEMORY_EFFICIENT_FROM_AUTO:
-        if n_keys > EXPLICIT_UP_TO:
-            return "memory_efficient", f"{n_keys} keys > {EXPLICIT_UP_TO}"
+        if n_keys > explicit_up_to:
+            return "memory_efficient", f"{n_keys} keys > {explicit_up_to}"
         if n_scores is not None and not explicit_fits(n_scores, element_size, device):
             return "memory_efficient", f"{n_keys} keys, the explicit scores exceed 1/{round(1 / EXPLICIT_MEMORY_SHARE)} of its memory"
-        return "explicit", f"{n_keys} keys <= {EXPLICIT_UP_TO}"
+        return "explicit", f"{n_keys} keys <= {explicit_up_to}"
     if n_keys < memory_efficient_from:
         return "explicit", f"{n_keys} keys < model.memory_efficient_from={memory_efficient_from}"
     return "memory_efficient", f"{n_keys} keys >= model.memory_efficient_from={memory_efficient_from}"
@@ -166,6 +202,18 @@ def _triton_cannot(has_mask: bool, head_dim: int | None, element_size: int) -> s
     if element_size not in TRITON_ELEMENT_SIZES:
         return "float64"
     return None
+
+
+def cpu_kernel():
+    """The fused CPU kernel's module (kernels/entmax_attention_cpu.py)."""
+    from sparse_runner.attention.kernels import entmax_attention_cpu
+
+    return entmax_attention_cpu
+
+
+def _cpp_available() -> bool:
+    """Whether the fused CPU kernel can run (the extension says once why it cannot be built)."""
+    return cpu_kernel().available()
 
 
 def _triton_available() -> bool:
@@ -274,13 +322,15 @@ def attend_long(
     dropout_p: float = 0.0,
     need_weights: bool = False,
 ):
-    """`Pattern.attend` through `impl` ('memory_efficient', 'triton' or 'adasplash'): (out, weights, None).
+    """`Pattern.attend` through `impl` ('memory_efficient', 'cpp', 'triton' or 'adasplash'): (out, weights, None).
 
     weights (when asked for) is an iterable of `block_sparse.RowGroup`s, one per query block, each
     computed when it is reached, so the analysis never holds the (Nq, Nk) matrix either."""
     record_scores(q.shape[0] * q.shape[1] * q.shape[-2] * k.shape[-2])
     alpha = normaliser_alpha(normaliser)
-    if impl == "triton":
+    if impl == "cpp":
+        out = cpu_kernel().entmax_attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal)
+    elif impl == "triton":
         out = gpu_backend("triton").entmax_attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal, dropout_p=dropout_p)
     elif impl == "adasplash":
         if torch.is_tensor(alpha):

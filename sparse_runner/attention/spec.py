@@ -94,12 +94,12 @@ def check_attention_impl(m: Any, patterns: Iterable[str], *, cross_attention: bo
     and dense for a decoder's layers); cross_attention: whether a layer's queries and keys may differ in
     number (a decoder's context attention, incremental decoding). Refused: an impl that no layer reads
     (block patterns compute their own blocks: auto or explicit), a memory-efficient impl for a
-    normaliser without a threshold form, and what the GPU kernels cannot do (`memory_efficient.GPU_IMPLS`:
-    a mask besides padding and causality; AdaSplash: attention dropout, a learned alpha or alpha 1, other
-    numbers of queries and keys). `auto` always works: it only picks what can. What depends on the
+    normaliser without a threshold form, and what the fused kernels cannot do (`memory_efficient.GPU_IMPLS`,
+    `CPU_IMPLS`: a mask besides padding and causality; cpp and AdaSplash: attention dropout; AdaSplash: a
+    learned alpha or alpha 1, other numbers of queries and keys). `auto` always works: it only picks what can. What depends on the
     device is checked once it is known (`check_attention_impl_device`).
     """
-    from sparse_runner.attention.memory_efficient import GPU_IMPLS
+    from sparse_runner.attention.memory_efficient import CPU_IMPLS, GPU_IMPLS
     from sparse_runner.attention.normalisers import NORMALISERS, Normaliser, normaliser_options
     from sparse_runner.attention.patterns import PATTERNS
 
@@ -125,11 +125,15 @@ def check_attention_impl(m: Any, patterns: Iterable[str], *, cross_attention: bo
             f"{m.normaliser!r} has no threshold form for the memory-efficient path (model.attention_impl={impl})",
             f"{', '.join(alpha_entmax)} (or model.attention_impl auto, explicit)",
         )
-    if impl not in GPU_IMPLS:
+    if impl not in GPU_IMPLS + CPU_IMPLS:
         return
     masked = [cls.name for cls in readers if cls.masks_pairs()]
     if masked:
-        _refuse("model.attention_impl", f"{impl!r} cannot apply the mask of pattern {masked[0]!r} (the GPU kernels take padding and causal masks only)", masked[0], "auto, explicit, memory_efficient")
+        _refuse("model.attention_impl", f"{impl!r} cannot apply the mask of pattern {masked[0]!r} (the fused kernels take padding and causal masks only)", masked[0], "auto, explicit, memory_efficient")
+    if impl in CPU_IMPLS:
+        if m.attention_dropout > 0 and not normaliser.fused_sdpa:
+            _refuse("model.attention_impl", f"'cpp' has no attention dropout, and model.attention_dropout is {m.attention_dropout}", "attention dropout", "auto, explicit, memory_efficient")
+        return
     if impl != "adasplash":
         return
     if m.attention_dropout > 0 and not normaliser.fused_sdpa:  # softmax trains through SDPA, which drops out
@@ -147,17 +151,19 @@ def check_attention_impl_device(m: Any, device: Any) -> None:
     """Raise ConfigError when `model.attention_impl` does not suit `device` (a torch.device), checked where
     the run's device is known (a login node without a GPU may well compose a job for a GPU node).
 
-    The GPU kernels need CUDA. On CUDA, memory_efficient is refused where the Triton kernel computes the
+    The GPU kernels need CUDA, the cpp kernel a CPU. On CUDA, memory_efficient is refused where the Triton kernel computes the
     layers: that path is a Python loop of small kernels, hundreds of times slower there (measured on an
     H200). It is kept where the kernel cannot serve: a pattern mask besides padding and causality (the
     encoder's `model.pattern`; a decoder's own layers are causal and dense), a head size above the kernel's,
     or no triton installed."""
-    from sparse_runner.attention.memory_efficient import GPU_IMPLS, gpu_backend
+    from sparse_runner.attention.memory_efficient import CPU_IMPLS, GPU_IMPLS, gpu_backend
     from sparse_runner.attention.patterns import PATTERNS
 
     impl = m.attention_impl
     if impl in GPU_IMPLS and device.type != "cuda":
-        raise ConfigError(f"model.attention_impl: {impl} needs a CUDA device, and this run is on {device}; valid here: auto, explicit, memory_efficient")
+        raise ConfigError(f"model.attention_impl: {impl} needs a CUDA device, and this run is on {device}; valid here: auto, explicit, memory_efficient, cpp")
+    if impl in CPU_IMPLS and device.type != "cpu":
+        raise ConfigError(f"model.attention_impl: {impl} is the CPU kernel, and this run is on {device}; valid here: auto, explicit, memory_efficient, triton")
     if impl != "memory_efficient" or device.type != "cuda":
         return
     pattern = PATTERNS[m.pattern]

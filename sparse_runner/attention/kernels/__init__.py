@@ -15,6 +15,7 @@ forces a variant (tests use it to check the portable paths).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -29,6 +30,10 @@ from sparse_runner.cpp_build import failure_reason
 log = logging.getLogger(__name__)
 
 ENTMAX_SOURCE = Path(__file__).with_name("entmax_cpu.cpp")
+# The fused attention kernel, built into the same extension (it calls entmax_cpu.cpp's row solvers,
+# declared in ROWS_HEADER).
+ATTENTION_SOURCE = Path(__file__).with_name("entmax_attention_cpu.cpp")
+ROWS_HEADER = Path(__file__).with_name("entmax_rows.h")
 ISA_ENV = "SPARSE_RUNNER_ENTMAX_ISA"
 
 # Flags per variant.  -fno-math-errno lets sqrt vectorise; -fopenmp makes at::parallel_for parallel
@@ -75,8 +80,8 @@ def load_entmax_cpu() -> ModuleType | None:
 
             module = load(
                 name=f"sparse_runner_entmax_{isa}",
-                sources=[str(ENTMAX_SOURCE)],
-                extra_cflags=_COMMON_FLAGS + _ISA_FLAGS[isa],
+                sources=[str(ENTMAX_SOURCE), str(ATTENTION_SOURCE)],
+                extra_cflags=_COMMON_FLAGS + _ISA_FLAGS[isa] + [_header_stamp()],
                 extra_ldflags=["-fopenmp"],
                 verbose=False,
             )
@@ -89,6 +94,13 @@ def load_entmax_cpu() -> ModuleType | None:
             _status = f"unavailable: {reason}"
             log.warning("sparse_runner: C++ entmax kernels unavailable, using the PyTorch backend (%s)", reason)
         return _module
+
+
+def _header_stamp() -> str:
+    """A define that carries the header's hash: torch rebuilds an extension when its sources or flags
+    change, and it does not read the headers they include."""
+    digest = hashlib.sha256(ROWS_HEADER.read_bytes()).hexdigest()[:16]
+    return f"-DSPARSE_RUNNER_ROWS_HEADER={digest}"
 
 
 def entmax_cpu_status() -> str:

@@ -69,6 +69,8 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include "entmax_rows.h"
+
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -2724,6 +2726,39 @@ at::Tensor entmax(const at::Tensor& x, const at::Tensor& alpha, int64_t dim, dou
 
 }  // namespace
 
+// The row kernels for the fused attention (entmax_attention_cpu.cpp; declared in entmax_rows.h): one
+// alpha for every row of a call, no threading of their own (the caller's at::parallel_for runs them).
+namespace entmax_rows {
+
+template <class T>
+using RowKernels = Kernels<std::conditional_t<std::is_same<T, float>::value, SimdF, SimdD>>;
+
+template <class T>
+void threshold(const T* x, T* p, double* params, int64_t rows, int64_t n, double alpha, double thr) {
+  RowKernels<T>::threshold_rows(x, p, params, 0, rows, n, [alpha](int64_t) { return alpha; }, thr);
+}
+
+template <class T>
+void from_threshold(const T* x, T* p, const double* params, int64_t rows, int64_t n, double alpha, double thr) {
+  RowKernels<T>::from_threshold_rows(x, p, params, 0, rows, n, [alpha](int64_t) { return alpha; }, thr);
+}
+
+template <class T>
+void backward(const T* p, const T* g, T* dx, int64_t rows, int64_t n, double alpha, double thr, double* dalpha) {
+  RowKernels<T>::backward_rows(p, g, dx, 0, rows, n, [alpha](int64_t) { return alpha; }, thr, dalpha);
+}
+
+template void threshold<float>(const float*, float*, double*, int64_t, int64_t, double, double);
+template void threshold<double>(const double*, double*, double*, int64_t, int64_t, double, double);
+template void from_threshold<float>(const float*, float*, const double*, int64_t, int64_t, double, double);
+template void from_threshold<double>(const double*, double*, const double*, int64_t, int64_t, double, double);
+template void backward<float>(const float*, const float*, float*, int64_t, int64_t, double, double, double*);
+template void backward<double>(const double*, const double*, double*, int64_t, int64_t, double, double, double*);
+
+}  // namespace entmax_rows
+
+void register_entmax_attention(pybind11::module_& m);  // entmax_attention_cpu.cpp
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Fused alpha-entmax CPU kernels (see sparse_runner/attention/entmax.py)";
   m.def("entmax", &entmax, "differentiable alpha-entmax along dim (x float32/64 CPU, alpha tensor)",
@@ -2738,4 +2773,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("from_threshold", &entmax_from_threshold, "the weights of `threshold` recomputed from its (t, F)",
         pybind11::arg("x"), pybind11::arg("alpha"), pybind11::arg("params"), pybind11::arg("thr"));
   m.def("isa", &isa, "instruction set the float32 kernels were compiled for");
+  register_entmax_attention(m);
 }

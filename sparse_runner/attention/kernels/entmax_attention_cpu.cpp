@@ -1,0 +1,327 @@
+// Fused alpha-entmax attention on CPU (model.attention_impl=cpp).  The autograd wiring, the checks and
+// the dtype handling are in entmax_attention_cpu.py; the row solvers are entmax_cpu.cpp's (entmax_rows.h).
+//
+// Forward, per task = (pair, block of query rows): the block's scores go into a per-thread buffer that
+// stays in cache, each row's threshold is solved there (entmax_rows::threshold), and p v accumulates
+// over the keys that hold weight.  Only the row's threshold parameters (t, F) are kept.
+// Backward, per task = one pair (all of its query blocks, in order): the scores are computed again by the
+// same code, the weights recomputed from (t, F) (bitwise the forward's), dp = dO v^T, ds from the entmax
+// Jacobian (entmax_rows::backward, with dalpha per row), and dq, dk, dv from the keys on the support only.
+// A pair's dk, dv and dalpha are summed by one thread in a fixed order, so the gradients do not depend
+// on the thread count.
+//
+// Why by hand: PyTorch's fused attention (SDPA) is softmax only; the explicit path writes the n x n
+// scores, weights and their gradients to memory, where at head size 16 the batched products run at a
+// fraction of the machine's speed (K or N = 16 is a poor shape for the BLAS).
+//
+// Layout (P = batch x heads pairs, pair i = batch i / H, head i % H):
+//   q (P, Nq, D), already scaled; k (P, Nk, D); v (P, Nk, Dv); kt (P, D, Nk) and vt (P, Dv, Nk), the
+//   transposes, so that score-like products run along keys, one vector of keys per FMA.
+//   key padding (B, Nk) uint8, 1 = real key, or empty; causal: query i sees keys j <= i + Nk - Nq.
+//   alpha (H,) float64, each in [1, 2]; a query without any key gets a zero output and zero gradients.
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "entmax_rows.h"
+
+namespace {
+
+#if defined(__AVX512F__)
+constexpr int kVectorBytes = 64;
+#else
+constexpr int kVectorBytes = 32;  // AVX2; elsewhere the compiler splits it into what the CPU has
+#endif
+
+// GCC/Clang vector extension: one SIMD register of T, unaligned loads and stores through memcpy.
+template <class T>
+struct Lanes {
+  static constexpr int W = kVectorBytes / sizeof(T);
+  typedef T V __attribute__((vector_size(kVectorBytes)));
+  static V load(const T* p) {
+    V v;
+    std::memcpy(&v, p, sizeof(V));
+    return v;
+  }
+  static void store(T* p, V v) { std::memcpy(p, &v, sizeof(V)); }
+  static V splat(T x) { return V{} + x; }
+};
+
+// out[i][j] = sum_c a[i][c] bt[c][j] for RB rows at a time (RB x 2 vectors of accumulators in registers).
+// Forward and backward compute the scores through this one function, so they get them bitwise equal.
+template <class T, int RB>
+void row_tile(const T* a, int64_t lda, const T* bt, int64_t ldb, T* out, int64_t ldo, int64_t n, int64_t depth) {
+  using L = Lanes<T>;
+  using V = typename L::V;
+  constexpr int W = L::W;
+  int64_t j = 0;
+  for (; j + 2 * W <= n; j += 2 * W) {
+    V acc[RB][2] = {};
+    for (int64_t c = 0; c < depth; ++c) {
+      const T* b = bt + c * ldb + j;
+      const V b0 = L::load(b), b1 = L::load(b + W);
+      for (int r = 0; r < RB; ++r) {
+        const V ar = L::splat(a[r * lda + c]);
+        acc[r][0] += ar * b0;
+        acc[r][1] += ar * b1;
+      }
+    }
+    for (int r = 0; r < RB; ++r) {
+      L::store(out + r * ldo + j, acc[r][0]);
+      L::store(out + r * ldo + j + W, acc[r][1]);
+    }
+  }
+  for (; j < n; ++j) {
+    T acc[RB] = {};
+    for (int64_t c = 0; c < depth; ++c)
+      for (int r = 0; r < RB; ++r) acc[r] += a[r * lda + c] * bt[c * ldb + j];
+    for (int r = 0; r < RB; ++r) out[r * ldo + j] = acc[r];
+  }
+}
+
+template <class T>
+void row_products(const T* a, int64_t lda, const T* bt, int64_t ldb, T* out, int64_t ldo, int64_t rows, int64_t n,
+                  int64_t depth) {
+  int64_t i = 0;
+  for (; i + 4 <= rows; i += 4) row_tile<T, 4>(a + i * lda, lda, bt, ldb, out + i * ldo, ldo, n, depth);
+  for (; i < rows; ++i) row_tile<T, 1>(a + i * lda, lda, bt, ldb, out + i * ldo, ldo, n, depth);
+}
+
+// y[0, m) += w x[0, m)
+template <class T>
+inline void axpy(T* __restrict__ y, T w, const T* __restrict__ x, int64_t m) {
+  for (int64_t c = 0; c < m; ++c) y[c] += w * x[c];
+}
+
+// out[i][:] = sum_j w[i][j] x[j][:] over the keys j < n where w[i][j] != 0 (most are zero).
+template <class T>
+void weighted_rows(const T* w, int64_t ldw, const T* x, int64_t width, T* out, int64_t rows, int64_t n) {
+  for (int64_t i = 0; i < rows; ++i) {
+    T* o = out + i * width;
+    std::fill(o, o + width, T(0));
+    const T* wi = w + i * ldw;
+    for (int64_t j = 0; j < n; ++j)
+      if (wi[j] != T(0)) axpy(o, wi[j], x + j * width, width);
+  }
+}
+
+// dx[j][:] += sum_i w[i][j] y[i][:] over the nonzero w (the transposed product, scattered into key rows).
+template <class T>
+void add_transposed(const T* w, int64_t ldw, const T* y, int64_t width, T* dx, int64_t rows, int64_t n) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* wi = w + i * ldw;
+    const T* yi = y + i * width;
+    for (int64_t j = 0; j < n; ++j)
+      if (wi[j] != T(0)) axpy(dx + j * width, wi[j], yi, width);
+  }
+}
+
+// One call's geometry and operands.
+template <class T>
+struct Call {
+  const T *q, *k, *v, *kt, *vt;
+  int64_t pairs, heads, nq, nk, d, dv, rows;
+  const uint8_t* padding;  // (B, Nk) or null
+  std::vector<int64_t> key_end;  // per batch: 1 + its last real key (nk without padding)
+  bool causal;
+  const double* alpha;
+  double thr;
+
+  int64_t blocks() const { return (nq + rows - 1) / rows; }
+
+  // Keys that rows [r0, r1) of `pair` may see, as a prefix [0, n): up to the causal limit of the last
+  // row and the pair's last real key (keys past it never get weight, so they are never computed).
+  int64_t keys(int64_t pair, int64_t r1) const {
+    int64_t n = causal ? std::min(nk, r1 + nk - nq) : nk;
+    return std::max<int64_t>(0, std::min(n, key_end[pair / heads]));
+  }
+
+  // Sets the scores s (R x n, row stride n) of the pairs that may not interact to -inf.
+  void mask(T* s, int64_t pair, int64_t r0, int64_t r1, int64_t n) const {
+    const T neg = -std::numeric_limits<T>::infinity();
+    if (padding != nullptr) {
+      const uint8_t* real = padding + (pair / heads) * nk;
+      for (int64_t j = 0; j < n; ++j)
+        if (!real[j])
+          for (int64_t i = 0; i < r1 - r0; ++i) s[i * n + j] = neg;
+    }
+    if (causal)
+      for (int64_t i = 0; i < r1 - r0; ++i)
+        for (int64_t j = std::max<int64_t>(0, r0 + i + nk - nq + 1); j < n; ++j) s[i * n + j] = neg;
+  }
+
+  // The scores of rows [r0, r1) of `pair` over keys [0, n), masked.
+  void scores(T* s, int64_t pair, int64_t r0, int64_t r1, int64_t n) const {
+    row_products(q + (pair * nq + r0) * d, d, kt + pair * d * nk, nk, s, n, r1 - r0, n, d);
+    mask(s, pair, r0, r1, n);
+  }
+};
+
+// Per-thread scratch, grown only (a fresh buffer per task would be page-faulted in every time).
+template <class T, int Tag>
+T* scratch(int64_t count) {
+  thread_local std::vector<T> buffer;
+  if (int64_t(buffer.size()) < count) buffer.resize(count);
+  return buffer.data();
+}
+
+template <class T>
+void forward_impl(const Call<T>& c, T* out, double* params) {
+  const int64_t blocks = c.blocks();
+  at::parallel_for(0, c.pairs * blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t pair = task / blocks, r0 = (task % blocks) * c.rows, r1 = std::min(c.nq, r0 + c.rows);
+      const int64_t n = c.keys(pair, r1);
+      T* o = out + (pair * c.nq + r0) * c.dv;
+      double* prm = params + 2 * (pair * c.nq + r0);
+      if (n == 0) {  // no key at all: zero output; t = +inf gives zero weights in backward
+        std::fill(o, o + (r1 - r0) * c.dv, T(0));
+        for (int64_t i = 0; i < r1 - r0; ++i) prm[2 * i] = std::numeric_limits<double>::infinity(), prm[2 * i + 1] = 1.0;
+        continue;
+      }
+      T* s = scratch<T, 0>(c.rows * n);
+      T* p = scratch<T, 1>(c.rows * n);
+      c.scores(s, pair, r0, r1, n);
+      entmax_rows::threshold(s, p, prm, r1 - r0, n, c.alpha[pair % c.heads], c.thr);
+      weighted_rows(p, n, c.v + pair * c.nk * c.dv, c.dv, o, r1 - r0, n);
+    }
+  });
+}
+
+// dq (P, Nq, D) and dk (P, Nk, D) are with respect to the scaled q and k; dk, dv start at zero.
+template <class T>
+void backward_impl(const Call<T>& c, const double* params, const T* grad, T* dq, T* dk, T* dv, double* dalpha) {
+  at::parallel_for(0, c.pairs, 1, [&](int64_t begin, int64_t end) {
+    std::vector<double> da_rows(dalpha != nullptr ? c.rows : 0);
+    for (int64_t pair = begin; pair < end; ++pair) {
+      const double alpha = c.alpha[pair % c.heads];
+      const T* kp = c.k + pair * c.nk * c.d;
+      T* dkp = dk + pair * c.nk * c.d;
+      T* dvp = dv + pair * c.nk * c.dv;
+      double da = 0.0;
+      for (int64_t r0 = 0; r0 < c.nq; r0 += c.rows) {
+        const int64_t r1 = std::min(c.nq, r0 + c.rows), rows = r1 - r0, n = c.keys(pair, r1);
+        T* dqb = dq + (pair * c.nq + r0) * c.d;
+        if (n == 0) {
+          std::fill(dqb, dqb + rows * c.d, T(0));
+          continue;
+        }
+        const T* g = grad + (pair * c.nq + r0) * c.dv;
+        const T* qb = c.q + (pair * c.nq + r0) * c.d;
+        T* s = scratch<T, 0>(c.rows * n);
+        T* p = scratch<T, 1>(c.rows * n);
+        T* dp = scratch<T, 2>(c.rows * n);
+        c.scores(s, pair, r0, r1, n);
+        entmax_rows::from_threshold(s, p, params + 2 * (pair * c.nq + r0), rows, n, alpha, c.thr);
+        row_products(g, c.dv, c.vt + pair * c.dv * c.nk, c.nk, dp, n, rows, n, c.dv);
+        add_transposed(p, n, g, c.dv, dvp, rows, n);
+        T* ds = s;  // the scores are no longer needed
+        entmax_rows::backward(p, dp, ds, rows, n, alpha, c.thr, dalpha != nullptr ? da_rows.data() : nullptr);
+        weighted_rows(ds, n, kp, c.d, dqb, rows, n);
+        add_transposed(ds, n, qb, c.d, dkp, rows, n);
+        if (dalpha != nullptr)
+          for (int64_t i = 0; i < rows; ++i) da += da_rows[i];
+      }
+      if (dalpha != nullptr) dalpha[pair] = da;
+    }
+  });
+}
+
+template <class T>
+Call<T> make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& kt,
+                  const at::Tensor& vt, const at::Tensor& padding, bool causal, const at::Tensor& alpha, double thr,
+                  int64_t rows) {
+  Call<T> c;
+  c.q = q.data_ptr<T>(), c.k = k.data_ptr<T>(), c.v = v.data_ptr<T>(), c.kt = kt.data_ptr<T>(), c.vt = vt.data_ptr<T>();
+  c.pairs = q.size(0), c.heads = alpha.numel(), c.nq = q.size(1), c.nk = k.size(1), c.d = q.size(2), c.dv = v.size(2);
+  c.rows = rows;
+  c.padding = padding.numel() > 0 ? padding.data_ptr<uint8_t>() : nullptr;
+  const int64_t batches = c.pairs / c.heads;
+  c.key_end.assign(batches, c.nk);
+  if (c.padding != nullptr)
+    for (int64_t b = 0; b < batches; ++b) {
+      int64_t last = 0;
+      for (int64_t j = 0; j < c.nk; ++j)
+        if (c.padding[b * c.nk + j]) last = j + 1;
+      c.key_end[b] = last;
+    }
+  c.causal = causal;
+  c.alpha = alpha.data_ptr<double>();
+  c.thr = thr;
+  return c;
+}
+
+void check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& kt, const at::Tensor& vt,
+           const at::Tensor& padding, const at::Tensor& alpha, int64_t rows) {
+  for (const at::Tensor* t : {&q, &k, &v, &kt, &vt})
+    TORCH_CHECK(t->device().is_cpu() && t->dim() == 3 && t->is_contiguous() && t->scalar_type() == q.scalar_type(),
+                "entmax_attention_cpu: q, k, v, kt, vt must be contiguous 3-D CPU tensors of one dtype");
+  TORCH_CHECK(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble, "entmax_attention_cpu: float32 or float64");
+  TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(2) == q.size(2) && v.size(1) == k.size(1),
+              "entmax_attention_cpu: q (P, Nq, D), k (P, Nk, D), v (P, Nk, Dv)");
+  TORCH_CHECK(kt.size(1) == k.size(2) && kt.size(2) == k.size(1) && vt.size(1) == v.size(2) && vt.size(2) == v.size(1),
+              "entmax_attention_cpu: kt, vt must be the transposes of k, v");
+  TORCH_CHECK(alpha.device().is_cpu() && alpha.scalar_type() == at::kDouble && alpha.dim() == 1 && alpha.numel() > 0 &&
+                  q.size(0) % alpha.numel() == 0,
+              "entmax_attention_cpu: alpha must be (H,) float64 with P a multiple of H");
+  TORCH_CHECK(padding.numel() == 0 || (padding.scalar_type() == at::kByte && padding.is_contiguous() &&
+                                       padding.numel() == q.size(0) / alpha.numel() * k.size(1)),
+              "entmax_attention_cpu: padding must be empty or (B, Nk) uint8");
+  TORCH_CHECK(rows > 0, "entmax_attention_cpu: rows per block must be positive");
+}
+
+// Returns (out (P, Nq, Dv), params (P, Nq, 2) float64).
+std::vector<at::Tensor> attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                          const at::Tensor& kt, const at::Tensor& vt, const at::Tensor& padding,
+                                          bool causal, const at::Tensor& alpha, double thr, int64_t rows) {
+  check(q, k, v, kt, vt, padding, alpha, rows);
+  at::Tensor out = at::empty({q.size(0), q.size(1), v.size(2)}, q.options());
+  at::Tensor params = at::empty({q.size(0), q.size(1), 2}, q.options().dtype(at::kDouble));
+  if (q.numel() == 0) return {out, params};
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "entmax_attention_forward", [&] {
+    const Call<scalar_t> c = make_call<scalar_t>(q, k, v, kt, vt, padding, causal, alpha, thr, rows);
+    forward_impl(c, out.data_ptr<scalar_t>(), params.data_ptr<double>());
+  });
+  return {out, params};
+}
+
+// Returns (dq, dk, dv: with respect to the scaled q, k, v; dalpha per pair (P,) float64, empty unless asked).
+std::vector<at::Tensor> attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                           const at::Tensor& kt, const at::Tensor& vt, const at::Tensor& padding,
+                                           bool causal, const at::Tensor& alpha, double thr, int64_t rows,
+                                           const at::Tensor& params, const at::Tensor& grad, bool need_dalpha) {
+  check(q, k, v, kt, vt, padding, alpha, rows);
+  TORCH_CHECK(grad.is_contiguous() && grad.scalar_type() == q.scalar_type() && grad.size(0) == q.size(0) &&
+                  grad.size(1) == q.size(1) && grad.size(2) == v.size(2),
+              "entmax_attention_cpu: grad must be a contiguous (P, Nq, Dv) tensor of q's dtype");
+  TORCH_CHECK(params.scalar_type() == at::kDouble && params.is_contiguous() && params.numel() == q.size(0) * q.size(1) * 2,
+              "entmax_attention_cpu: params must be the forward's (P, Nq, 2) float64 tensor");
+  at::Tensor dq = at::empty_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
+  at::Tensor da = at::zeros({need_dalpha ? q.size(0) : 0}, q.options().dtype(at::kDouble));
+  if (q.numel() == 0) return {dq, dk, dv, da};
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "entmax_attention_backward", [&] {
+    const Call<scalar_t> c = make_call<scalar_t>(q, k, v, kt, vt, padding, causal, alpha, thr, rows);
+    backward_impl(c, params.data_ptr<double>(), grad.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(),
+                  dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), need_dalpha ? da.data_ptr<double>() : nullptr);
+  });
+  return {dq, dk, dv, da};
+}
+
+}  // namespace
+
+void register_entmax_attention(pybind11::module_& m) {
+  m.def("attention_forward", &attention_forward, "fused alpha-entmax attention: (out, per-row (t, F))",
+        pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("kt"), pybind11::arg("vt"),
+        pybind11::arg("padding"), pybind11::arg("causal"), pybind11::arg("alpha"), pybind11::arg("thr"),
+        pybind11::arg("rows"));
+  m.def("attention_backward", &attention_backward, "its gradients: (dq, dk, dv, dalpha per pair)",
+        pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("kt"), pybind11::arg("vt"),
+        pybind11::arg("padding"), pybind11::arg("causal"), pybind11::arg("alpha"), pybind11::arg("thr"),
+        pybind11::arg("rows"), pybind11::arg("params"), pybind11::arg("grad"), pybind11::arg("need_dalpha"));
+}
