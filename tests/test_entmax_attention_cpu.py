@@ -28,9 +28,11 @@ def grads(out, inputs, seed=1):
 
 def against_float64(q, k, v, alpha, tol, *, absolute=False, **kwargs):
     """The kernel's output and gradients (inputs in their own dtype) against the explicit path's on the same
-    inputs in float64: within `tol` of them in float64 (or with absolute=True); in float32, within tol * their largest magnitude, or
-    no further off than twice the explicit path in float32 (whose row kernels the kernel shares: where a
-    near-softmax head makes dq ill-conditioned, both are off by the same amount)."""
+    inputs in float64: within `tol` of them in float64 (or with absolute=True); in float32, within tol * their
+    largest magnitude, or of the explicit path's own float32 error: at most 4x it. The row kernels are shared
+    (where a near-softmax head makes dq ill-conditioned, both are off by the same amount), and float32 sums
+    taken in another order differ by a factor of 2 or 3 by chance; one running sum over 12,000 queries or
+    20,000 keys was 6-11x off."""
     inputs = [q, k, v] + ([alpha] if torch.is_tensor(alpha) else [])
     out = kernel.entmax_attention(q, k, v, alpha, **kwargs)
     assert out.dtype == q.dtype
@@ -49,7 +51,7 @@ def against_float64(q, k, v, alpha, tol, *, absolute=False, **kwargs):
             assert err <= tol, (name, err)
         else:
             explicit_err = (same[i].double() - want[i]).abs().max().item()
-            assert err <= max(tol * want[i].abs().max().item(), 2 * explicit_err), (name, err, explicit_err)
+            assert err <= max(tol * want[i].abs().max().item(), 4 * explicit_err), (name, err, explicit_err)
 
 
 @pytest.mark.parametrize("alpha", ALPHAS)

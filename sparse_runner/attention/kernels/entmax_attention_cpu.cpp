@@ -111,9 +111,83 @@ T* scratch(int64_t count) {
 // keys was 10x further from the float64 result than the BLAS's blocked sums.
 constexpr int64_t kSumChunk = 128;
 
-// out[i][:] = sum_j w[i][j] x[j][:] over the keys j < n where w[i][j] != 0 (most are zero).
+// The products with v and k, the other two thirds of the work, run on widths of whole vectors (head sizes
+// 16, 32, 64, 128 ...) with their sums in registers; other widths take the plain loops below them.  Both
+// are dense: a branch per weight cost more than the multiplications by zero it saved at the supports
+// alpha-entmax has early in training.
+constexpr int kMaxVectors = 16;  // widths up to 16 vectors (256 floats with AVX-512)
+
+// out[i][:] = sum_j w[i][j] x[j][:] for RB rows, over keys [0, n); x rows are NV vectors wide.
+template <class T, int NV, int RB>
+void weighted_tile(const T* w, int64_t ldw, const T* x, T* out, int64_t n) {
+  using L = Lanes<T>;
+  using V = typename L::V;
+  constexpr int W = L::W, width = NV * W;
+  for (int r = 0; r < RB; ++r) std::fill(out + r * width, out + (r + 1) * width, T(0));
+  for (int64_t j0 = 0; j0 < n; j0 += kSumChunk) {
+    V acc[RB][NV] = {};
+    for (int64_t j = j0; j < std::min(n, j0 + kSumChunk); ++j) {
+      V xv[NV];
+      for (int c = 0; c < NV; ++c) xv[c] = L::load(x + j * width + c * W);
+      for (int r = 0; r < RB; ++r) {
+        const V wr = L::splat(w[r * ldw + j]);
+        for (int c = 0; c < NV; ++c) acc[r][c] += wr * xv[c];
+      }
+    }
+    for (int r = 0; r < RB; ++r)
+      for (int c = 0; c < NV; ++c) L::store(out + r * width + c * W, L::load(out + r * width + c * W) + acc[r][c]);
+  }
+}
+
+// dx[j][:] += sum_i w[i][j] y[i][:] over the rows i of the block, for KB keys at a time.
+template <class T, int NV, int KB>
+void transposed_tile(const T* w, int64_t ldw, const T* y, T* dx, int64_t rows) {
+  using L = Lanes<T>;
+  using V = typename L::V;
+  constexpr int W = L::W, width = NV * W;
+  V acc[KB][NV] = {};
+  for (int64_t i = 0; i < rows; ++i) {
+    V yv[NV];
+    for (int c = 0; c < NV; ++c) yv[c] = L::load(y + i * width + c * W);
+    for (int kb = 0; kb < KB; ++kb) {
+      const V wk = L::splat(w[i * ldw + kb]);
+      for (int c = 0; c < NV; ++c) acc[kb][c] += wk * yv[c];
+    }
+  }
+  for (int kb = 0; kb < KB; ++kb)
+    for (int c = 0; c < NV; ++c) L::store(dx + kb * width + c * W, L::load(dx + kb * width + c * W) + acc[kb][c]);
+}
+
+template <class T, int NV>
+void weighted_rows_fixed(const T* w, int64_t ldw, const T* x, T* out, int64_t rows, int64_t n) {
+  constexpr int RB = NV <= 4 ? 4 : (NV <= 8 ? 2 : 1);
+  constexpr int64_t width = NV * Lanes<T>::W;
+  int64_t i = 0;
+  for (; i + RB <= rows; i += RB) weighted_tile<T, NV, RB>(w + i * ldw, ldw, x, out + i * width, n);
+  for (; i < rows; ++i) weighted_tile<T, NV, 1>(w + i * ldw, ldw, x, out + i * width, n);
+}
+
+template <class T, int NV>
+void add_transposed_fixed(const T* w, int64_t ldw, const T* y, T* dx, int64_t rows, int64_t n) {
+  constexpr int KB = NV <= 4 ? 4 : (NV <= 8 ? 2 : 1);
+  constexpr int64_t width = NV * Lanes<T>::W;
+  int64_t j = 0;
+  for (; j + KB <= n; j += KB) transposed_tile<T, NV, KB>(w + j, ldw, y, dx + j * width, rows);
+  for (; j < n; ++j) transposed_tile<T, NV, 1>(w + j, ldw, y, dx + j * width, rows);
+}
+
+// out[i][:] = sum_j w[i][j] x[j][:] over the keys j < n.
 template <class T>
 void weighted_rows(const T* w, int64_t ldw, const T* x, int64_t width, T* out, int64_t rows, int64_t n) {
+  constexpr int W = Lanes<T>::W;
+  switch (width % W == 0 ? width / W : 0) {
+    case 1: return weighted_rows_fixed<T, 1>(w, ldw, x, out, rows, n);
+    case 2: return weighted_rows_fixed<T, 2>(w, ldw, x, out, rows, n);
+    case 4: return weighted_rows_fixed<T, 4>(w, ldw, x, out, rows, n);
+    case 8: return weighted_rows_fixed<T, 8>(w, ldw, x, out, rows, n);
+    case kMaxVectors: return weighted_rows_fixed<T, kMaxVectors>(w, ldw, x, out, rows, n);
+    default: break;
+  }
   T* part = scratch<T, 3>(width);
   for (int64_t i = 0; i < rows; ++i) {
     T* o = out + i * width;
@@ -121,21 +195,28 @@ void weighted_rows(const T* w, int64_t ldw, const T* x, int64_t width, T* out, i
     const T* wi = w + i * ldw;
     for (int64_t j0 = 0; j0 < n; j0 += kSumChunk) {
       std::fill(part, part + width, T(0));
-      for (int64_t j = j0; j < std::min(n, j0 + kSumChunk); ++j)
-        if (wi[j] != T(0)) axpy(part, wi[j], x + j * width, width);
+      for (int64_t j = j0; j < std::min(n, j0 + kSumChunk); ++j) axpy(part, wi[j], x + j * width, width);
       axpy(o, T(1), part, width);
     }
   }
 }
 
-// dx[j][:] += sum_i w[i][j] y[i][:] over the nonzero w (the transposed product, scattered into key rows).
+// dx[j][:] += sum_i w[i][j] y[i][:] (the transposed product, into key rows).
 template <class T>
 void add_transposed(const T* w, int64_t ldw, const T* y, int64_t width, T* dx, int64_t rows, int64_t n) {
+  constexpr int W = Lanes<T>::W;
+  switch (width % W == 0 ? width / W : 0) {
+    case 1: return add_transposed_fixed<T, 1>(w, ldw, y, dx, rows, n);
+    case 2: return add_transposed_fixed<T, 2>(w, ldw, y, dx, rows, n);
+    case 4: return add_transposed_fixed<T, 4>(w, ldw, y, dx, rows, n);
+    case 8: return add_transposed_fixed<T, 8>(w, ldw, y, dx, rows, n);
+    case kMaxVectors: return add_transposed_fixed<T, kMaxVectors>(w, ldw, y, dx, rows, n);
+    default: break;
+  }
   for (int64_t i = 0; i < rows; ++i) {
     const T* wi = w + i * ldw;
     const T* yi = y + i * width;
-    for (int64_t j = 0; j < n; ++j)
-      if (wi[j] != T(0)) axpy(dx + j * width, wi[j], yi, width);
+    for (int64_t j = 0; j < n; ++j) axpy(dx + j * width, wi[j], yi, width);
   }
 }
 
