@@ -4,6 +4,7 @@
 The targets, measured side by side in one run (2-core CPU):
   - memory-efficient alpha-entmax (learned alpha per head), one layer forward+backward, at 4096 and
     8192 tokens: time <= 2x SDPA softmax and peak memory <= 2x SDPA softmax's;
+  - the fused C++ kernel's alpha-entmax at 512, 1024 and 4096 tokens: time <= 2x SDPA softmax;
   - at 16384 tokens it runs (peak memory reported), where the explicit path cannot: explicit
     alpha-entmax is attempted under an address-space limit (--memory-limit-gib, default 20 GiB, so a
     24 GiB machine never reaches the OOM killer) and its allocation failure is the cell's result.
@@ -38,6 +39,8 @@ Method (that of scripts/bench_block_sparse.py; helpers in scripts/benchmarking.p
   memeff_*: impl "memory_efficient" (sparse_runner/attention/memory_efficient.py: query blocks, one
   threshold per row, backward recomputes the weights; O(N) memory); memeff_softmax sets the normaliser's
   `fused_sdpa` off so that softmax takes that path too instead of SDPA (as scripts/bench_attention.py does).
+  cpp_*: impl "cpp", the fused C++ kernel (sparse_runner/attention/kernels/entmax_attention_cpu.cpp: the same
+  algorithm, each query block's scores in cache).
   alpha_entmax learns one alpha per head (AttentionSpec alpha None, alpha_init "random", seed 0).
 * The "projections" row times the projections alone (no attention), so that each row splits into
   projections + attention.
@@ -111,6 +114,8 @@ from benchmarking import (  # noqa: E402
 D_MODEL, HEADS, HEAD_SIZE = 512, 8, 64
 BASELINE = "sdpa_softmax"
 TARGET_ROW, EXPLICIT_TARGET_ROW = "memeff_alpha_entmax", "explicit_alpha_entmax"
+KERNEL_TARGET_ROW = "cpp_alpha_entmax"
+KERNEL_TARGET_LENGTHS = (512, 1024, 4096)  # the fused kernel: <= 2x SDPA softmax, forward + backward
 
 # name -> (label, normaliser, impl); impl "sdpa" = AttentionSpec impl "auto" with softmax (SDPA), "proj" = no attention.
 ROWS = {
@@ -122,11 +127,14 @@ ROWS = {
     "memeff_sparsemax": ("sparsemax, memory-efficient", "sparsemax", "memory_efficient"),
     "memeff_entmax15": ("entmax15, memory-efficient", "entmax15", "memory_efficient"),
     "memeff_alpha_entmax": ("alpha_entmax (learned alpha/head), memory-efficient", "alpha_entmax", "memory_efficient"),
+    "cpp_sparsemax": ("sparsemax, fused C++ kernel", "sparsemax", "cpp"),
+    "cpp_entmax15": ("entmax15, fused C++ kernel", "entmax15", "cpp"),
+    "cpp_alpha_entmax": ("alpha_entmax (learned alpha/head), fused C++ kernel", "alpha_entmax", "cpp"),
     # Not attention: the layer's Q/K/V and output projections alone, to split every row's time into
     # projections + attention (the projections are the same matmuls in every row).
     "projections": ("projections only (Q/K/V + output, no attention)", None, "proj"),
 }
-DEFAULT_LENGTHS = "1024,2048,4096,8192,16384"
+DEFAULT_LENGTHS = "512,1024,2048,4096,8192,16384"
 QUICK_LENGTHS = "128,256"
 # A memory child's failure that means "the step did not fit under the address-space limit".
 _ALLOCATION_FAILURE = re.compile(r"alloc|out of memory|not enough memory", re.IGNORECASE)
@@ -319,6 +327,10 @@ def targets(results: dict, memory: dict, limit_gib: float) -> list[dict]:
     elif "error" in m:
         entry["detail"] = m["error"]  # neither ran nor failed to allocate (e.g. timed out): not decided
     t.append(entry)
+    for n in KERNEL_TARGET_LENGTHS:
+        a = results.get(str(n), {}).get(KERNEL_TARGET_ROW, {}).get("fwd_bwd_ms")
+        b = results.get(str(n), {}).get(BASELINE, {}).get("fwd_bwd_ms")
+        t.append(_target(f"time: fused C++ alpha_entmax / SDPA softmax at {n} (target <= 2)", a / b if a is not None and b else None, lambda v: v <= 2))
     return t
 
 

@@ -121,7 +121,7 @@ def test_cpu_choices_follow_the_crossover_rule_whatever_the_dropout_and_masks(mo
     )
     for me_from, n_keys, n_scores, threshold_form, dropout_p, has_mask, head_dim, element_size in grid:
         fits = n_scores is None or me.explicit_fits(n_scores, element_size, CPU)
-        kernel_takes = built and not has_mask and dropout_p == 0.0
+        kernel_takes = built and not has_mask
         impl, reason = choose(CPU, n_keys, memory_efficient_from=me_from, dropout_p=dropout_p, has_mask=has_mask, threshold_form=threshold_form,
                               n_scores=n_scores, element_size=element_size, head_dim=head_dim, key_padding=has_mask, causal=True)
         assert impl == _cpu_rule(me_from, n_keys, n_scores, threshold_form, fits, kernel_takes)
@@ -135,7 +135,7 @@ def test_cpu_kernel_reasons_name_the_rule_that_applied(cpp_on, monkeypatch):
     assert choose(CPU, 256) == ("explicit", "explicit: CPU, 256 keys <= 256")
     assert choose(CPU, 512, key_padding=True) == ("cpp", "cpp: CPU, threshold-form normaliser, padding mask, 512 keys > 256")
     assert choose(CPU, 128, n_scores=2**40) == ("cpp", "cpp: CPU, threshold-form normaliser, no mask, 128 keys, the explicit scores exceed 1/8 of its memory")
-    assert choose(CPU, 512, dropout_p=0.1) == ("explicit", "explicit: CPU, attention dropout, 512 keys <= 4096")
+    assert choose(CPU, 512, dropout_p=0.1, causal=True) == ("cpp", "cpp: CPU, threshold-form normaliser, causal mask, attention dropout, 512 keys > 256")
     assert choose(CPU, 5000, has_mask=True) == ("memory_efficient", "memory_efficient: CPU, a pattern mask, 5000 keys > 4096")
     assert choose(CPU, 512, need_weights=True) == ("explicit", "explicit: CPU, weights for the analysis, 512 keys")
     assert choose(CPU, 5000, need_weights=True)[0] == "cpp"
@@ -143,10 +143,10 @@ def test_cpu_kernel_reasons_name_the_rule_that_applied(cpp_on, monkeypatch):
 
 
 def test_forced_cpp_is_refused_off_the_cpu_without_the_extension_and_for_what_it_cannot_take(cpp_on, monkeypatch):
+    assert choose(CPU, impl="cpp", dropout_p=0.1) == ("cpp", "cpp: model.attention_impl=cpp")
     for kwargs, problem in (
         (dict(device=CUDA), "model.attention_impl=cpp needs a CPU device; use memory_efficient (any device) or auto"),
         (dict(device=CPU, has_mask=True), "model.attention_impl=cpp cannot take a pattern mask; use memory_efficient or auto"),
-        (dict(device=CPU, dropout_p=0.1), "model.attention_impl=cpp cannot take attention dropout; use memory_efficient or auto"),
     ):
         with pytest.raises(RuntimeError) as error:
             choose(impl="cpp", **kwargs)

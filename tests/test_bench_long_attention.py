@@ -55,7 +55,7 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     assert "max-explicit-length" in result["timings"]["256"]["explicit_alpha_entmax"]["skipped"]
     assert result["memory"]["256"]["explicit_alpha_entmax"]["peak_mib"] >= 0
     names = [t["name"] for t in result["targets"]]
-    assert len(names) == 6 and all(t["met"] is None for t in result["targets"])  # no 4096+ lengths in a smoke run
+    assert len(names) == 9 and all(t["met"] is None for t in result["targets"])  # no 512+ lengths in a smoke run
     assert any("16384" in name and "explicit" in name for name in names)
 
     md = (out / "long_attention.md").read_text()
@@ -86,8 +86,11 @@ def test_targets_read_the_cells():
         "16384": {"memeff_alpha_entmax": {"peak_mib": 300.0},
                   "explicit_alpha_entmax": {"failed": "cannot allocate: you tried to allocate 8589934592 bytes"}},
     }
+    results["512"] = {"sdpa_softmax": {"fwd_bwd_ms": 10.0}, "cpp_alpha_entmax": {"fwd_bwd_ms": 25.0}}
+    results["4096"]["cpp_alpha_entmax"] = {"fwd_bwd_ms": 120.0}
     t = bench.targets(results, memory, 20.0)
-    assert [e["met"] for e in t] == [True, True, False, False, True, True]
+    assert [e["met"] for e in t] == [True, True, False, False, True, True, False, None, True]
+    assert t[6]["value"] == 2.5 and t[8]["value"] == 1.2 and "fused C++ alpha_entmax" in t[8]["name"]
     assert t[0]["value"] == 1.5 and t[3]["value"] == 2.5 and t[4]["value"] == 300.0
     assert "cannot allocate" in t[5]["detail"]
 

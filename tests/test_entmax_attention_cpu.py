@@ -6,11 +6,13 @@ bitwise the forward's; and its place in the model and the config."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from sparse_runner.analysis.attention_stats import AttentionStats
-from sparse_runner.attention import AttentionSpec, MultiHeadAttention
+from sparse_runner.attention import AttentionSpec, MultiHeadAttention, entmax
 from sparse_runner.attention import memory_efficient as me
 from sparse_runner.attention.kernels import entmax_attention_cpu as kernel
 from sparse_runner.attention.spec import check_attention_impl_device
@@ -162,6 +164,48 @@ def test_backward_recomputes_the_forwards_weights_bitwise(alpha):
     assert (out.sum(-1) - 1).abs().max() < 1e-5
 
 
+def explicit_dropped(q, k, v, alpha, keep, rate, causal=False):
+    """The explicit path (as tests/test_memory_efficient.py's `explicit`) with the weights multiplied by
+    keep / (1 - rate) before v."""
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(s.shape[-1] - s.shape[-2]), float("-inf"))
+    a = alpha.view(1, -1, 1, 1) if torch.is_tensor(alpha) else alpha
+    return (entmax.alpha_entmax(s, a, dim=-1) * keep / (1 - rate)) @ v
+
+
+@pytest.mark.parametrize("alpha", [1.5, "per_head"])
+@pytest.mark.parametrize("rows", [8, 64])
+def test_dropout_equals_the_explicit_path_with_the_kernels_mask(alpha, rows, monkeypatch):
+    """At any block size: the mask is a function of (seed, pair, query, key) alone."""
+    monkeypatch.setattr(kernel, "MIN_ROWS", rows)
+    monkeypatch.setattr(kernel, "MAX_ROWS", rows)
+    rate, seed = 0.3, 12345
+    monkeypatch.setattr(torch, "randint", lambda *args, **kw: torch.tensor([seed]))  # the kernel's seed draw
+    q, k, v, alpha = make_inputs(2, 3, 40, 70, 8, torch.float64, alpha, scale=2.0)
+    keep = kernel.dropout_keep(seed, (2, 3, 40, 70), rate).double()
+    inputs = [q, k, v] + ([alpha] if torch.is_tensor(alpha) else [])
+    out = kernel.entmax_attention(q, k, v, alpha, causal=True, dropout_p=rate)
+    ref = explicit_dropped(q, k, v, alpha, keep, rate, causal=True)
+    for a, b in zip([out, *grads(out, inputs)], [ref, *grads(ref, inputs)]):
+        assert (a - b).abs().max().item() < 1e-10
+
+
+def test_dropout_masks_keep_their_rate_and_differ_by_seed():
+    rate = 0.2
+    keep = kernel.dropout_keep(7, (4, 8, 64, 512), rate)
+    n = keep.numel()
+    assert abs(keep.float().mean().item() - (1 - rate)) < 4 * (rate * (1 - rate) / n) ** 0.5
+    assert not torch.equal(keep, kernel.dropout_keep(8, (4, 8, 64, 512), rate))
+    assert keep[:, :, :, 0].float().mean().item() == pytest.approx(1 - rate, abs=0.05)  # no stuck column
+    q, k, v, alpha = make_inputs(1, 2, 50, 300, 16, torch.float32, "per_head")
+    torch.manual_seed(3)
+    a = kernel.entmax_attention(q, k, v, alpha, dropout_p=rate)
+    torch.manual_seed(3)
+    assert torch.equal(a, kernel.entmax_attention(q, k, v, alpha, dropout_p=rate))  # the seed comes from torch's generator
+    assert not torch.equal(a, kernel.entmax_attention(q, k, v, alpha, dropout_p=rate))
+
+
 def test_nan_scores_give_nan_rows():
     q, k, v, _ = make_inputs(1, 1, 3, 300, 4, torch.float32, 1.5)
     k = k.detach().clone()
@@ -205,14 +249,12 @@ def test_auto_takes_the_kernel_above_its_crossover_and_the_layer_says_so():
         assert reason.startswith(f"{path}: CPU")
 
 
-@pytest.mark.parametrize("override, problem", [
-    (["model.pattern=window"], "model.attention_impl: 'cpp' cannot apply the mask of pattern 'window'"),
-    (["model.attention_dropout=0.1"], "model.attention_impl: 'cpp' has no attention dropout, and model.attention_dropout is 0.1"),
-])
-def test_what_the_kernel_cannot_take_is_refused_in_one_line(tiny_config, plain, override, problem):
+def test_a_pattern_mask_is_refused_in_one_line(tiny_config, plain):
     with pytest.raises(ConfigError) as error:
-        tiny_config("model=entmax15", "model.attention_impl=cpp", *override)
-    assert str(error.value).startswith(problem) and "\n" not in str(error.value)
+        tiny_config("model=entmax15", "model.attention_impl=cpp", "model.pattern=window")
+    assert str(error.value).startswith("model.attention_impl: 'cpp' cannot apply the mask of pattern 'window'")
+    assert "\n" not in str(error.value)
+    tiny_config("model=entmax15", "model.attention_impl=cpp", "model.attention_dropout=0.1")  # dropout is taken
 
 
 def test_cpp_is_refused_on_cuda(tiny_config):

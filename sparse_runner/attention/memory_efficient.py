@@ -24,8 +24,8 @@ value products, and in backward every product (scores included), run on the gath
 Why by hand: PyTorch's fused attention kernels are softmax only, the `entmax` package materialises the
 scores, and AdaSplash (a fused kernel) runs on CUDA only and for a fixed alpha. The same algorithm runs
 as fused kernels: Triton on CUDA (kernels/entmax_attention_triton.py) and C++ on CPU
-(kernels/entmax_attention_cpu.cpp). This path serves what they cannot take (a pattern mask; attention
-dropout on CPU; a head size above the Triton kernel's; `explain_impl`), and is the reference the kernels
+(kernels/entmax_attention_cpu.cpp). This path serves what they cannot take (a pattern mask; a head size
+above the Triton kernel's; `explain_impl`), and is the reference the kernels
 are tested against.
 """
 
@@ -56,7 +56,7 @@ Alpha = float | torch.Tensor
 # model.attention_impl: how a dense or causal pattern computes attention (block patterns have their own tiles).
 #   auto: `explain_impl` (softmax without weights goes to SDPA before any choice is made);
 #   explicit: the (Nq, Nk) scores and weights; memory_efficient: this module;
-#   cpp: the fused CPU kernel (kernels/entmax_attention_cpu.py); no pattern mask, no attention dropout;
+#   cpp: the fused CPU kernel (kernels/entmax_attention_cpu.py); no pattern mask;
 #   triton / adasplash: the CUDA kernels (kernels/entmax_attention_triton.py, kernels/adasplash_backend.py).
 ATTENTION_IMPLS = ("auto", "explicit", "memory_efficient", "cpp", "triton", "adasplash")
 GPU_IMPLS = ("triton", "adasplash")  # no mask besides padding and causality; AdaSplash: no attention dropout
@@ -68,11 +68,14 @@ CPU_IMPLS = ("cpp",)
 # took 0.74-0.88x the memory-efficient path's time at 1,024-4,096 keys (alpha-entmax) and 1.54x at 8,192, where
 # memory traffic bounds it; with 1 thread on a loaded machine it was faster at 512-2,048 keys for every sparse
 # normaliser and level at 4,096 (alpha-entmax 1.17x, 1.5-entmax 0.89x, sparsemax 0.91x).
-# With the fused CPU kernel (model.attention_impl=cpp) that crossover moves down to CPP_EXPLICIT_UP_TO keys: measured
-# with scripts/bench_long_attention.py --lengths (one layer, 8 heads, forward + backward, docs/benchmarks.md),
-# the kernel took less time than the explicit path above CPP_EXPLICIT_UP_TO keys, and up to it about as long or longer
-# (short rows: its per-block overhead and the threshold API's per-row solve against the explicit path's
-# row kernels, which batch short rows across vector lanes).
+# With the fused CPU kernel (model.attention_impl=cpp) the explicit path is kept up to CPP_EXPLICIT_UP_TO keys
+# only. Measured on 2 idle cores (docs/benchmarks.md), forward + backward: one layer (8 heads of 64, batch 1,
+# projections included, scripts/bench_long_attention.py) took 0.92-1.0x the explicit path's time at 128-4,096
+# keys for every sparse normaliser; attention alone (alpha 1.4 per head, 4,096 tokens per batch, medians of 5
+# calls timed by hand) took 0.37-0.93x at 32-256 keys with heads of 16 and 64. The forward alone is slower on
+# short rows, where the kernel's per-call preparation dominates: a 1-query decoding step over 40 keys took
+# 508 us against 72 us, 40 queries over 40 keys 1.17 ms against 0.89 ms (batch 32, 4 heads of 64, no grad).
+# Evaluation and decoding take the same choice as training, so short rows stay on the explicit path.
 # "Fit": EXPLICIT_LIVE_COPIES float tensors of the layer's (B, H, Nq, Nk) scores (scores, weights and the
 # backward's gradient) within EXPLICIT_MEMORY_SHARE of the device's total memory. Total, not free memory:
 # a run's path, and with it its floating-point rounding, must not depend on what else the machine runs.
@@ -123,7 +126,7 @@ def explain_impl(
     needs the weights (need_weights), the explicit path where the crossover rule keeps it: it has them at
     once, while beside the kernel they are computed again block by block.
     `auto` on CPU: the explicit path up to CPP_EXPLICIT_UP_TO keys (where `explicit_fits`), the fused C++
-    kernel above, for a threshold-form normaliser without a pattern mask or attention dropout (the
+    kernel above, for a threshold-form normaliser without a pattern mask, attention dropout included (the
     analysis's weights as on CUDA). Otherwise, and on every other device, the explicit path up to a
     crossover and the memory-efficient path beyond it: memory_efficient_from keys, or for "auto"
     EXPLICIT_UP_TO keys where `explicit_fits(n_scores, element_size)` (n_scores None: fits). A
@@ -144,7 +147,7 @@ def explain_impl(
         if device.type != "cpu" or not cpu_kernel().available():
             why = "a CPU device" if device.type != "cpu" else "the C++ extension, which could not be built here"
             raise RuntimeError(f"model.attention_impl={impl} needs {why}; use memory_efficient (any device) or auto")
-        kernel_cannot = cpu_kernel().cannot(has_mask=has_mask, dropout_p=dropout_p)
+        kernel_cannot = cpu_kernel().cannot(has_mask=has_mask)
         if kernel_cannot is not None:
             raise RuntimeError(f"model.attention_impl={impl} cannot take {kernel_cannot}; use memory_efficient or auto")
         return impl, f"{impl}: model.attention_impl={impl}"
@@ -155,22 +158,22 @@ def explain_impl(
     where = device.type.upper() if device.type in ("cpu", "cuda") else device.type
     masks = [name for name, present in (("padding", key_padding), ("causal", causal)) if present]
     masks = f"{' and '.join(masks) or 'no'} mask"
+    dropout = ", attention dropout" if dropout_p > 0.0 else ""
     if device.type == "cpu":
-        kernel_cannot = cpu_kernel().cannot(has_mask=has_mask, dropout_p=dropout_p)
+        kernel_cannot = cpu_kernel().cannot(has_mask=has_mask)
         if kernel_cannot is None and _cpp_available():
             if need_weights and _crossover(memory_efficient_from, n_keys, n_scores, element_size, device)[0] == "explicit":
                 return "explicit", f"explicit: CPU, weights for the analysis, {n_keys} keys"
             path, why = _crossover(memory_efficient_from, n_keys, n_scores, element_size, device, CPP_EXPLICIT_UP_TO)
             if path == "explicit":
                 return "explicit", f"explicit: CPU, {why}"
-            return "cpp", f"cpp: CPU, threshold-form normaliser, {masks}, {why}"
+            return "cpp", f"cpp: CPU, threshold-form normaliser, {masks}{dropout}, {why}"
         where = f"CPU, {kernel_cannot or 'the C++ extension unavailable'}"
     if device.type == "cuda":
         kernel_cannot = _triton_cannot(has_mask, head_dim, element_size)
         if kernel_cannot is None and _triton_available():
             if need_weights and _crossover(memory_efficient_from, n_keys, n_scores, element_size, device)[0] == "explicit":
                 return "explicit", f"explicit: CUDA, weights for the analysis, {n_keys} keys"
-            dropout = ", attention dropout" if dropout_p > 0.0 else ""
             return "triton", f"triton: CUDA, threshold-form normaliser, {masks}{dropout}"
         where = f"CUDA, {kernel_cannot or 'triton not installed'}"
     impl, why = _crossover(memory_efficient_from, n_keys, n_scores, element_size, device)
@@ -329,7 +332,7 @@ def attend_long(
     record_scores(q.shape[0] * q.shape[1] * q.shape[-2] * k.shape[-2])
     alpha = normaliser_alpha(normaliser)
     if impl == "cpp":
-        out = cpu_kernel().entmax_attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal)
+        out = cpu_kernel().entmax_attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal, dropout_p=dropout_p)
     elif impl == "triton":
         out = gpu_backend("triton").entmax_attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal, dropout_p=dropout_p)
     elif impl == "adasplash":

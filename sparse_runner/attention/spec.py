@@ -95,8 +95,8 @@ def check_attention_impl(m: Any, patterns: Iterable[str], *, cross_attention: bo
     number (a decoder's context attention, incremental decoding). Refused: an impl that no layer reads
     (block patterns compute their own blocks: auto or explicit), a memory-efficient impl for a
     normaliser without a threshold form, and what the fused kernels cannot do (`memory_efficient.GPU_IMPLS`,
-    `CPU_IMPLS`: a mask besides padding and causality; cpp and AdaSplash: attention dropout; AdaSplash: a
-    learned alpha or alpha 1, other numbers of queries and keys). `auto` always works: it only picks what can. What depends on the
+    `CPU_IMPLS`: a mask besides padding and causality; AdaSplash: attention dropout, a learned alpha or
+    alpha 1, other numbers of queries and keys). `auto` always works: it only picks what can. What depends on the
     device is checked once it is known (`check_attention_impl_device`).
     """
     from sparse_runner.attention.memory_efficient import CPU_IMPLS, GPU_IMPLS
@@ -131,8 +131,6 @@ def check_attention_impl(m: Any, patterns: Iterable[str], *, cross_attention: bo
     if masked:
         _refuse("model.attention_impl", f"{impl!r} cannot apply the mask of pattern {masked[0]!r} (the fused kernels take padding and causal masks only)", masked[0], "auto, explicit, memory_efficient")
     if impl in CPU_IMPLS:
-        if m.attention_dropout > 0 and not normaliser.fused_sdpa:
-            _refuse("model.attention_impl", f"'cpp' has no attention dropout, and model.attention_dropout is {m.attention_dropout}", "attention dropout", "auto, explicit, memory_efficient")
         return
     if impl != "adasplash":
         return

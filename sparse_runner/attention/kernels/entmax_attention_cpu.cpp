@@ -2,11 +2,12 @@
 // the dtype handling are in entmax_attention_cpu.py; the row solvers are entmax_cpu.cpp's (entmax_rows.h).
 //
 // Forward, per task = (pair, block of query rows): the block's scores go into a per-thread buffer that
-// stays in cache, each row's threshold is solved there (entmax_rows::threshold), and p v accumulates
-// over the keys that hold weight.  Only the row's threshold parameters (t, F) are kept.
+// stays in cache, each row's threshold is solved there (entmax_rows::threshold), and p v accumulates in
+// register tiles.  Only the row's threshold parameters (t, F) are kept.
 // Backward, per task = one pair (all of its query blocks, in order): the scores are computed again by the
 // same code, the weights recomputed from (t, F) (bitwise the forward's), dp = dO v^T, ds from the entmax
-// Jacobian (entmax_rows::backward, with dalpha per row), and dq, dk, dv from the keys on the support only.
+// Jacobian (entmax_rows::backward, with dalpha per row), and dq, dk, dv.  Attention dropout multiplies the
+// weights by a keep mask drawn from a counter-based hash, drawn again in the backward (Dropout).
 // A pair's dk, dv and dalpha are summed by one thread in a fixed order, so the gradients do not depend
 // on the thread count.
 //
@@ -19,11 +20,13 @@
 //   transposes, so that score-like products run along keys, one vector of keys per FMA.
 //   key padding (B, Nk) uint8, 1 = real key, or empty; causal: query i sees keys j <= i + Nk - Nq.
 //   alpha (H,) float64, each in [1, 2]; a query without any key gets a zero output and zero gradients.
+//   dropout: the rate in [0, 1) and a 64-bit seed.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -220,6 +223,40 @@ void add_transposed(const T* w, int64_t ldw, const T* y, int64_t width, T* dx, i
   }
 }
 
+// Attention dropout.  Whether weight (row, key) of a pair is kept is a hash of (seed, pair, row, key): the
+// backward draws the same mask again without storing it, and the mask does not depend on the block size or
+// the thread count.  A 32-bit integer hash (multiply-xorshift, "lowbias32") vectorises along the keys.
+inline uint32_t hash32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
+  return x;
+}
+
+struct Dropout {
+  double rate = 0.0;
+  uint64_t seed = 0;
+  uint32_t threshold = 0;  // keep where hash >= threshold: probability 1 - rate
+
+  explicit Dropout(double r = 0.0, uint64_t s = 0) : rate(r), seed(s) {
+    threshold = uint32_t(std::min(4294967295.0, std::ldexp(r, 32)));
+  }
+  bool on() const { return rate > 0.0; }
+  // The row's stream: every (pair, row) gets its own, from the 64-bit seed.
+  uint32_t row_base(int64_t pair, int64_t row, int64_t rows_per_pair) const {
+    const uint64_t id = uint64_t(pair) * uint64_t(rows_per_pair) + uint64_t(row);
+    return hash32(uint32_t(seed) ^ hash32(uint32_t(seed >> 32) ^ hash32(uint32_t(id) ^ hash32(uint32_t(id >> 32)))));
+  }
+  // out[j] = x[j] / (1 - rate) where (row, j) is kept, else 0, for keys [0, n).
+  template <class T>
+  void apply(const T* x, T* out, int64_t n, uint32_t base) const {
+    const T scale = T(1.0 / (1.0 - rate));
+    for (int64_t j = 0; j < n; ++j) out[j] = hash32(base ^ (uint32_t(j) * 0x9e3779b9U)) >= threshold ? x[j] * scale : T(0);
+  }
+};
+
 // One call's geometry and operands.
 template <class T>
 struct Call {
@@ -230,6 +267,12 @@ struct Call {
   bool causal;
   const double* alpha;
   double thr;
+  Dropout dropout;
+
+  // The dropped weights of rows [r0, r1) of `pair` (R x n, row stride n): out = mask(x) / (1 - rate).
+  void drop(const T* x, T* out, int64_t pair, int64_t r0, int64_t r1, int64_t n) const {
+    for (int64_t i = 0; i < r1 - r0; ++i) dropout.apply(x + i * n, out + i * n, n, dropout.row_base(pair, r0 + i, nq));
+  }
 
   int64_t blocks() const { return (nq + rows - 1) / rows; }
 
@@ -279,6 +322,7 @@ void forward_impl(const Call<T>& c, T* out, double* params) {
       T* p = scratch<T, 1>(c.rows * n);
       c.scores(s, pair, r0, r1, n);
       entmax_rows::threshold(s, p, prm, r1 - r0, n, c.alpha[pair % c.heads], c.thr);
+      if (c.dropout.on()) c.drop(p, p, pair, r0, r1, n);
       weighted_rows(p, n, c.v + pair * c.nk * c.dv, c.dv, o, r1 - r0, n);
     }
   });
@@ -322,8 +366,14 @@ void backward_impl(const Call<T>& c, const double* params, const T* grad, T* dq,
         c.scores(s, pair, r0, r1, n);
         entmax_rows::from_threshold(s, p, params + 2 * (pair * c.nq + r0), rows, n, alpha, c.thr);
         row_products(g, c.dv, c.vt + pair * c.dv * c.nk, c.nk, dp, n, rows, n, c.dv);
-        add_transposed(p, n, g, c.dv, dv_part, rows, n);
-        T* ds = s;  // the scores are no longer needed
+        if (c.dropout.on()) {  // dv from the dropped weights; dp through the mask to the weights
+          c.drop(p, s, pair, r0, r1, n);  // the scores are no longer needed
+          add_transposed(s, n, g, c.dv, dv_part, rows, n);
+          c.drop(dp, dp, pair, r0, r1, n);
+        } else {
+          add_transposed(p, n, g, c.dv, dv_part, rows, n);
+        }
+        T* ds = s;
         entmax_rows::backward(p, dp, ds, rows, n, alpha, c.thr, dalpha != nullptr ? da_rows.data() : nullptr);
         weighted_rows(ds, n, kp, c.d, dqb, rows, n);
         add_transposed(ds, n, qb, c.d, dk_part, rows, n);
@@ -342,8 +392,9 @@ void backward_impl(const Call<T>& c, const double* params, const T* grad, T* dq,
 template <class T>
 Call<T> make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& kt,
                   const at::Tensor& vt, const at::Tensor& padding, bool causal, const at::Tensor& alpha, double thr,
-                  int64_t rows) {
+                  int64_t rows, double dropout, int64_t seed) {
   Call<T> c;
+  c.dropout = Dropout(dropout, uint64_t(seed));
   c.q = q.data_ptr<T>(), c.k = k.data_ptr<T>(), c.v = v.data_ptr<T>(), c.kt = kt.data_ptr<T>(), c.vt = vt.data_ptr<T>();
   c.pairs = q.size(0), c.heads = alpha.numel(), c.nq = q.size(1), c.nk = k.size(1), c.d = q.size(2), c.dv = v.size(2);
   c.rows = rows;
@@ -364,7 +415,8 @@ Call<T> make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 }
 
 void check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& kt, const at::Tensor& vt,
-           const at::Tensor& padding, const at::Tensor& alpha, int64_t rows) {
+           const at::Tensor& padding, const at::Tensor& alpha, int64_t rows, double dropout) {
+  TORCH_CHECK(dropout >= 0.0 && dropout < 1.0, "entmax_attention_cpu: dropout must be in [0, 1)");
   for (const at::Tensor* t : {&q, &k, &v, &kt, &vt})
     TORCH_CHECK(t->device().is_cpu() && t->dim() == 3 && t->is_contiguous() && t->scalar_type() == q.scalar_type(),
                 "entmax_attention_cpu: q, k, v, kt, vt must be contiguous 3-D CPU tensors of one dtype");
@@ -385,13 +437,14 @@ void check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const 
 // Returns (out (P, Nq, Dv), params (P, Nq, 2) float64).
 std::vector<at::Tensor> attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           const at::Tensor& kt, const at::Tensor& vt, const at::Tensor& padding,
-                                          bool causal, const at::Tensor& alpha, double thr, int64_t rows) {
-  check(q, k, v, kt, vt, padding, alpha, rows);
+                                          bool causal, const at::Tensor& alpha, double thr, int64_t rows,
+                                          double dropout, int64_t seed) {
+  check(q, k, v, kt, vt, padding, alpha, rows, dropout);
   at::Tensor out = at::empty({q.size(0), q.size(1), v.size(2)}, q.options());
   at::Tensor params = at::empty({q.size(0), q.size(1), 2}, q.options().dtype(at::kDouble));
   if (q.numel() == 0) return {out, params};
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "entmax_attention_forward", [&] {
-    const Call<scalar_t> c = make_call<scalar_t>(q, k, v, kt, vt, padding, causal, alpha, thr, rows);
+    const Call<scalar_t> c = make_call<scalar_t>(q, k, v, kt, vt, padding, causal, alpha, thr, rows, dropout, seed);
     forward_impl(c, out.data_ptr<scalar_t>(), params.data_ptr<double>());
   });
   return {out, params};
@@ -401,8 +454,9 @@ std::vector<at::Tensor> attention_forward(const at::Tensor& q, const at::Tensor&
 std::vector<at::Tensor> attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                            const at::Tensor& kt, const at::Tensor& vt, const at::Tensor& padding,
                                            bool causal, const at::Tensor& alpha, double thr, int64_t rows,
-                                           const at::Tensor& params, const at::Tensor& grad, bool need_dalpha) {
-  check(q, k, v, kt, vt, padding, alpha, rows);
+                                           double dropout, int64_t seed, const at::Tensor& params,
+                                           const at::Tensor& grad, bool need_dalpha) {
+  check(q, k, v, kt, vt, padding, alpha, rows, dropout);
   TORCH_CHECK(grad.is_contiguous() && grad.scalar_type() == q.scalar_type() && grad.size(0) == q.size(0) &&
                   grad.size(1) == q.size(1) && grad.size(2) == v.size(2),
               "entmax_attention_cpu: grad must be a contiguous (P, Nq, Dv) tensor of q's dtype");
@@ -412,11 +466,25 @@ std::vector<at::Tensor> attention_backward(const at::Tensor& q, const at::Tensor
   at::Tensor da = at::zeros({need_dalpha ? q.size(0) : 0}, q.options().dtype(at::kDouble));
   if (q.numel() == 0) return {dq, dk, dv, da};
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "entmax_attention_backward", [&] {
-    const Call<scalar_t> c = make_call<scalar_t>(q, k, v, kt, vt, padding, causal, alpha, thr, rows);
+    const Call<scalar_t> c = make_call<scalar_t>(q, k, v, kt, vt, padding, causal, alpha, thr, rows, dropout, seed);
     backward_impl(c, params.data_ptr<double>(), grad.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(),
                   dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), need_dalpha ? da.data_ptr<double>() : nullptr);
   });
   return {dq, dk, dv, da};
+}
+
+// The keep mask of `dropout` for P pairs of Nq x Nk weights (uint8, 1 = kept), as forward and backward draw it.
+at::Tensor dropout_keep(int64_t pairs, int64_t nq, int64_t nk, double dropout, int64_t seed) {
+  const Dropout d(dropout, uint64_t(seed));
+  at::Tensor keep = at::empty({pairs, nq, nk}, at::TensorOptions().dtype(at::kByte));
+  std::vector<float> ones(nk, 1.0f), row(nk);
+  uint8_t* out = keep.data_ptr<uint8_t>();
+  for (int64_t p = 0; p < pairs; ++p)
+    for (int64_t i = 0; i < nq; ++i) {
+      d.apply(ones.data(), row.data(), nk, d.row_base(p, i, nq));
+      for (int64_t j = 0; j < nk; ++j) out[(p * nq + i) * nk + j] = row[j] != 0.0f;
+    }
+  return keep;
 }
 
 }  // namespace
@@ -425,9 +493,12 @@ void register_entmax_attention(pybind11::module_& m) {
   m.def("attention_forward", &attention_forward, "fused alpha-entmax attention: (out, per-row (t, F))",
         pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("kt"), pybind11::arg("vt"),
         pybind11::arg("padding"), pybind11::arg("causal"), pybind11::arg("alpha"), pybind11::arg("thr"),
-        pybind11::arg("rows"));
+        pybind11::arg("rows"), pybind11::arg("dropout"), pybind11::arg("seed"));
   m.def("attention_backward", &attention_backward, "its gradients: (dq, dk, dv, dalpha per pair)",
         pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("kt"), pybind11::arg("vt"),
         pybind11::arg("padding"), pybind11::arg("causal"), pybind11::arg("alpha"), pybind11::arg("thr"),
-        pybind11::arg("rows"), pybind11::arg("params"), pybind11::arg("grad"), pybind11::arg("need_dalpha"));
+        pybind11::arg("rows"), pybind11::arg("dropout"), pybind11::arg("seed"), pybind11::arg("params"),
+        pybind11::arg("grad"), pybind11::arg("need_dalpha"));
+  m.def("attention_dropout_keep", &dropout_keep, "the kernel's attention-dropout keep mask (P, Nq, Nk) uint8",
+        pybind11::arg("pairs"), pybind11::arg("nq"), pybind11::arg("nk"), pybind11::arg("dropout"), pybind11::arg("seed"));
 }

@@ -3,7 +3,7 @@
 The kernel (entmax_attention_cpu.cpp, built with the entmax extension) computes a block of query rows
 at a time: scores in a cache-sized buffer, one threshold per row, p v over the keys that hold weight.
 It keeps one (t, F) pair per query row, so memory is O(N) as on the memory-efficient path, and the
-backward recomputes the weights from it (bitwise the forward's). See memory_efficient.explain_impl for
+backward recomputes the weights from it (bitwise the forward's), and the attention-dropout mask from its seed. See memory_efficient.explain_impl for
 when `auto` picks it, and `cannot` for what it does not take (those calls stay on the torch paths).
 """
 
@@ -30,13 +30,11 @@ def available() -> bool:
     return load_entmax_cpu() is not None
 
 
-def cannot(*, has_mask: bool, dropout_p: float) -> str | None:
+def cannot(*, has_mask: bool) -> str | None:
     """What keeps the kernel from a call (a phrase for `explain_impl`'s reason), or None when it takes it.
-    Every floating dtype is taken (half types are widened to float32)."""
+    Every floating dtype is taken (half types are widened to float32), and attention dropout."""
     if has_mask:
         return "a pattern mask"
-    if dropout_p > 0.0:
-        return "attention dropout"
     return None
 
 
@@ -52,6 +50,7 @@ def entmax_attention(
     *,
     key_padding_mask: torch.Tensor | None = None,
     causal: bool = False,
+    dropout_p: float = 0.0,
     scale: float | None = None,
 ) -> torch.Tensor:
     """alpha-entmax attention of q over (k, v) on CPU. Differentiable in q, k, v and a tensor alpha.
@@ -61,6 +60,8 @@ def entmax_attention(
     alpha: a float in [1, 2] or one alpha per head, (H,) or (1, H, 1, 1); a tensor gets its gradient.
     key_padding_mask: (B, Nk) bool, True = real key. causal: query i sees keys j <= i + Nk - Nq.
     A query without any key gets a zero output and zero gradients.
+    dropout_p: dropout on the weights; the keep mask is a hash of (seed, pair, query, key), the seed one draw
+        from torch's generator per call, so the backward draws the same mask (`dropout_keep` returns it).
     """
     module = load_entmax_cpu()
     if module is None:
@@ -79,15 +80,24 @@ def entmax_attention(
         torch.full((h,), float(alpha), dtype=torch.float64) if alpha_t is None
         else alpha_t.detach().to(torch.float64).clamp(1.0, 2.0).expand(h).contiguous()
     )
-    settings = (module, padding, bool(causal), alpha_rows, scale)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p={dropout_p}: expected a rate in [0, 1)")
+    seed = int(torch.randint(1 << 62, (1,)).item()) if dropout_p > 0.0 else 0
+    settings = (module, padding, bool(causal), alpha_rows, scale, float(dropout_p), seed)
     out = _EntmaxAttentionCPU.apply(q, k, v, alpha_t, settings)
     return out
+
+
+def dropout_keep(seed: int, shape: tuple[int, int, int, int], dropout_p: float) -> torch.Tensor:
+    """The keep mask (B, H, Nq, Nk) bool that the kernel draws for `seed` at rate dropout_p (for tests)."""
+    b, h, n_q, n_k = shape
+    return load_entmax_cpu().attention_dropout_keep(b * h, n_q, n_k, dropout_p, seed).view(b, h, n_q, n_k).bool()
 
 
 class _EntmaxAttentionCPU(Function):
     @staticmethod
     def forward(ctx, q, k, v, alpha_t, settings):
-        module, padding, causal, alpha_rows, scale = settings
+        module, padding, causal, alpha_rows, scale, dropout_p, seed = settings
         b, h, n_q, d = q.shape
         work = torch.float64 if q.dtype == torch.float64 else torch.float32
         # (B, H, N, D) -> (B * H, N, D) pairs; q scaled once (N x D) instead of every score (N x N).
@@ -96,20 +106,22 @@ class _EntmaxAttentionCPU(Function):
         vw = v.to(work).reshape(b * h, v.shape[2], v.shape[3]).contiguous()
         kt, vt = kw.transpose(1, 2).contiguous(), vw.transpose(1, 2).contiguous()
         rows = rows_per_block(k.shape[2], kw.element_size())
-        out, params = module.attention_forward(qs, kw, vw, kt, vt, padding, causal, alpha_rows, ALPHA_SOFTMAX_THRESHOLD, rows)
+        out, params = module.attention_forward(
+            qs, kw, vw, kt, vt, padding, causal, alpha_rows, ALPHA_SOFTMAX_THRESHOLD, rows, dropout_p, seed
+        )
         ctx.settings, ctx.rows, ctx.shape, ctx.dtypes = settings, rows, (b, h), (q.dtype, k.dtype, v.dtype)
         ctx.save_for_backward(qs, kw, vw, kt, vt, params, alpha_t)
         return out.view(b, h, n_q, v.shape[3]).to(q.dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
-        module, padding, causal, alpha_rows, scale = ctx.settings
+        module, padding, causal, alpha_rows, scale, dropout_p, seed = ctx.settings
         qs, kw, vw, kt, vt, params, alpha_t = ctx.saved_tensors
         b, h = ctx.shape
         need_da = alpha_t is not None and ctx.needs_input_grad[3]
         grad = grad_out.to(qs.dtype).reshape(qs.shape[0], qs.shape[1], vw.shape[2]).contiguous()
         dqs, dk, dv, da = module.attention_backward(
-            qs, kw, vw, kt, vt, padding, causal, alpha_rows, ALPHA_SOFTMAX_THRESHOLD, ctx.rows, params, grad, need_da
+            qs, kw, vw, kt, vt, padding, causal, alpha_rows, ALPHA_SOFTMAX_THRESHOLD, ctx.rows, dropout_p, seed, params, grad, need_da
         )
         q_dtype, k_dtype, v_dtype = ctx.dtypes
         dq = (dqs * scale).view(b, h, qs.shape[1], qs.shape[2]).to(q_dtype)
