@@ -378,8 +378,9 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
             torch.manual_seed(hash((cfg.seed, distributed.rank())) % 2**63)
         pretrained = getattr(task, "pretrained", None)
         pretraining = load_encoder(model, pretrained, fingerprint(cfg)) if pretrained is not None else None
-        trainer = Trainer(cfg, task, model, run_dir, device, fingerprint=fingerprint(cfg), fingerprint_defaults=default_values(), stop=stop, started=started)
-        trainer.restore()  # refuses another config's checkpoint
+        trainer = Trainer(cfg, task, model, run_dir, device, fingerprint=fingerprint(cfg), fingerprint_defaults=default_values(), stop=stop,
+                          started=started, code=run_metrics.code_version())
+        trainer.restore()  # refuses another config's checkpoint; a resumed run's `provenance` gains this process
         if is_main():  # the directory is this config's run, and rank 0 holds it: what a killed run left can go
             remove_stale_temporaries(run_dir)
     except ConfigError:
@@ -410,6 +411,7 @@ def _run(cfg: DictConfig, run_dir: Path, meta: dict[str, Any], stop: StopSignals
         "max_steps": t.max_steps,
         "dataset_sizes": task.sizes(),
         "pretraining": pretraining,
+        "provenance": trainer.provenance,
     }
     record(**common)
     # Which backend runs depends on the lengths the layers meet: it is recorded as they run, logged the

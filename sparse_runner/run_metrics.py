@@ -37,7 +37,12 @@ SCHEMA: dict[str, str] = {
     "config": "the resolved config, nested",
     "seed": "cfg.seed",
     "versions": "python and library versions",
-    "git_commit": "HEAD of the checkout that ran (null outside git)",
+    "git_commit": "HEAD of the git checkout the process that wrote the file ran from (null outside one); every "
+                  "process's: `provenance`",
+    "provenance": "the code each process of the run ran, in order (a resumed run: its earlier processes' first, from its "
+                  "checkpoint): [{commit (HEAD; null outside a git checkout, as for an installed package), dirty (whether "
+                  "tracked files differed from it; null outside git), version (sparse_runner's), from_step (the step the "
+                  "process began at)}]; an entry with every field null: processes whose checkpoint kept no such record",
     "started_at": "UTC, ISO 8601",
     "primary_metric": "the run's headline test metric (`test/accuracy`, `test/bleu`, ...), declared by its task; "
                       "schema 2 (schema-1 files: see primary_metric())",
@@ -67,7 +72,7 @@ SCHEMA: dict[str, str] = {
     "figures": "PNG files the run drew",
     "task_info": "task facts (tokenizer, metric signatures, ...)",
     "pretraining": "where a fine-tuning run's encoder came from {run_dir, checkpoint, step, sha256 (of the loaded file), task, num_parameters, "
-                   "metrics, wall_time_s, cpu_time_s, device} (null: trained from scratch)",
+                   "metrics, wall_time_s, cpu_time_s, device, git_commit, provenance} (null: trained from scratch)",
     "finished_at": "UTC, ISO 8601",
 }
 
@@ -197,12 +202,42 @@ def now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def git_commit() -> str | None:
+def _git(*args: str) -> str | None:
+    """The output of `git ARGS` run in this package's folder, stripped; None when git is missing, fails or hangs.
+    Without optional locks: a `git status` that refreshed the index would hold its lock against the user's own git."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None
+        out = subprocess.run(["git", "--no-optional-locks", *args], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_commit() -> str | None:
+    """HEAD of the git checkout this package's files are tracked in; None outside one. A package installed into
+    a folder that some other checkout holds (a virtualenv inside a project) is untracked there, so it is None too."""
+    if _git("ls-files", "--error-unmatch", "--", Path(__file__).name) is None:
+        return None
+    return _git("rev-parse", "--verify", "HEAD") or None
+
+
+def git_dirty() -> bool | None:
+    """Whether tracked files of this package's git checkout differ from its HEAD (untracked files aside); None
+    when git cannot tell."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return None if status is None else bool(status)
+
+
+# The fields of a `provenance` entry whose code is unknown: processes of a run whose checkpoint kept no record.
+UNKNOWN_CODE = {"commit": None, "dirty": None, "version": None}
+
+
+def code_version() -> dict[str, Any]:
+    """The code this process runs, as a `provenance` entry without its step: {"commit": git_commit(), "dirty":
+    git_dirty() (None outside git), "version": sparse_runner's version}."""
+    from sparse_runner import __version__
+
+    commit = git_commit()
+    return {"commit": commit, "dirty": git_dirty() if commit else None, "version": __version__}
 
 
 def versions() -> dict[str, str]:

@@ -275,6 +275,86 @@ def test_claims_sharing_an_arm_are_marked():
     assert marks[2] == "softmax: also claim 1; three arm: also claim 2"
 
 
+def process(commit, from_step=0, dirty=False) -> dict:
+    """A `provenance` entry of metrics.json: one process of a run."""
+    return {"commit": commit, "dirty": dirty, "version": "0.1.0", "from_step": from_step}
+
+
+A, B = "a" * 40, "b" * 40
+
+
+def commits_of(treatment: list[dict], baseline: list[dict]) -> tuple[str, str]:
+    """(commits cell, verdict) of a held claim whose arms' runs carry these metrics.json fields."""
+    ours, theirs = fake_runs([1.0, 1.1, 0.9], "t"), fake_runs([0.0, 0.1, -0.1], "b")
+    for run, fields in zip(ours + theirs, treatment + baseline):
+        run.data.update(fields)
+    claim = Claim("paper", "statement", "", "task", Arm("treatment", lambda records: ours, "c"),
+                  Arm("baseline", lambda records: theirs, "c"), lambda rec: rec.value, design())
+    table = claims_table([claim], ours + theirs)
+    row = dict(zip(table.headers, table.rows[0]))
+    return row["commits"], row["verdict"]
+
+
+def full(*processes: dict) -> dict:
+    return {"provenance": list(processes), "git_commit": processes[-1]["commit"]}
+
+
+def test_runs_of_one_commit_are_not_flagged():
+    cell, verdict = commits_of([full(process(A))] * 3, [full(process(A), process(A, 20))] * 3)
+    assert cell == "" and verdict == HELD
+
+
+def test_a_run_resumed_on_another_commit_flags_its_arm_mixed():
+    cell, verdict = commits_of([full(process(A)), full(process(A)), full(process(A), process(B, 20))],
+                               [full(process(A))] * 3)
+    assert cell == "mixed: treatment: aaaaaaa (3 runs), bbbbbbb (1 run), 1 run across 2 commits; baseline: aaaaaaa (3 runs)"
+    assert verdict == HELD   # a note: the verdict is the rule's
+
+
+def test_runs_of_one_arm_or_the_two_arms_under_different_commits_are_mixed():
+    within, _ = commits_of([full(process(A)), full(process(B)), full(process(B))], [full(process(A))] * 3)
+    assert within == "mixed: treatment: bbbbbbb (2 runs), aaaaaaa (1 run); baseline: aaaaaaa (3 runs)"
+    between, _ = commits_of([full(process(A))] * 3, [full(process(B))] * 3)
+    assert between == "mixed: treatment: aaaaaaa (3 runs); baseline: bbbbbbb (3 runs)"
+    # runs that record only their last process's commit are mixed too where those commits differ
+    recorded, _ = commits_of([{"git_commit": A}] * 3, [{"git_commit": B}] * 3)
+    assert recorded == "mixed: treatment: aaaaaaa (3 runs); baseline: bbbbbbb (3 runs). Not every process's commit recorded by 6 of 6 runs"
+
+
+def test_runs_without_a_record_of_every_process_read_unknown_not_mixed():
+    """Evidence written before runs kept `provenance`: one commit recorded is not one commit run; no commit is
+    unknown too. Neither is flagged mixed, and the verdict stays the rule's."""
+    cell, verdict = commits_of([{"git_commit": A}] * 3, [{"git_commit": A}] * 2 + [full(process(A))])
+    assert cell == "unknown: one commit recorded (aaaaaaa), not every process's: treatment 3 of 3 runs, baseline 2 of 3 runs"
+    assert verdict == HELD
+    nothing, verdict = commits_of([{}] * 3, [{}] * 3)
+    assert nothing == "unknown: no commit recorded: treatment 3 of 3 runs, baseline 3 of 3 runs" and verdict == HELD
+    outside_git, _ = commits_of([full(process(None, dirty=None))] * 3, [full(process(A))] * 3)
+    assert outside_git.startswith("unknown: one commit recorded (aaaaaaa), not every process's: treatment 3 of 3 runs")
+    # a checkpoint without the record: an unknown first entry, then the process that resumed it
+    resumed, _ = commits_of([full(process(None, dirty=None), process(A, 20))] * 3, [full(process(A))] * 3)
+    assert resumed == "unknown: one commit recorded (aaaaaaa), not every process's: treatment 3 of 3 runs"
+
+
+def test_a_pre_training_stage_on_another_commit_mixes_the_run():
+    stage = {"pretraining": {"run_dir": "/stage", **full(process(B))}}
+    cell, _ = commits_of([{**full(process(A)), **stage}] * 3, [{**full(process(A)), **stage}] * 3)
+    assert cell.startswith("mixed: treatment: aaaaaaa (3 runs), bbbbbbb (3 runs), 3 runs each across 2 or more commits")
+    old_stage = {"pretraining": {"run_dir": "/stage"}}   # a stage record that names no code
+    unknown, _ = commits_of([{**full(process(A)), **old_stage}] * 3, [full(process(A))] * 3)
+    assert unknown == "unknown: one commit recorded (aaaaaaa), not every process's: treatment 3 of 3 runs"
+
+
+def test_uncommitted_changes_are_named_and_junk_records_read_unknown():
+    cell, _ = commits_of([full(process(A, dirty=True))] + [full(process(A))] * 2, [full(process(A))] * 3)
+    assert cell == "uncommitted changes in treatment: 1 run"
+    both, _ = commits_of([full(process(A, dirty=True))] * 3, [full(process(B))] * 3)
+    assert both == "mixed: treatment: aaaaaaa (3 runs); baseline: bbbbbbb (3 runs). Uncommitted changes in treatment: 3 runs"
+    junk = [{"provenance": "x"}, {"provenance": [1, 2]}, {"provenance": [{"commit": 5}], "git_commit": ["a"]}]
+    cell, _ = commits_of(junk, [full(process(A))] * 3)
+    assert cell == "unknown: one commit recorded (aaaaaaa), not every process's: treatment 3 of 3 runs"
+
+
 def test_compute_is_cpu_time_on_a_cpu_and_wall_time_on_a_gpu():
     """A paused or shared CPU run's wall time is mostly waiting; its CPU time is what it cost."""
     from types import SimpleNamespace as Run
@@ -512,4 +592,6 @@ def test_every_claim_has_a_full_design_and_the_kept_runs_regenerate_the_table(tm
     assert density["p"] == "0.0134" and density["Holm p"] == "0.0536"          # held alone, not in its family of 6
     softmax_arms = [row["shared arm"] for row in table[:4]]
     assert all("softmax: also claims" in mark for mark in softmax_arms)        # the softmax arm feeds 4 claims
+    # The kept runs record only the commit of their last process: none reads as one commit run throughout.
+    assert all(row["commits"].startswith(("unknown: ", "mixed: ")) for row in table), [row["commits"] for row in table]
     assert all(row["test"] for row in table)

@@ -206,8 +206,9 @@ EVIDENCE = Path(__file__).resolve().parents[1] / "docs" / "evidence" / "ernie_sp
 
 
 def test_the_claims_view_shows_result_and_verdict_and_folds_the_statistics(tmp_path: Path) -> None:
-    """The compact claims view keeps its five columns; p, Holm p, n needed, the published comparison and the
-    shared arms fold under each claim's paper."""
+    """The compact claims view keeps its five columns; p, Holm p, n needed, the published comparison, the
+    shared arms and the commits of the runs (the kept runs record only their last process's) fold under each
+    claim's paper."""
     assert main([str(EVIDENCE), "--out", str(tmp_path / "report"), "--print", "none", "--formats", "html"]) == 0
     page = (tmp_path / "report" / "report.html").read_text(encoding="utf-8")
     claims = page.split('<table class="claims">')[1].split("</table>")[0]
@@ -215,7 +216,7 @@ def test_the_claims_view_shows_result_and_verdict_and_folds_the_statistics(tmp_p
     assert head == ["claim", "treatment", "baseline", "result", "verdict"]
     first = claims.split("<tbody>")[1].split("</tr>")[0]
     folded = re.findall(r"<dt>([^<]+)</dt>", first)
-    assert {"p", "Holm p", "n needed", "vs published", "shared arm", "test"} <= set(folded)
+    assert {"p", "Holm p", "n needed", "vs published", "shared arm", "commits", "test"} <= set(folded)
     assert "underpowered: 17 per arm would decide it (has 3)" in first   # ERNIE-Sparse vs BigBird on ListOps
 FIRST_CLAIM = """(() => {
   const table = [...document.querySelectorAll('table')].find(

@@ -145,6 +145,97 @@ def test_a_resumed_run_counts_the_time_of_its_earlier_processes(tiny_config, tmp
     assert resumed["wall_time_s"] > saved["wall_time_s"] > 0
 
 
+def _commit_is(monkeypatch, commit: str, dirty: bool) -> None:
+    """Make the runner read `commit` (and `dirty`) as the code it runs, as a checkout at that commit would."""
+    from sparse_runner import run_metrics
+
+    monkeypatch.setattr(run_metrics, "git_commit", lambda: commit)
+    monkeypatch.setattr(run_metrics, "git_dirty", lambda: dirty)
+
+
+def test_a_resumed_run_records_every_commit_it_ran_under(tiny_config, tmp_path, monkeypatch):
+    """A run that crashes under one commit and is resumed under another records both, in order, each with the step
+    its process began at; the checkpoint carries the record from one process to the next."""
+    from sparse_runner import __version__
+
+    first, second = "a" * 40, "b" * 40
+    cfg = tiny_config()
+    with monkeypatch.context() as patch:
+        _commit_is(patch, first, dirty=False)
+        _crash_on_call(patch, 26, simulated_crash)   # checkpoints at steps 10 and 20
+        with pytest.raises(RuntimeError):
+            run(cfg, tmp_path)
+    assert read_metrics(tmp_path)["provenance"] == [{"commit": first, "dirty": False, "version": __version__, "from_step": 0}]
+    _commit_is(monkeypatch, second, dirty=True)
+    run(cfg, tmp_path)
+    m = read_metrics(tmp_path)
+    assert m["status"] == "completed" and m["git_commit"] == second
+    assert m["provenance"] == [{"commit": first, "dirty": False, "version": __version__, "from_step": 0},
+                               {"commit": second, "dirty": True, "version": __version__, "from_step": 20}]
+    saved = torch.load(tmp_path / "checkpoints/last.pt", weights_only=True)
+    assert saved["provenance"] == m["provenance"]
+
+
+def test_a_checkpoint_without_a_record_of_its_code_resumes_with_an_unknown_first_entry(tiny_config, tmp_path, monkeypatch):
+    """A checkpoint written by a runner that kept no `provenance` resumes; the processes before it read as unknown
+    code (every field null), never as the commit that resumes it."""
+    cfg = tiny_config()
+    with monkeypatch.context() as patch:
+        _crash_on_call(patch, 26, simulated_crash)
+        with pytest.raises(RuntimeError):
+            run(cfg, tmp_path)
+    last = tmp_path / "checkpoints/last.pt"
+    state = torch.load(last, weights_only=True)
+    del state["provenance"]
+    torch.save(state, last)
+    _commit_is(monkeypatch, "c" * 40, dirty=False)
+    run(cfg, tmp_path)
+    unknown, resumed = read_metrics(tmp_path)["provenance"]
+    assert unknown == {"commit": None, "dirty": None, "version": None, "from_step": 0}
+    assert resumed["commit"] == "c" * 40 and resumed["from_step"] == 20
+
+
+def test_a_run_outside_a_git_checkout_records_a_null_commit_and_its_version(tiny_config, tmp_path, monkeypatch):
+    """An installed package (no git checkout around it) runs and records commit null beside its version."""
+    from sparse_runner import __version__, run_metrics
+
+    outside = tmp_path / "site-packages" / "sparse_runner"
+    outside.mkdir(parents=True)
+    monkeypatch.setattr(run_metrics, "__file__", str(outside / "run_metrics.py"))
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))   # a checkout above tmp_path must not count
+    run(tiny_config(), tmp_path / "run")
+    m = read_metrics(tmp_path / "run")
+    assert m["status"] == "completed" and m["git_commit"] is None
+    assert m["provenance"] == [{"commit": None, "dirty": None, "version": __version__, "from_step": 0}]
+
+
+def test_a_package_that_a_checkout_holds_untracked_has_no_commit(tmp_path, monkeypatch):
+    """A package installed into a virtualenv inside some project's checkout is not that checkout's code: its
+    commit is null. A checkout with no commit yet gives null too, never the text `HEAD`."""
+    import subprocess
+
+    from sparse_runner import run_metrics
+
+    project = tmp_path / "project"
+    package = project / ".venv" / "sparse_runner"
+    package.mkdir(parents=True)
+    (package / "run_metrics.py").write_text("")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(project)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    monkeypatch.setattr(run_metrics, "__file__", str(package / "run_metrics.py"))
+    assert run_metrics.git_commit() is None                         # no commit yet
+    (project / "README").write_text("a project\n")
+    subprocess.run([*git, "add", "README"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "a project"], check=True)
+    assert run_metrics.git_commit() is None                         # a commit, but the package is not in it
+    subprocess.run([*git, "add", "-f", ".venv/sparse_runner/run_metrics.py"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "the package"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    assert run_metrics.code_version()["commit"] == head and run_metrics.git_dirty() is False
+    (package / "run_metrics.py").write_text("# changed\n")
+    assert run_metrics.git_dirty() is True
+
+
 def test_corrupt_last_checkpoint_falls_back_to_previous(reference, tiny_config, tmp_path, monkeypatch, caplog):
     cfg = tiny_config()
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Protocol, Sequence
 
 from sparse_runner.reporting.presets import Preset, match
+from sparse_runner.reporting.provenance import commit_notes
 from sparse_runner.reporting.render import Table
 from sparse_runner.reporting.runs import RunRecord, completed
 from sparse_runner.reporting.seeds import best_group, cell_seed_groups
@@ -56,7 +57,12 @@ RULE = (
     "gave the same value give none (inconclusive). Values that are not finite (nan, inf) are shown in their arm and "
     "left out. `vs published`: the size against the paper's number only where the design says our setting matches "
     "the paper's; elsewhere the direction alone is comparable. `shared arm`: runs that feed more than one claim "
-    "(their verdicts are not independent).")
+    "(their verdicts are not independent). `commits`: the code the claim's runs ran, from each run's record of the "
+    "commit of every process (a resumed run's too) and of its pre-training stage: **mixed** where they span more "
+    "than one commit (one run resumed on another commit, the runs of an arm, or the two arms), so a difference may "
+    "come from the code as well as from the models; **unknown** where at most one commit is recorded but a run "
+    "does not record every process's (runs written without that record name only the commit of their last process; "
+    "a run outside a git checkout names none); empty where every run ran one recorded commit. It changes no verdict.")
 
 Hypothesis = Literal["superiority", "non-inferiority", "equivalence"]
 TestName = Literal["Welch t", "paired t", "trend", "own rule"]
@@ -659,7 +665,7 @@ def shared_arms(rows: Sequence[ClaimRow]) -> list[str]:
 
 
 HEADERS = ["claim", "paper", "published", "tested on", "treatment", "baseline", "result", "test", "verdict",
-           "compute", "p", "Holm p", "n needed", "vs published", "shared arm"]
+           "compute", "p", "Holm p", "n needed", "vs published", "shared arm", "commits"]
 
 
 def claims_table(claims: Sequence[Testable], records: list[RunRecord]) -> Table:
@@ -668,13 +674,14 @@ def claims_table(claims: Sequence[Testable], records: list[RunRecord]) -> Table:
     adjusted = holm_by_family(claims, rows)
     size = {claims[members[0]].design.family: len(members) for members in families(claims).values()}
     shared = shared_arms(rows)
+    commits = commit_notes([row.arms for row in rows], records)
     body, missing = [], []
-    for claim, row, holm_p, sharing in zip(claims, rows, adjusted, shared):
+    for claim, row, holm_p, sharing, code in zip(claims, rows, adjusted, shared, commits):
         verdict = decide(holm_p, row.excludes_sesoi) if row.p is not None and holm_p is not None else row.verdict
         body.append([claim.statement, claim.paper, claim.published, claim.setting, row.treatment, row.baseline,
                      row.difference, row.test, verdict, _hours(row.compute_s) if row.compute_s else "",
                      p_text(row.p), p_text(holm_p), power_text(claim.design, row, verdict, size.get(claim.design.family, 1)),
-                     published_text(claim.design, row.estimate), sharing])
+                     published_text(claim.design, row.estimate), sharing, code])
         missing += [f"`{command}`" for command in row.commands]
     notes = [RULE, "Differences, intervals and the arms' mean ± std (n) are in each claim's unit (accuracy: "
                    "points). Claims are numbered from 1 in the order of this table. Compute: the CPU time (all "

@@ -2,7 +2,7 @@
 
 1. The claims (the paper registered as "claims"): per claim its statement, the two arms, the difference
    with its interval and the verdict, in a table that fits the screen; the rest of each claim's row (paper,
-   published numbers, setting, design, p and Holm p, n needed, published comparison, shared arms, compute)
+   published numbers, setting, design, p and Holm p, n needed, published comparison, shared arms, commits, compute)
    folded under its statement, claims without runs folded below.
 2. The paper tables that hold runs, their empty rows of ours folded into one line (filled.py), each paper's
    figures after its tables; then one line per paper table without runs, the table folded under it.
@@ -251,7 +251,7 @@ def claims_section(filled: Filled) -> list[str]:
         parts.append(f'<p class="fold">{len(tested)} claim{"s" if len(tested) != 1 else ""} with runs'
                      + (f": {html.esc(tally)}" if tally else "") + ". Result: treatment minus baseline with its "
                      "95 % interval; each claim's paper opens its setting, design (test), p and Holm p, the runs "
-                     "an inconclusive claim needs, the published comparison, shared arms and compute.</p>")
+                     "an inconclusive claim needs, the published comparison, shared arms, the commits its runs ran and compute.</p>")
         parts.append(_claims_table(tab, tested))
     if not_run:
         parts.append(f"<details><summary>{len(not_run)} claim{'s' if len(not_run) != 1 else ''} without runs"

@@ -27,7 +27,7 @@ from sparse_runner.attention import attention_layers
 from sparse_runner.attention.layout import shifted_blocks
 from sparse_runner.checks import ConfigError, fail
 from sparse_runner.models.encoder import set_activation_checkpointing
-from sparse_runner.run_metrics import LABEL_KEYS, NON_RESULT_KEYS
+from sparse_runner.run_metrics import LABEL_KEYS, NON_RESULT_KEYS, UNKNOWN_CODE
 from sparse_runner.tasks.base import EvalSums, StepOutput, Task
 from sparse_runner import checkpoint as ckpt
 from sparse_runner.training import distributed
@@ -123,12 +123,13 @@ class Trainer:
     def __init__(
         self, cfg: Any, task: Task, model: torch.nn.Module, run_dir: Path, device: torch.device, *,
         fingerprint: dict[str, Any], fingerprint_defaults: dict[str, Any] | None = None, stop: StopSignals | None = None,
-        started: tuple[float, float] | None = None,
+        started: tuple[float, float] | None = None, code: dict[str, Any] | None = None,
     ) -> None:
         """fingerprint: the flattened result-changing config a checkpoint must match to be resumed;
         fingerprint_defaults: every key's default (`identity.default_values()`), which a key that the
         checkpoint lacks is taken to hold (`fingerprint_difference`); started: (time.perf_counter(),
-        time.process_time()) when this process began the run (default: now), for `run_time`."""
+        time.process_time()) when this process began the run (default: now), for `run_time`; code: the code
+        this process runs (`run_metrics.code_version()`), which `provenance` records (None: nothing)."""
         self.cfg, self.tcfg = cfg, cfg.trainer
         self.task, self.device = task, device
         self.run_dir = Path(run_dir)
@@ -157,6 +158,10 @@ class Trainer:
         self.progress = Progress()
         self._started = started or (time.perf_counter(), time.process_time())
         self._earlier = (0.0, 0.0)   # (wall, CPU) of the run's earlier processes, from the restored checkpoint
+        # The code each process of the run ran, in order, with the step it began at (metrics.json's
+        # `provenance`). Checkpoints carry it, so that a process resuming on another commit adds to it.
+        self.code = code
+        self.provenance: list[dict[str, Any]] = [{**code, "from_step": 0}] if code is not None else []
         self.is_main = distributed.is_main()
         self.saved_step: int | None = None  # the step of the newest checkpoint on disk (the last good state)
 
@@ -187,6 +192,7 @@ class Trainer:
             "rng": rng_ranks[0],  # what a single process resumes from
             "rng_ranks": rng_ranks,
             "progress": self.progress.state_dict(),
+            "provenance": self.provenance,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -196,6 +202,10 @@ class Trainer:
         self.scaler.load_state_dict(state["scaler"])
         self.progress = Progress(**state["progress"])
         self._earlier = (self.progress.wall_time_s, self.progress.cpu_time_s)
+        # A checkpoint without the record: the code of the processes that wrote it is unknown.
+        earlier = state.get("provenance") or [{**UNKNOWN_CODE, "from_step": 0}]
+        resumed = [{**self.code, "from_step": self.progress.step}] if self.code is not None else []
+        self.provenance = [*earlier, *resumed]
         ranks = state.get("rng_ranks") or [state["rng"]]
         if len(ranks) == distributed.world_size():
             ckpt.set_rng_state(ranks[distributed.rank()])
