@@ -83,7 +83,7 @@ REFUSED = {
     ),
     "mask-on-gpu-kernel": (
         ["model.pattern=window", "model.normaliser=entmax15", "model.attention_impl=triton"],
-        "model.attention_impl: 'triton' cannot apply the mask of pattern 'window' (the GPU kernels take padding and causal masks only); "
+        "model.attention_impl: 'triton' cannot apply the mask of pattern 'window' (the fused kernels take padding and causal masks only); "
         "valid with window: auto, explicit, memory_efficient",
     ),
     "dropout-on-adasplash": (

@@ -231,7 +231,14 @@ def test_layer_and_analysis_match_the_explicit_path(normaliser, pattern):
     assert s1["js"] == pytest.approx(s2["js"], abs=1e-5)
 
 
-def test_auto_switches_at_memory_efficient_from(monkeypatch):
+@pytest.fixture
+def without_cpp_kernel(monkeypatch):
+    """`auto` as on a machine where the C++ extension cannot be built (with it, the fused kernel takes the
+    calls the memory-efficient path would: tests/test_entmax_attention_cpu.py, tests/test_backend_choice.py)."""
+    monkeypatch.setattr(me.cpu_kernel(), "available", lambda: False)
+
+
+def test_auto_switches_at_memory_efficient_from(without_cpp_kernel, monkeypatch):
     calls = []
     real = me.memory_efficient_attention
     monkeypatch.setattr(me, "memory_efficient_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
@@ -245,7 +252,7 @@ def test_auto_switches_at_memory_efficient_from(monkeypatch):
     assert calls == [1]
 
 
-def test_auto_threshold_is_explicit_below_the_crossover_where_the_scores_fit(monkeypatch):
+def test_auto_threshold_is_explicit_below_the_crossover_where_the_scores_fit(without_cpp_kernel, monkeypatch):
     """memory_efficient_from=auto: explicit up to EXPLICIT_UP_TO keys unless its scores would not fit in
     EXPLICIT_MEMORY_SHARE of the device's memory; memory-efficient from the crossover on, whatever the memory."""
     cpu = torch.device("cpu")

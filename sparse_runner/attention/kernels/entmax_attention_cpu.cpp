@@ -367,7 +367,7 @@ void backward_impl(const Call<T>& c, const double* params, const T* grad, T* dq,
         entmax_rows::from_threshold(s, p, params + 2 * (pair * c.nq + r0), rows, n, alpha, c.thr);
         row_products(g, c.dv, c.vt + pair * c.dv * c.nk, c.nk, dp, n, rows, n, c.dv);
         if (c.dropout.on()) {  // dv from the dropped weights; dp through the mask to the weights
-          c.drop(p, s, pair, r0, r1, n);  // the scores are no longer needed
+          c.drop(p, s, pair, r0, r1, n);  // into the scores' buffer: the weights are computed from them
           add_transposed(s, n, g, c.dv, dv_part, rows, n);
           c.drop(dp, dp, pair, r0, r1, n);
         } else {
