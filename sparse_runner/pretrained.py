@@ -65,8 +65,9 @@ class PretrainedRun:
 
     def record(self, step: int | None, sha256: str | None = None) -> dict[str, Any]:
         """What a fine-tuning run's metrics.json says about where it started (`pretraining`): the
-        checkpoint loaded, its step and the sha256 of its bytes, and what the run took (its own
-        wall_time_s, cpu_time_s, device: the fine-tuning run's times do not include them)."""
+        checkpoint loaded, its step and the sha256 of its bytes, what the run took (its own
+        wall_time_s, cpu_time_s, device: the fine-tuning run's times do not include them), and the code it ran
+        (its git_commit and provenance: the report counts them among the fine-tuning run's commits)."""
         return {
             "run_dir": str(self.run_dir),
             "checkpoint": str(self.checkpoint),
@@ -75,7 +76,7 @@ class PretrainedRun:
             "task": self.config.get("task.name"),
             "num_parameters": self.metrics.get("num_parameters"),
             "metrics": {k: v for k, v in (self.metrics.get("metrics") or {}).items() if k.startswith("test/")},
-            **{key: self.metrics.get(key) for key in ("wall_time_s", "cpu_time_s", "device")},
+            **{key: self.metrics.get(key) for key in ("wall_time_s", "cpu_time_s", "device", "git_commit", "provenance")},
         }
 
 

@@ -287,10 +287,12 @@ def test_pretrain_stage_runs_once_and_fine_tuning_starts_from_it(data, cache_dir
     m = json.loads((tmp_path / "mnli" / "metrics.json").read_text())
     assert m["status"] == "completed" and m["pretraining"]["run_dir"] == str(directory)
     assert m["config"]["pretrain"]["task"]["family"] == "mlm"
-    # The stage's time is its own, recorded in `pretraining`: the fine-tuning run's time starts after it.
+    # The stage's time is its own, recorded in `pretraining`: the fine-tuning run's time starts after it. So is
+    # the code it ran (the report counts its commits among the fine-tuning run's).
     stage_metrics = json.loads((directory / "metrics.json").read_text())
-    assert {k: m["pretraining"][k] for k in ("wall_time_s", "cpu_time_s", "device")} == \
-        {k: stage_metrics[k] for k in ("wall_time_s", "cpu_time_s", "device")}
+    stage_keys = ("wall_time_s", "cpu_time_s", "device", "git_commit", "provenance")
+    assert {k: m["pretraining"][k] for k in stage_keys} == {k: stage_metrics[k] for k in stage_keys}
+    assert stage_metrics["provenance"] and stage_metrics["provenance"][0]["from_step"] == 0
     assert 0 < m["wall_time_s"] <= call_s - stage_metrics["wall_time_s"]
     stamp = (directory / "checkpoints" / "best.pt").stat().st_mtime_ns
     run(config(cache_dir, *squad_args(data), *stage), tmp_path / "squad")  # the same model: the same stage, not trained again
