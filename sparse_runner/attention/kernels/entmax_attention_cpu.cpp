@@ -179,18 +179,40 @@ void add_transposed_fixed(const T* w, int64_t ldw, const T* y, T* dx, int64_t ro
   for (; j < n; ++j) transposed_tile<T, NV, 1>(w + j, ldw, y, dx + j * width, rows);
 }
 
+// Runs Tile::run<NV>(args...) where `width` is NV whole vectors (NV = 1, 2, 4, 8, 16); false for other widths.
+template <class T, class Tile, class... Args>
+bool in_vectors(int64_t width, Args... args) {
+  constexpr int W = Lanes<T>::W;
+  switch (width % W == 0 ? width / W : 0) {
+    case 1: Tile::template run<1>(args...); return true;
+    case 2: Tile::template run<2>(args...); return true;
+    case 4: Tile::template run<4>(args...); return true;
+    case 8: Tile::template run<8>(args...); return true;
+    case kMaxVectors: Tile::template run<kMaxVectors>(args...); return true;
+    default: return false;
+  }
+}
+
+template <class T>
+struct WeightedRows {
+  template <int NV>
+  static void run(const T* w, int64_t ldw, const T* x, T* out, int64_t rows, int64_t n) {
+    weighted_rows_fixed<T, NV>(w, ldw, x, out, rows, n);
+  }
+};
+
+template <class T>
+struct AddTransposed {
+  template <int NV>
+  static void run(const T* w, int64_t ldw, const T* y, T* dx, int64_t rows, int64_t n) {
+    add_transposed_fixed<T, NV>(w, ldw, y, dx, rows, n);
+  }
+};
+
 // out[i][:] = sum_j w[i][j] x[j][:] over the keys j < n.
 template <class T>
 void weighted_rows(const T* w, int64_t ldw, const T* x, int64_t width, T* out, int64_t rows, int64_t n) {
-  constexpr int W = Lanes<T>::W;
-  switch (width % W == 0 ? width / W : 0) {
-    case 1: return weighted_rows_fixed<T, 1>(w, ldw, x, out, rows, n);
-    case 2: return weighted_rows_fixed<T, 2>(w, ldw, x, out, rows, n);
-    case 4: return weighted_rows_fixed<T, 4>(w, ldw, x, out, rows, n);
-    case 8: return weighted_rows_fixed<T, 8>(w, ldw, x, out, rows, n);
-    case kMaxVectors: return weighted_rows_fixed<T, kMaxVectors>(w, ldw, x, out, rows, n);
-    default: break;
-  }
+  if (in_vectors<T, WeightedRows<T>>(width, w, ldw, x, out, rows, n)) return;
   T* part = scratch<T, 3>(width);
   for (int64_t i = 0; i < rows; ++i) {
     T* o = out + i * width;
@@ -207,15 +229,7 @@ void weighted_rows(const T* w, int64_t ldw, const T* x, int64_t width, T* out, i
 // dx[j][:] += sum_i w[i][j] y[i][:] (the transposed product, into key rows).
 template <class T>
 void add_transposed(const T* w, int64_t ldw, const T* y, int64_t width, T* dx, int64_t rows, int64_t n) {
-  constexpr int W = Lanes<T>::W;
-  switch (width % W == 0 ? width / W : 0) {
-    case 1: return add_transposed_fixed<T, 1>(w, ldw, y, dx, rows, n);
-    case 2: return add_transposed_fixed<T, 2>(w, ldw, y, dx, rows, n);
-    case 4: return add_transposed_fixed<T, 4>(w, ldw, y, dx, rows, n);
-    case 8: return add_transposed_fixed<T, 8>(w, ldw, y, dx, rows, n);
-    case kMaxVectors: return add_transposed_fixed<T, kMaxVectors>(w, ldw, y, dx, rows, n);
-    default: break;
-  }
+  if (in_vectors<T, AddTransposed<T>>(width, w, ldw, y, dx, rows, n)) return;
   for (int64_t i = 0; i < rows; ++i) {
     const T* wi = w + i * ldw;
     const T* yi = y + i * width;
