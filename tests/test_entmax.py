@@ -430,7 +430,8 @@ def test_backend_selection(cpp, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("isa", ["avx2", "generic"])
 def test_portable_kernel_variants(isa, tmp_path):
-    """The AVX2 and scalar builds (other CPUs) agree with the PyTorch backend.  Builds them: minutes."""
+    """The AVX2 and scalar builds (other CPUs) agree with the PyTorch backend, the fused attention kernel
+    with the explicit path.  Builds them: minutes."""
     from sparse_runner.attention.kernels import cpu_isa
 
     if isa == "avx2" and cpu_isa() not in ("avx2", "avx512"):
@@ -454,6 +455,19 @@ for n in (1, 7, 16, 37, 300):
         dx_c, _ = m.backward(p_t.float(), gr, torch.tensor([alpha], dtype=torch.float64) if isinstance(alpha, float) else a.double().reshape(-1), entmax_torch.ALPHA_SOFTMAX_THRESHOLD, False)
         dx_t, _ = entmax_torch.torch_backward(p_t.float(), gr, alpha if isinstance(alpha, float) else a, -1, False)
         assert torch.allclose(dx_c, dx_t, atol=2e-6, rtol=1e-5), (n, alpha)
+# The fused attention kernel of the same build (its register tiles are this ISA's vectors): head sizes of
+# whole vectors and not, against the explicit path in float64.
+from sparse_runner.attention.kernels.entmax_attention_cpu import entmax_attention
+for d in (8, 16, 24, 64):
+    q, k, v = (torch.randn(2, 3, 45, d, generator=g, dtype=torch.float64) for _ in range(3))
+    a = torch.tensor([1.2, 1.5, 2.0], dtype=torch.float64)
+    s = (q @ k.transpose(-2, -1)) / d ** 0.5
+    s = s.masked_fill(~torch.ones(45, 45, dtype=torch.bool).tril(), float("-inf"))
+    ref = E.alpha_entmax(s, a.view(1, 3, 1, 1), backend="torch") @ v
+    out = entmax_attention(q, k, v, a, causal=True)
+    assert (out - ref).abs().max() < 1e-10, d
+    out32 = entmax_attention(q.float(), k.float(), v.float(), a.float(), causal=True)
+    assert (out32.double() - ref).abs().max() < 1e-4, d
 print("ok")
 """.format(isa=isa)
     env = {**os.environ, "SPARSE_RUNNER_ENTMAX_ISA": isa, "TORCH_EXTENSIONS_DIR": os.environ.get(
