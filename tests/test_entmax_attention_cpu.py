@@ -262,3 +262,30 @@ def test_cpp_is_refused_on_cuda(tiny_config):
     with pytest.raises(ConfigError, match=r"^model.attention_impl: cpp is the CPU kernel, and this run is on cuda"):
         check_attention_impl_device(cfg.model, torch.device("cuda"))
 
+
+
+@pytest.mark.parametrize("pattern", ["local", "bigbird", "hst"])
+@pytest.mark.parametrize("normaliser", ["sparsemax", "entmax15", "alpha_entmax"])
+def test_block_patterns_compute_their_tiles_through_the_kernel(pattern, normaliser, monkeypatch):
+    """A block pattern with a sparse normaliser on CPU sends its tiles (gathered keys, shared keys, masks) to
+    the kernel: outputs and every gradient as the explicit tiles give them, in float64."""
+    calls = []
+    real = kernel.entmax_attention
+    results = {}
+    for built in (True, False):
+        monkeypatch.setattr(kernel, "available", lambda built=built: built)
+        monkeypatch.setattr(kernel, "entmax_attention", lambda *a, **kw: calls.append(built) or real(*a, **kw))
+        torch.manual_seed(0)
+        spec = AttentionSpec(num_heads=4, normaliser=normaliser, pattern=pattern, pattern_options={"block_size": 8})
+        layer = MultiHeadAttention(32, spec).double()
+        x = torch.randn(2, 70, 32, dtype=torch.float64, requires_grad=True)
+        padding = torch.ones(2, 70, dtype=torch.bool)
+        padding[1, 50:] = False
+        y = layer(x, key_padding_mask=padding)
+        y.square().sum().backward()
+        results[built] = [y, x.grad, *(p.grad for p in layer.parameters())]
+        reason = layer.backend_choice(x[:, None].expand(-1, 4, -1, -1), x[:, None].expand(-1, 4, -1, -1), padding, 0.0)
+        assert reason[0] == ("cpp" if built else layer.normaliser.backend_name(x.device)), reason
+    assert calls and set(calls) == {True}  # the kernel ran, and only where it is built
+    for a, b in zip(results[True], results[False]):
+        assert (a - b).abs().max().item() < 1e-10

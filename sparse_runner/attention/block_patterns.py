@@ -199,7 +199,7 @@ class KeyBlockPattern(BlockPattern):
             sources = [KeySource(gather_tiles(kt, index), gather_tiles(vt, index), gather_valid(tiles_ok, index, ok))]
         if g:
             sources.append(KeySource(k[:, :, None, :g], v[:, :, None, :g], keys_ok[:, None, None, None, :g]))
-        out_t, w_t, valid_t = attend_tiles(qt, sources, normaliser=normaliser, dropout_p=dropout_p, need_weights=need_weights)
+        out_t, w_t, valid_t = attend_tiles(qt, sources, normaliser=normaliser, dropout_p=dropout_p, need_weights=need_weights, impl=self.impl)
         out = from_tiles(out_t, n - g)
 
         # Rows that see every key: the global tokens, then the global blocks' queries.
@@ -213,7 +213,7 @@ class KeyBlockPattern(BlockPattern):
         if len(dense_rows):
             # Without padding no mask: SDPA then runs its unmasked kernel.
             everything = KeySource(k[:, :, None], v[:, :, None], None if key_padding_mask is None else keys_ok[:, None, None, None, :])
-            out_d, w_d, valid_d = attend_tiles(q[:, :, None, dense_rows], [everything], normaliser=normaliser, dropout_p=dropout_p, need_weights=need_weights)
+            out_d, w_d, valid_d = attend_tiles(q[:, :, None, dense_rows], [everything], normaliser=normaliser, dropout_p=dropout_p, need_weights=need_weights, impl=self.impl)
             out = out.index_copy(2, dense_rows, out_d[:, :, 0])
             if need_weights:
                 groups.append(RowGroup(dense_rows, torch.arange(n, device=q.device)[None], w_d[:, :, 0], valid_d[:, :, 0]))

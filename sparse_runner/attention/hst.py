@@ -183,7 +183,7 @@ class HSTPattern(BlockPattern):
         (qg, qt), (kg, kt), (vg, vt) = (_split_positions(x, [g, n - g]) if g else (x[:, :, :0], x) for x in (q, k, v))
         qt, kt, vt = (to_tiles(x, 0, blocks, tile) for x in (qt, kt, vt))
         tiled = _Tiles(qt, kt, vt, qg, kg, vg, tiles_ok, keys_ok, pad_free=key_padding_mask is None and (n - g) % tile == 0)
-        run = dict(normaliser=normaliser, dropout_p=dropout_p, need_weights=need_weights)
+        run = dict(normaliser=normaliser, dropout_p=dropout_p, need_weights=need_weights, impl=self.impl)
         if self.options.stages == 1:
             return self._one_stage(q, k, v, tiled, run)
         return self._two_stages(q, k, v, tiled, run, layer)

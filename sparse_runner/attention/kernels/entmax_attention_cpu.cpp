@@ -18,7 +18,8 @@
 // Layout (P = batch x heads pairs, pair i = batch i / H, head i % H):
 //   q (P, Nq, D), already scaled; k (P, Nk, D); v (P, Nk, Dv); kt (P, D, Nk) and vt (P, Dv, Nk), the
 //   transposes, so that score-like products run along keys, one vector of keys per FMA.
-//   key padding (B, Nk) uint8, 1 = real key, or empty; causal: query i sees keys j <= i + Nk - Nq.
+//   key padding (B, Nk) uint8, 1 = real key, or empty; valid (P, Nq, Nk) uint8, 1 = the pair may interact
+//   (block patterns' tiles), or empty; causal: query i sees keys j <= i + Nk - Nq.
 //   alpha (H,) float64, each in [1, 2]; a query without any key gets a zero output and zero gradients.
 //   dropout: the rate in [0, 1) and a 64-bit seed.
 
@@ -277,6 +278,7 @@ struct Call {
   const T *q, *k, *v, *kt, *vt;
   int64_t pairs, heads, nq, nk, d, dv, rows;
   const uint8_t* padding;  // (B, Nk) or null
+  const uint8_t* valid;    // (P, Nq, Nk) or null: which (query, key) pairs may interact
   std::vector<int64_t> key_end;  // per batch: 1 + its last real key (nk without padding)
   bool causal;
   const double* alpha;
@@ -309,6 +311,12 @@ struct Call {
     if (causal)
       for (int64_t i = 0; i < r1 - r0; ++i)
         for (int64_t j = std::max<int64_t>(0, r0 + i + nk - nq + 1); j < n; ++j) s[i * n + j] = neg;
+    if (valid != nullptr)
+      for (int64_t i = 0; i < r1 - r0; ++i) {
+        const uint8_t* ok = valid + (pair * nq + r0 + i) * nk;
+        for (int64_t j = 0; j < n; ++j)
+          if (!ok[j]) s[i * n + j] = neg;
+      }
   }
 
   // The scores of rows [r0, r1) of `pair` over keys [0, n), masked.
@@ -405,14 +413,15 @@ void backward_impl(const Call<T>& c, const double* params, const T* grad, T* dq,
 
 template <class T>
 Call<T> make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& kt,
-                  const at::Tensor& vt, const at::Tensor& padding, bool causal, const at::Tensor& alpha, double thr,
-                  int64_t rows, double dropout, int64_t seed) {
+                  const at::Tensor& vt, const at::Tensor& padding, const at::Tensor& valid, bool causal,
+                  const at::Tensor& alpha, double thr, int64_t rows, double dropout, int64_t seed) {
   Call<T> c;
   c.dropout = Dropout(dropout, uint64_t(seed));
   c.q = q.data_ptr<T>(), c.k = k.data_ptr<T>(), c.v = v.data_ptr<T>(), c.kt = kt.data_ptr<T>(), c.vt = vt.data_ptr<T>();
   c.pairs = q.size(0), c.heads = alpha.numel(), c.nq = q.size(1), c.nk = k.size(1), c.d = q.size(2), c.dv = v.size(2);
   c.rows = rows;
   c.padding = padding.numel() > 0 ? padding.data_ptr<uint8_t>() : nullptr;
+  c.valid = valid.numel() > 0 ? valid.data_ptr<uint8_t>() : nullptr;
   const int64_t batches = c.pairs / c.heads;
   c.key_end.assign(batches, c.nk);
   if (c.padding != nullptr)
@@ -429,7 +438,10 @@ Call<T> make_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 }
 
 void check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& kt, const at::Tensor& vt,
-           const at::Tensor& padding, const at::Tensor& alpha, int64_t rows, double dropout) {
+           const at::Tensor& padding, const at::Tensor& valid, const at::Tensor& alpha, int64_t rows, double dropout) {
+  TORCH_CHECK(valid.numel() == 0 || (valid.scalar_type() == at::kByte && valid.is_contiguous() &&
+                                     valid.numel() == q.size(0) * q.size(1) * k.size(1)),
+              "entmax_attention_cpu: valid must be empty or (P, Nq, Nk) uint8");
   TORCH_CHECK(dropout >= 0.0 && dropout < 1.0, "entmax_attention_cpu: dropout must be in [0, 1)");
   for (const at::Tensor* t : {&q, &k, &v, &kt, &vt})
     TORCH_CHECK(t->device().is_cpu() && t->dim() == 3 && t->is_contiguous() && t->scalar_type() == q.scalar_type(),
@@ -451,14 +463,14 @@ void check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const 
 // Returns (out (P, Nq, Dv), params (P, Nq, 2) float64).
 std::vector<at::Tensor> attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           const at::Tensor& kt, const at::Tensor& vt, const at::Tensor& padding,
-                                          bool causal, const at::Tensor& alpha, double thr, int64_t rows,
-                                          double dropout, int64_t seed) {
-  check(q, k, v, kt, vt, padding, alpha, rows, dropout);
+                                          const at::Tensor& valid, bool causal, const at::Tensor& alpha, double thr,
+                                          int64_t rows, double dropout, int64_t seed) {
+  check(q, k, v, kt, vt, padding, valid, alpha, rows, dropout);
   at::Tensor out = at::empty({q.size(0), q.size(1), v.size(2)}, q.options());
   at::Tensor params = at::empty({q.size(0), q.size(1), 2}, q.options().dtype(at::kDouble));
   if (q.numel() == 0) return {out, params};
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "entmax_attention_forward", [&] {
-    const Call<scalar_t> c = make_call<scalar_t>(q, k, v, kt, vt, padding, causal, alpha, thr, rows, dropout, seed);
+    const Call<scalar_t> c = make_call<scalar_t>(q, k, v, kt, vt, padding, valid, causal, alpha, thr, rows, dropout, seed);
     forward_impl(c, out.data_ptr<scalar_t>(), params.data_ptr<double>());
   });
   return {out, params};
@@ -467,10 +479,10 @@ std::vector<at::Tensor> attention_forward(const at::Tensor& q, const at::Tensor&
 // Returns (dq, dk, dv: with respect to the scaled q, k, v; dalpha per pair (P,) float64, empty unless asked).
 std::vector<at::Tensor> attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                            const at::Tensor& kt, const at::Tensor& vt, const at::Tensor& padding,
-                                           bool causal, const at::Tensor& alpha, double thr, int64_t rows,
-                                           double dropout, int64_t seed, const at::Tensor& params,
+                                           const at::Tensor& valid, bool causal, const at::Tensor& alpha, double thr,
+                                           int64_t rows, double dropout, int64_t seed, const at::Tensor& params,
                                            const at::Tensor& grad, bool need_dalpha) {
-  check(q, k, v, kt, vt, padding, alpha, rows, dropout);
+  check(q, k, v, kt, vt, padding, valid, alpha, rows, dropout);
   TORCH_CHECK(grad.is_contiguous() && grad.scalar_type() == q.scalar_type() && grad.size(0) == q.size(0) &&
                   grad.size(1) == q.size(1) && grad.size(2) == v.size(2),
               "entmax_attention_cpu: grad must be a contiguous (P, Nq, Dv) tensor of q's dtype");
@@ -480,7 +492,7 @@ std::vector<at::Tensor> attention_backward(const at::Tensor& q, const at::Tensor
   at::Tensor da = at::zeros({need_dalpha ? q.size(0) : 0}, q.options().dtype(at::kDouble));
   if (q.numel() == 0) return {dq, dk, dv, da};
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "entmax_attention_backward", [&] {
-    const Call<scalar_t> c = make_call<scalar_t>(q, k, v, kt, vt, padding, causal, alpha, thr, rows, dropout, seed);
+    const Call<scalar_t> c = make_call<scalar_t>(q, k, v, kt, vt, padding, valid, causal, alpha, thr, rows, dropout, seed);
     backward_impl(c, params.data_ptr<double>(), grad.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(),
                   dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), need_dalpha ? da.data_ptr<double>() : nullptr);
   });
@@ -506,11 +518,11 @@ at::Tensor dropout_keep(int64_t pairs, int64_t nq, int64_t nk, double dropout, i
 void register_entmax_attention(pybind11::module_& m) {
   m.def("attention_forward", &attention_forward, "fused alpha-entmax attention: (out, per-row (t, F))",
         pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("kt"), pybind11::arg("vt"),
-        pybind11::arg("padding"), pybind11::arg("causal"), pybind11::arg("alpha"), pybind11::arg("thr"),
+        pybind11::arg("padding"), pybind11::arg("valid"), pybind11::arg("causal"), pybind11::arg("alpha"), pybind11::arg("thr"),
         pybind11::arg("rows"), pybind11::arg("dropout"), pybind11::arg("seed"));
   m.def("attention_backward", &attention_backward, "its gradients: (dq, dk, dv, dalpha per pair)",
         pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("kt"), pybind11::arg("vt"),
-        pybind11::arg("padding"), pybind11::arg("causal"), pybind11::arg("alpha"), pybind11::arg("thr"),
+        pybind11::arg("padding"), pybind11::arg("valid"), pybind11::arg("causal"), pybind11::arg("alpha"), pybind11::arg("thr"),
         pybind11::arg("rows"), pybind11::arg("dropout"), pybind11::arg("seed"), pybind11::arg("params"),
         pybind11::arg("grad"), pybind11::arg("need_dalpha"));
   m.def("attention_dropout_keep", &dropout_keep, "the kernel's attention-dropout keep mask (P, Nq, Nk) uint8",

@@ -49,6 +49,7 @@ def entmax_attention(
     alpha: float | torch.Tensor,
     *,
     key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
     causal: bool = False,
     dropout_p: float = 0.0,
     scale: float | None = None,
@@ -58,7 +59,9 @@ def entmax_attention(
     q (B, H, Nq, D); k (B, H, Nk, D); v (B, H, Nk, Dv) -> (B, H, Nq, Dv) in q's dtype (computed in
     float32, or float64 for float64 inputs).
     alpha: a float in [1, 2] or one alpha per head, (H,) or (1, H, 1, 1); a tensor gets its gradient.
-    key_padding_mask: (B, Nk) bool, True = real key. causal: query i sees keys j <= i + Nk - Nq.
+    key_padding_mask: (B, Nk) bool, True = real key. mask: bool broadcastable to (B, H, Nq, Nk), True = the
+        pair may interact (copied as one byte per pair: for block patterns' tiles, whose scores are that size).
+    causal: query i sees keys j <= i + Nk - Nq.
     A query without any key gets a zero output and zero gradients.
     dropout_p: dropout on the weights; the keep mask is a hash of (seed, pair, query, key), the seed one draw
         from torch's generator per call, so the backward draws the same mask (`dropout_keep` returns it).
@@ -76,6 +79,10 @@ def entmax_attention(
     padding = (
         torch.empty(0, dtype=torch.uint8) if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
     )
+    valid = (
+        torch.empty(0, dtype=torch.uint8) if mask is None
+        else mask.expand(b, h, n_q, k.shape[2]).to(torch.uint8).contiguous().view(b * h, n_q, k.shape[2])
+    )
     alpha_rows = (
         torch.full((h,), float(alpha), dtype=torch.float64) if alpha_t is None
         else alpha_t.detach().to(torch.float64).clamp(1.0, 2.0).expand(h).contiguous()
@@ -83,7 +90,7 @@ def entmax_attention(
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p={dropout_p}: expected a rate in [0, 1)")
     seed = int(torch.randint(1 << 62, (1,)).item()) if dropout_p > 0.0 else 0
-    settings = (module, padding, bool(causal), alpha_rows, scale, float(dropout_p), seed)
+    settings = (module, padding, valid, bool(causal), alpha_rows, scale, float(dropout_p), seed)
     out = _EntmaxAttentionCPU.apply(q, k, v, alpha_t, settings)
     return out
 
@@ -97,7 +104,7 @@ def dropout_keep(seed: int, shape: tuple[int, int, int, int], dropout_p: float) 
 class _EntmaxAttentionCPU(Function):
     @staticmethod
     def forward(ctx, q, k, v, alpha_t, settings):
-        module, padding, causal, alpha_rows, scale, dropout_p, seed = settings
+        module, padding, valid, causal, alpha_rows, scale, dropout_p, seed = settings
         b, h, n_q, d = q.shape
         work = torch.float64 if q.dtype == torch.float64 else torch.float32
         # (B, H, N, D) -> (B * H, N, D) pairs; q scaled once (N x D) instead of every score (N x N).
@@ -107,7 +114,7 @@ class _EntmaxAttentionCPU(Function):
         kt, vt = kw.transpose(1, 2).contiguous(), vw.transpose(1, 2).contiguous()
         rows = rows_per_block(k.shape[2], kw.element_size())
         out, params = module.attention_forward(
-            qs, kw, vw, kt, vt, padding, causal, alpha_rows, ALPHA_SOFTMAX_THRESHOLD, rows, dropout_p, seed
+            qs, kw, vw, kt, vt, padding, valid, causal, alpha_rows, ALPHA_SOFTMAX_THRESHOLD, rows, dropout_p, seed
         )
         ctx.settings, ctx.rows, ctx.shape, ctx.dtypes = settings, rows, (b, h), (q.dtype, k.dtype, v.dtype)
         ctx.save_for_backward(qs, kw, vw, kt, vt, params, alpha_t)
@@ -115,13 +122,14 @@ class _EntmaxAttentionCPU(Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        module, padding, causal, alpha_rows, scale, dropout_p, seed = ctx.settings
+        module, padding, valid, causal, alpha_rows, scale, dropout_p, seed = ctx.settings
         qs, kw, vw, kt, vt, params, alpha_t = ctx.saved_tensors
         b, h = ctx.shape
         need_da = alpha_t is not None and ctx.needs_input_grad[3]
         grad = grad_out.to(qs.dtype).reshape(qs.shape[0], qs.shape[1], vw.shape[2]).contiguous()
         dqs, dk, dv, da = module.attention_backward(
-            qs, kw, vw, kt, vt, padding, causal, alpha_rows, ALPHA_SOFTMAX_THRESHOLD, ctx.rows, dropout_p, seed, params, grad, need_da
+            qs, kw, vw, kt, vt, padding, valid, causal, alpha_rows, ALPHA_SOFTMAX_THRESHOLD, ctx.rows, dropout_p, seed, params, grad,
+            need_da,
         )
         q_dtype, k_dtype, v_dtype = ctx.dtypes
         dq = (dqs * scale).view(b, h, qs.shape[1], qs.shape[2]).to(q_dtype)
