@@ -303,6 +303,7 @@ def test_config_keys_are_checked(tiny_config):
     assert tiny_config("model=entmax", "model.attention_impl=memory_efficient").model.attention_impl == "memory_efficient"
 
 
+@pytest.mark.slow  # two fresh processes and an explicit 4k x 4k step; the benchmarks measure the same per row and length
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux's /proc/self/clear_refs")
 def test_peak_memory_grows_linearly_not_quadratically():
     """At 4,096 keys the explicit path holds (N, N) float32 scores, weights and their gradients (64 MiB

@@ -161,7 +161,8 @@ def attend_tiles(
 def kernel_takes_tiles(device: torch.device, normaliser: Normaliser) -> bool:
     """Whether the fused C++ kernel computes a block pattern's tiles: a threshold-form normaliser on CPU
     with the extension built. On tiles of 64 queries over 192 keys it took 0.64x the explicit tiles' time
-    at heads of 64 and 0.31x at heads of 16 (forward + backward, alpha-entmax)."""
+    at heads of 64 and 0.31x at heads of 16 (forward + backward, alpha-entmax, medians of 5 calls timed by
+    hand); a whole HST layer at 4,096 tokens took 0.95x (docs/benchmarks.md)."""
     if device.type != "cpu" or not normaliser.has_threshold_form():
         return False
     from sparse_runner.attention.kernels import entmax_attention_cpu
@@ -174,7 +175,6 @@ def _attend_tiles_fused(q: torch.Tensor, sources: list[KeySource], valid: torch.
     as for SDPA) and its valid mask, with the tiles as batch entries of the kernel, heads kept last so that
     each head's alpha applies."""
     from sparse_runner.attention.kernels import entmax_attention_cpu
-    from sparse_runner.attention.memory_efficient import normaliser_alpha
 
     b, h, r, t, d = q.shape
     k = torch.cat([s.k.expand(b, h, r, -1, d) for s in sources], dim=-2)
@@ -184,7 +184,8 @@ def _attend_tiles_fused(q: torch.Tensor, sources: list[KeySource], valid: torch.
         return x.transpose(1, 2).reshape(b * r, h, *x.shape[3:])
 
     mask = fold(valid.expand(b, h, r, t, -1))
-    out = entmax_attention_cpu.entmax_attention(fold(q), fold(k), fold(v), normaliser_alpha(normaliser), mask=mask, dropout_p=dropout_p)
+    # alphas(): one per head, or one for all (a learned alpha is a parameter and gets its gradient)
+    out = entmax_attention_cpu.entmax_attention(fold(q), fold(k), fold(v), normaliser.alphas(), mask=mask, dropout_p=dropout_p)
     return out.view(b, r, h, t, -1).transpose(1, 2)
 
 
