@@ -327,7 +327,7 @@ def run_job(cfg: DictConfig) -> float | None:
     """Hydra's task function: validate, run, and turn failures into recorded, one-line outcomes."""
     from sparse_runner.cluster import REQUEUED_EXIT_STATUS, export_distributed_env, requeue_after_preemption
     from sparse_runner.run import DirectoryInUse, run
-    from sparse_runner.training.distributed import is_main, launched
+    from sparse_runner.training.distributed import is_main, launched, teardown
     from sparse_runner.training.stopping import Preempted
     from sparse_runner.training.trainer import Diverged
 
@@ -339,6 +339,7 @@ def run_job(cfg: DictConfig) -> float | None:
     goes_on = hc.mode == RunMode.MULTIRUN and not launched()
     meta = {"experiment": hc.runtime.choices.get("experiment"), "overrides": list(hc.overrides.task)}
     typed = None
+    status = None  # the process's exit status, when the job ends it; set inside the handlers, used after
     try:
         typed = validate(cfg)
         return run(typed, run_dir, meta)
@@ -346,19 +347,21 @@ def run_job(cfg: DictConfig) -> float | None:
         log.warning("%s; run the same command again to resume", exc)
         if requeue_after_preemption(exc.signum):
             log.warning("requeued: the job resumes in %s", run_dir)
-            sys.exit(REQUEUED_EXIT_STATUS)  # submitit's local executor restarts the job on it
-        sys.exit(128 + signal.SIGINT if exc.signum == signal.SIGINT else 0)
+            status = REQUEUED_EXIT_STATUS  # submitit's local executor restarts the job on it
+        else:
+            status = 128 + signal.SIGINT if exc.signum == signal.SIGINT else 0
     except ConfigError as exc:
         if not goes_on:
             _error(str(exc))
             if not isinstance(exc, DirectoryInUse) and is_main():
                 _forget_refused_run(run_dir)
-            sys.exit(EXIT_CONFIG)
-        log.error("%s: %s", run_dir, exc)
-        if not isinstance(exc, DirectoryInUse) and is_main():
-            _record_refused_job(typed, run_dir, meta, exc)
-        _Failures.dirs.append(str(run_dir))
-        return None
+            status = EXIT_CONFIG
+        else:
+            log.error("%s: %s", run_dir, exc)
+            if not isinstance(exc, DirectoryInUse) and is_main():
+                _record_refused_job(typed, run_dir, meta, exc)
+            _Failures.dirs.append(str(run_dir))
+            return None
     except Exception as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -370,9 +373,15 @@ def run_job(cfg: DictConfig) -> float | None:
             _log_to_file_only(logging.ERROR, f"run failed in {run_dir}: {one_line(exc)}")
             where = "" if expected else f" (traceback in {run_dir / 'sparse_run.log'})"
             _error(f"run failed: {one_line(exc)}{where}")
-            sys.exit(1)
-        log.error("run failed in %s: %s", run_dir, one_line(exc))
-        return None
+            status = 1
+        else:
+            log.error("run failed in %s: %s", run_dir, one_line(exc))
+            return None
+    # Exit here, not inside a handler: there the exception's traceback would still hold the trainer (and
+    # DDP's process group) alive through the SystemExit, and teardown could not free it before gloo's
+    # threads are destroyed at interpreter exit (a rank stopped by SIGTERM then died of SIGABRT).
+    teardown()
+    sys.exit(status)
 
 
 def _file_handlers() -> list[logging.FileHandler]:
