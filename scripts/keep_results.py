@@ -5,7 +5,8 @@ that `sparse-report <folder>` regenerates its tables and claims without rerunnin
     python scripts/keep_results.py docs/evidence/ernie_sparse_listops_cpu outputs/runs/listops_*
 
 Each run's metrics.json (its resolved config, metrics and analysis, ~10 kB; not its checkpoints) goes to
-<dest>/<run folder name>/metrics.json. With --with-log the run's log.jsonl (the report's learning curves, the
+<dest>/<run folder name>/metrics.json, with its test_examples.npz (the per-example record of its test metric, a
+few kB, which the claims' seeds × examples intervals read) where it has one. With --with-log the run's log.jsonl (the report's learning curves, the
 alpha trajectories; ~0.2 MB for 6,000 steps) and its figures/*.png (regular files of the run only) come along.
 Runs that did not complete are listed and skipped: the report never averages them.
 
@@ -23,7 +24,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from sparse_runner import run_metrics
+from sparse_runner import example_scores, run_metrics
 from sparse_runner.cli import unusable_directory
 from sparse_runner.io import atomic_directory, atomic_open, atomic_write_text
 
@@ -82,12 +83,14 @@ def keep(dest: Path, run_dirs: list[Path], *, with_log: bool = False) -> tuple[l
     for run_dir, data in chosen:
         target = dest / run_dir.resolve().name
         with atomic_directory(target, replace=True) as folder:
+            # the per-example record of the test metric always comes (a few kB): the claims' bootstrap intervals read it
+            extras = [run_dir / example_scores.FILE]
             if with_log:
-                extras = [run_dir / "log.jsonl", *sorted((run_dir / "figures").glob("*.png"))]
-                for source in extras:
-                    if source.is_file() and not source.is_symlink():  # not a link to a file outside the run
-                        with atomic_open(folder / source.relative_to(run_dir), "wb", encoding=None) as out, source.open("rb") as src:
-                            shutil.copyfileobj(src, out)
+                extras += [run_dir / "log.jsonl", *sorted((run_dir / "figures").glob("*.png"))]
+            for source in extras:
+                if source.is_file() and not source.is_symlink():  # not a link to a file outside the run
+                    with atomic_open(folder / source.relative_to(run_dir), "wb", encoding=None) as out, source.open("rb") as src:
+                        shutil.copyfileobj(src, out)
             atomic_write_text(folder / "metrics.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
         written.append(target / "metrics.json")
     return written, skipped

@@ -444,6 +444,7 @@ def _record_completed(record: Any, run_dir: Path, task: Any, trainer: Trainer, d
         figures=figures,
         metrics=final,
         task_info=task.describe() or None,
+        test_examples=p.test_examples or None,
         selection={"metric": t.monitor, "mode": t.monitor_mode, "best_value": p.best_value, "best_step": p.best_step},
         step=p.step,
         stopped_early=p.stopped_early,

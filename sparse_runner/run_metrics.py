@@ -71,6 +71,9 @@ SCHEMA: dict[str, str] = {
     "analysis": "attention statistics {attention: ..., alpha: ...} (null without analysis)",
     "figures": "PNG files the run drew",
     "task_info": "task facts (tokenizer, metric signatures, ...)",
+    "test_examples": "the per-example record of the test metric beside metrics.json (sparse_runner/example_scores.py): {file "
+                     "(test_examples.npz), metric (`test/accuracy` ...), reducer (how column sums give the metric), examples, "
+                     "columns} (null: the task keeps none)",
     "pretraining": "where a fine-tuning run's encoder came from {run_dir, checkpoint, step, sha256 (of the loaded file), task, num_parameters, "
                    "metrics, wall_time_s, cpu_time_s, device, git_commit, provenance} (null: trained from scratch)",
     "finished_at": "UTC, ISO 8601",

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from sparse_runner import example_scores
 from sparse_runner.checks import ConfigError
 from sparse_runner.config import validate
 from sparse_runner.pretrained import load_encoder, resolve
@@ -172,6 +173,9 @@ def test_fine_tuning_starts_from_the_pretrained_encoder(family, pretrained, data
     else:
         assert {"test/accuracy", "test/accuracy_mismatched", "test/majority_accuracy"} <= set(m["metrics"])
         assert m["task_info"]["skipped_without_gold_label"] == 3 and m["task_info"]["test_mismatched"] == 30
+    # the per-example record (SQuAD: per question F1; MNLI: right or not, matched examples) gives the metric back
+    record = example_scores.read(open(tmp_path / "test_examples.npz", "rb"))
+    assert record.metric == m["primary_metric"] and record.value() == pytest.approx(m["metrics"][record.metric], rel=1e-9, abs=1e-9)
 
 
 def test_fine_tuning_resumes_exactly(pretrained, data, cache_dir, tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from scipy import stats
 
@@ -61,8 +62,8 @@ def fake_runs(values, name: str) -> list:
     """Runs of one arm, one per seed, reading `value`."""
     from types import SimpleNamespace as Run
 
-    return [Run(path=Path(f"/runs/{name}{seed}"), data={"seed": seed}, config={}, value=value)
-            for seed, value in enumerate(values)]
+    return [Run(path=Path(f"/runs/{name}{seed}"), data={"seed": seed}, config={}, value=value,
+                test_examples="no per-example record") for seed, value in enumerate(values)]
 
 
 def arms_claim(treatment, baseline, the_design: Design, statement="statement") -> Claim:
@@ -595,3 +596,57 @@ def test_every_claim_has_a_full_design_and_the_kept_runs_regenerate_the_table(tm
     # The kept runs record only the commit of their last process: none reads as one commit run throughout.
     assert all(row["commits"].startswith(("unknown: ", "mixed: ")) for row in table), [row["commits"] for row in table]
     assert all(row["test"] for row in table)
+
+
+def _keep_record(run_dir: Path, right: list[int], metric: str = "test/accuracy") -> None:
+    """Give a written run a per-example record whose accuracy is its metrics.json's."""
+    from sparse_runner import example_scores
+    from sparse_runner.example_scores import ExampleScores
+
+    described = example_scores.write(ExampleScores(metric, "mean", np.array(right, dtype=float)[:, None],
+                                                   np.arange(len(right))), run_dir)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics["metrics"][metric] = sum(right) / len(right)
+    metrics["test_examples"] = described
+    (run_dir / "metrics.json").write_text(json.dumps(metrics))
+
+
+def test_runs_with_per_example_records_get_an_interval_over_seeds_and_test_examples(tmp_path: Path):
+    """The `seeds × examples` cell: the hierarchical bootstrap where every run of the claim kept its record, else
+    why not; it never changes the verdict."""
+    rng = np.random.default_rng(0)
+    truth = rng.random(200)
+    runs = {}
+    for seed in range(3):
+        for model, skill in (("ernie_sparse", 0.50 + 0.01 * seed), ("bigbird", 0.44 + 0.01 * seed)):
+            right = [int(t < skill) for t in truth]
+            runs[model, seed] = write_run(tmp_path, f"{model}{seed}", model=model, seed=seed, block=8, acc=sum(right) / 200)
+            _keep_record(runs[model, seed], right)
+    ernie_vs_bigbird = lambda: dict(zip(*[(t := claims_table(ernie_sparse.CLAIMS, collect_runs([tmp_path]))).headers,  # noqa: E731
+                                          t.rows[0]]))
+    cells = ernie_vs_bigbird()
+    difference = cells["result"].split(" [")[0]
+    assert float(difference) > 2 and cells["verdict"] == HELD
+    found = cells["seeds × examples"]
+    assert found.startswith(f"{difference} [") and found.endswith("(4000 resamples of seeds and of 200 test examples)"), found
+    low, high = (float(x) for x in found.split("[")[1].split("]")[0].split(", "))
+    t_low, t_high = (float(x) for x in cells["result"].split("[")[1].split("]")[0].split(", "))
+    # 200 test examples: their sampling error makes this interval wider than the t interval over seeds alone
+    assert low < t_low < float(difference) < t_high < high
+    # a record that does not give back its run's metric is not used
+    metrics = json.loads((runs["bigbird", 1] / "metrics.json").read_text())
+    metrics["metrics"]["test/accuracy"] += 0.01
+    (runs["bigbird", 1] / "metrics.json").write_text(json.dumps(metrics))
+    tampered = ernie_vs_bigbird()
+    assert tampered["seeds × examples"] == "test_examples.npz does not give back the run's test/accuracy (1 of 6 runs)"
+    # a link out of the run folder is refused; a run without a record says so
+    (runs["bigbird", 1] / "test_examples.npz").unlink()
+    (runs["bigbird", 1] / "test_examples.npz").symlink_to(runs["bigbird", 2] / "test_examples.npz")
+    assert "test_examples.npz a link to a file outside the run folder (1 of 6 runs)" == ernie_vs_bigbird()["seeds × examples"]
+    metrics = json.loads((runs["ernie_sparse", 0] / "metrics.json").read_text())
+    del metrics["test_examples"]
+    (runs["ernie_sparse", 0] / "metrics.json").write_text(json.dumps(metrics))
+    assert ernie_vs_bigbird()["seeds × examples"].startswith("no per-example record (1 of 6 runs); ")
+    # the records change no verdict: the t interval over seeds decides, with or without them
+    assert {k: v for k, v in ernie_vs_bigbird().items() if k != "seeds × examples"} == {
+        k: v for k, v in tampered.items() if k != "seeds × examples"}

@@ -160,3 +160,14 @@ def test_a_metrics_json_nested_too_deep_is_skipped_with_its_reason(tmp_path):
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert any(str(deep) in line and "nested deeper than" in line for line in lines(result)), lines(result)
     assert files(tmp_path / "kept") == ["good/metrics.json"]
+
+
+def test_the_per_example_record_is_kept_with_its_run_and_a_link_out_is_not(tmp_path):
+    with_record, linked = a_run(tmp_path / "runs" / "x"), a_run(tmp_path / "runs" / "y")
+    (with_record / "test_examples.npz").write_bytes(b"PK record")
+    (tmp_path / "secret").write_bytes(b"private")
+    (linked / "test_examples.npz").symlink_to(tmp_path / "secret")
+    result = keep(tmp_path / "kept", with_record, linked)
+    assert result.returncode == 0, result.stderr
+    assert files(tmp_path / "kept") == ["x/metrics.json", "x/test_examples.npz", "y/metrics.json"]
+    assert (tmp_path / "kept" / "x" / "test_examples.npz").read_bytes() == b"PK record"

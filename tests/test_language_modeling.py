@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sparse_runner import example_scores
 from sparse_runner.checks import ConfigError
 from sparse_runner.config import validate
 from sparse_runner.run import run
@@ -89,6 +90,10 @@ def test_lm_learns_below_the_unigram_floor(corpus, cache_dir, tmp_path, model):
     assert metrics["test/ppl"] < 0.5 * metrics["test/unigram_ppl"], metrics
     # Several tokens per word: the per-word perplexity is the larger one.
     assert metrics["test/word_ppl"] > metrics["test/ppl"] > 1.0
+    # per window, its summed loss and tokens: exp(sum / sum) is the test perplexity
+    record = example_scores.read(open(tmp_path / "test_examples.npz", "rb"))
+    assert record.metric == "test/ppl" and record.reducer == "exp_ratio" and len(record) == m["dataset_sizes"]["test"]
+    assert record.value() == pytest.approx(metrics["test/ppl"], rel=1e-5)
     losses = [row["train/loss"] for row in map(json.loads, (tmp_path / "log.jsonl").read_text().splitlines()) if "train/loss" in row]
     assert losses[-1] < losses[0] - 0.5
     sample = (tmp_path / "outputs" / "sample.txt").read_text()

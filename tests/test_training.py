@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from sparse_runner import example_scores
 from sparse_runner.config import ConfigError
 from sparse_runner.run import run
 from sparse_runner.run_metrics import SCHEMA, SCHEMA_VERSION
@@ -52,6 +53,11 @@ def test_end_to_end_run_writes_everything(reference):
     assert m["selection"]["metric"] == "val/accuracy" and m["selection"]["best_step"] in (10, 20, 30)
     assert {"torch", "python", "sparse_runner"} <= set(m["versions"])
     assert m["config"]["model"]["d_model"] == 32 and m["seed"] == 0
+    # what test/accuracy is made of, per example: it gives the metric back
+    assert m["test_examples"] == {"file": "test_examples.npz", "metric": "test/accuracy", "reducer": "mean",
+                                  "examples": 64, "columns": ["score"]}
+    record = example_scores.read(open(reference / "test_examples.npz", "rb"))
+    assert record.index.tolist() == list(range(64)) and record.value() == m["metrics"]["test/accuracy"]
     for path in ("config.yaml", "log.jsonl", "checkpoints/last.pt", "checkpoints/best.pt"):
         assert (reference / path).exists(), path
     assert list((reference / "tb").glob("events.out.tfevents.*"))

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sparse_runner import example_scores
 from sparse_runner.run import run
 from sparse_runner.tasks import build_task
 from sparse_runner.tasks.batching import plan_epoch, plan_eval
@@ -75,6 +76,10 @@ def test_translation_run_writes_scores_hypotheses_and_analysis(pair_dir, cache_d
     assert info["sacrebleu_signature"].startswith("nrefs:1|") and "Moses" in info["bleu_tokenization"]
     hyps = (tmp_path / "run" / "outputs" / "test.hyp").read_text().splitlines()
     assert len(hyps) == 24
+    # the per-sentence BLEU statistics give back the corpus BLEU of the test split
+    record = example_scores.read(open(tmp_path / "run" / "test_examples.npz", "rb"))
+    assert record.metric == "test/bleu" and len(record) == 24 and m["test_examples"]["reducer"] == "bleu"
+    assert record.value() == pytest.approx(m["metrics"]["test/bleu"], rel=1e-9, abs=1e-9)
     # alpha-entmax: a learned alpha per head in each layer of all three attention types
     alpha = m["analysis"]["alpha"]
     assert [t for t in alpha] == ["encoder_self", "context", "decoder_self"]

@@ -148,21 +148,31 @@ def squad_scores(predictions: Mapping[str, str], golds: Mapping[str, Sequence[st
         both (as in the official script). Predictions for ids not in ``golds`` are ignored. An empty
         ``golds`` gives 0.0 for both metrics (the official script would divide by zero).
     """
-    if style not in _METRICS:
-        raise ValueError(f"squad_scores: unknown style {style!r}; valid: {', '.join(STYLES)}")
-    em_metric, f1_metric = _METRICS[style]
+    per_question = question_scores(predictions, golds, style=style)
     em_total = f1_total = 0.0
-    missing = 0
-    for qid, answers in golds.items():
-        if qid not in predictions:
-            missing += 1
-            continue
-        if isinstance(answers, str) or not answers:
-            raise ValueError(f"squad_scores: question {qid!r} has no list of gold answers (got {answers!r})")
-        prediction = predictions[qid]
-        em_total += best_over_golds(em_metric, prediction, answers)
-        f1_total += best_over_golds(f1_metric, prediction, answers)
+    for em, f1 in per_question.values():
+        em_total += em
+        f1_total += f1
     count = len(golds)
     if count == 0:
         return {"exact_match": 0.0, "f1": 0.0, "count": 0, "missing": 0}
+    missing = sum(qid not in predictions for qid in golds)
     return {"exact_match": 100.0 * em_total / count, "f1": 100.0 * f1_total / count, "count": count, "missing": missing}
+
+
+def question_scores(predictions: Mapping[str, str], golds: Mapping[str, Sequence[str]], *,
+                    style: str = "squad") -> dict[str, tuple[float, float]]:
+    """Per question of ``golds``, in its order: (exact match, F1) in [0, 1], the best over its gold answers;
+    (0, 0) for a question without a prediction. ``squad_scores`` is their mean, in percent."""
+    if style not in _METRICS:
+        raise ValueError(f"squad_scores: unknown style {style!r}; valid: {', '.join(STYLES)}")
+    em_metric, f1_metric = _METRICS[style]
+    out = {}
+    for qid, answers in golds.items():
+        if qid not in predictions:
+            out[qid] = (0.0, 0.0)
+            continue
+        if isinstance(answers, str) or not answers:
+            raise ValueError(f"squad_scores: question {qid!r} has no list of gold answers (got {answers!r})")
+        out[qid] = (best_over_golds(em_metric, predictions[qid], answers), best_over_golds(f1_metric, predictions[qid], answers))
+    return out

@@ -16,6 +16,7 @@ import functools
 import logging
 from typing import Sequence
 
+import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,38 @@ def translation_scores(hypotheses: Sequence[str], references: Sequence[str], *, 
         "chrf_signature": str(chrf.get_signature()),
         "bleu_tokenization": recipe,
     }
+
+
+BLEU_STATISTICS = ("sys_len", "ref_len", *(f"correct_{n}" for n in range(1, MAX_NGRAM_ORDER + 1)),
+                   *(f"total_{n}" for n in range(1, MAX_NGRAM_ORDER + 1)))
+
+
+def bleu_statistics(hypotheses: Sequence[str], references: Sequence[str], *, target_lang: str) -> np.ndarray:
+    """(n, 10) per-sentence statistics of the paper's tokenized BLEU (``translation_scores``'s ``bleu``), in the
+    order of ``BLEU_STATISTICS``: hypothesis and reference lengths, matched and total n-grams for n = 1..4.
+    Corpus BLEU is a function of their column sums (``bleu_from_statistics``), which is what lets an interval
+    resample sentences without decoding again."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"bleu_statistics: {len(hypotheses)} hypotheses but {len(references)} references")
+    lang = _base_lang(target_lang)
+    tok_hyps = [_tokenize(_as_segment(h), lang) for h in hypotheses]
+    tok_refs = _tokenize_references(tuple(_as_segment(r) for r in references), lang)
+    # effective_order only changes a sentence's own score, not its counts; it silences sacreBLEU's advice.
+    sentence = BLEU(tokenize="none", smooth_method="none", force=True, max_ngram_order=MAX_NGRAM_ORDER, effective_order=True)
+    rows = []
+    for hyp, ref in zip(tok_hyps, tok_refs):
+        score = sentence.sentence_score(hyp, [ref])
+        rows.append([score.sys_len, score.ref_len, *score.counts, *score.totals])
+    return np.asarray(rows, dtype=np.float64).reshape(len(rows), len(BLEU_STATISTICS))
+
+
+def bleu_from_statistics(sums: np.ndarray) -> np.ndarray:
+    """(R,) corpus BLEU from (R, 10) column sums of ``bleu_statistics``: sacreBLEU's own formula, no smoothing."""
+    sums = np.atleast_2d(np.asarray(sums, dtype=np.float64))
+    k = MAX_NGRAM_ORDER
+    return np.array([BLEU.compute_bleu([int(round(c)) for c in row[2:2 + k]], [int(round(t)) for t in row[2 + k:]],
+                                       int(round(row[0])), int(round(row[1])), smooth_method="none",
+                                       max_ngram_order=k).score for row in sums])
 
 
 def _base_lang(code: str) -> str:

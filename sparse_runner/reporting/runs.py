@@ -19,8 +19,9 @@ from typing import Any, Iterable
 
 import yaml  # PyYAML, which omegaconf reads YAML with
 
-from sparse_runner import identity, run_metrics
+from sparse_runner import example_scores, identity, run_metrics
 from sparse_runner.checks import one_line
+from sparse_runner.example_scores import ExampleScores
 from sparse_runner.reporting import run_files
 from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.presets import Keys
@@ -33,6 +34,7 @@ SKIP_DIRS = {"checkpoints", "tb"}
 # kB and a config a few; the limits are far above that and keep a crafted file from exhausting memory.
 MAX_METRICS_BYTES = 64 * run_files.MB
 MAX_CONFIG_BYTES = 8 * run_files.MB
+MAX_EXAMPLES_BYTES = 64 * run_files.MB   # test_examples.npz: tens of kB for 10,000 examples
 
 # Display status -> sort rank: finished work first, then work that stopped, then what never ran. `diverged`:
 # the loss became non-finite, a failure of the training itself rather than of the machinery.
@@ -136,6 +138,24 @@ class RunRecord:
         per_type = (self.analysis("attention") or {}).values()
         values = finite(as_float(v.get(field_name)) for v in per_type if isinstance(v, dict))
         return mean(values) if values else None
+
+
+    @functools.cached_property
+    def test_examples(self) -> ExampleScores | str:
+        """The run's per-example record of its test metric (sparse_runner/example_scores.py), or why it has no
+        usable one, in a few words: none recorded, the file refused (run_files), or statistics that do not give
+        back the metric the run recorded (a record that does not belong to its run)."""
+        described = self.data.get("test_examples")
+        if not isinstance(described, dict):
+            return "no per-example record"
+        try:
+            raw = run_files.read_bytes(self.path / example_scores.FILE, self.path, MAX_EXAMPLES_BYTES)
+            scores = example_scores.read(io.BytesIO(raw))
+        except (run_files.NotShown, ValueError) as exc:
+            return f"{example_scores.FILE} {one_line(exc)}"
+        if not example_scores.reproduces(scores, self.metric(scores.metric)):
+            return f"{example_scores.FILE} does not give back the run's {scores.metric}"
+        return scores
 
 
 def sort_key(rec: RunRecord) -> tuple[int, str]:

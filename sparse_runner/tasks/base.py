@@ -11,7 +11,8 @@ regulariser, sharding across processes or a new logger applies to every task at 
     analysis:    for each batch of eval_plan("val"): analysis_step(model, batch)
 
 `eval_step` returns *sums* (numbers are added over batches, lists concatenated), never ratios, so
-the trainer can add them up across processes before `finalise` turns them into metrics.
+the trainer can add them up across processes before `finalise` turns them into metrics, and
+`example_scores` the per-example statistics behind the test metric (lists of (example index, ...)).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from sparse_runner.example_scores import ExampleScores
 from sparse_runner.tasks.batching import plan_epoch, plan_eval
 
 EvalSums = dict[str, Any]  # name -> number (added over batches) or list (concatenated)
@@ -139,6 +141,12 @@ class Task:
         """Metrics '<split>/<name>' from a whole split's sums; model outputs go to `output_dir` if the
         task writes any (it is None except on the main process)."""
         raise NotImplementedError
+
+    def example_scores(self, split: str, sums: EvalSums) -> ExampleScores | None:
+        """The split's per-example statistics, from the same sums as `finalise` (sparse_runner/example_scores.py):
+        what its primary metric is made of, so that intervals can resample test examples. None where the task
+        keeps none. Called on the main process, after the test evaluation."""
+        return None
 
     def write_outputs(self, model: nn.Module, output_dir: Path) -> None:
         """Files made with the final (best) model besides the metrics, e.g. a generated sample; called

@@ -125,6 +125,7 @@ class BertClassificationTask(BertTextTask):
             "lengths": None if bool((lengths == tokens.shape[1]).all()) else lengths.to(device, non_blocking=True),
             "labels": torch.from_numpy(self.split_labels(split)[indices]).to(device, non_blocking=True),
             "num_tokens": int(lengths.sum()),
+            "indices": indices,
         }
 
     def forward_loss(self, model, batch) -> StepOutput:

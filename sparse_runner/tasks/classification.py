@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from sparse_runner.example_scores import ExampleScores
 from sparse_runner.models import CLASSIFIER_KEYS, build_classifier
 from sparse_runner.tasks.base import StepOutput, Task
 from sparse_runner.tasks.batching import pad_sequences
@@ -91,6 +92,7 @@ class SequenceClassificationTask(Task):
             "lengths": None if bool((lengths == tokens.shape[1]).all()) else lengths.to(device, non_blocking=True),
             "labels": labels.to(device, non_blocking=True),
             "num_tokens": int(lengths.sum()),
+            "indices": indices,
         }
 
     def logits(self, model, batch) -> torch.Tensor:
@@ -105,11 +107,13 @@ class SequenceClassificationTask(Task):
     def eval_step(self, model, batch, split):
         logits = self.logits(model, batch)
         labels = batch["labels"]
+        right = logits.argmax(-1) == labels
         return {
             "loss": float(F.cross_entropy(logits.float(), labels, reduction="sum")),
-            "correct": int((logits.argmax(-1) == labels).sum()),
+            "correct": int(right.sum()),
             "majority": int((labels == self.majority_label).sum()),
             "count": len(labels),
+            "right": list(zip(np.asarray(batch["indices"]).tolist(), right.tolist())),
         }
 
     def finalise(self, split: str, sums, output_dir: Path | None = None) -> dict[str, float]:
@@ -120,3 +124,14 @@ class SequenceClassificationTask(Task):
             # Predicting the most frequent training label: the floor a model has to beat.
             f"{split}/majority_accuracy": sums.get("majority", 0) / count,
         }
+
+    def example_scores(self, split: str, sums) -> ExampleScores | None:
+        return right_answers(f"{split}/accuracy", sums.get("right", []))
+
+
+def right_answers(metric: str, pairs: list[tuple[int, bool]]) -> ExampleScores | None:
+    """An accuracy's per-example statistics: (example index, right or not) pairs in any order."""
+    if not pairs:
+        return None
+    pairs = sorted(pairs)
+    return ExampleScores(metric, "mean", np.array([[float(r)] for _, r in pairs]), np.array([i for i, _ in pairs]))

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from sparse_runner.checks import ConfigError, DataError, choice, fail, positive
 from sparse_runner.data.documents import SPLITS, Document, load_documents
+from sparse_runner.example_scores import ExampleScores
 from sparse_runner.io import atomic_write_text
 from sparse_runner.models import LM_KEYS, build_lm
 from sparse_runner.tasks.base import StepOutput, Task
@@ -135,6 +136,7 @@ class LanguageModelingTask(Task):
             "lengths": None if bool((lengths == inputs.shape[1]).all()) else lengths.to(device, non_blocking=True),
             "targets": targets.to(device, non_blocking=True),
             "num_tokens": int(lengths.sum()),
+            "indices": indices,
         }
 
     # ------------------------------------------------------------------------------ steps
@@ -150,12 +152,25 @@ class LanguageModelingTask(Task):
         logits = model(batch["inputs"], batch["lengths"])
         real = targets != PAD_ID
         nll = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=PAD_ID, reduction="sum")
-        return {
+        sums = {
             "nll": float(nll),
             "tokens": batch["num_tokens"],
             "words": int((self.word_start.to(targets.device)[targets] & real).sum()),
             "unigram_nll": float(self.unigram_nll.to(targets.device)[targets][real].sum()),
         }
+        if split == "test":  # per window, for example_scores (a second loss pass: `nll` stays as it always was)
+            per_token = F.cross_entropy(logits.float().transpose(1, 2), targets, ignore_index=PAD_ID, reduction="none")
+            rows = per_token.double().sum(1).tolist()
+            sums["windows"] = list(zip(np.asarray(batch["indices"]).tolist(), rows, real.sum(1).tolist()))
+        return sums
+
+    def example_scores(self, split: str, sums) -> ExampleScores | None:
+        """Per window: its summed loss and its tokens; perplexity is exp(sum / sum)."""
+        windows = sorted(sums.get("windows", []))
+        if not windows:
+            return None
+        return ExampleScores(f"{split}/ppl", "exp_ratio", np.array([[nll, n] for _, nll, n in windows], dtype=np.float64),
+                             np.array([i for i, _, _ in windows]))
 
     def finalise(self, split: str, sums, output_dir: Path | None = None) -> dict[str, float]:
         tokens, words = max(sums.get("tokens", 0), 1), max(sums.get("words", 0), 1)

@@ -148,7 +148,8 @@ class LraRetrievalTask(SequenceClassificationTask):
 
     def make_batch(self, split: str, indices: np.ndarray, device: torch.device) -> dict[str, Any]:
         data: PairSplit = self.splits[split]
-        batch: dict[str, Any] = {"labels": torch.from_numpy(data.labels[indices]).to(device, non_blocking=True), "num_tokens": 0}
+        batch: dict[str, Any] = {"labels": torch.from_numpy(data.labels[indices]).to(device, non_blocking=True), "num_tokens": 0,
+                                 "indices": indices}
         for side, docs in (("1", data.first), ("2", data.second)):
             tokens, lengths = pad_sequences([docs.sequence(int(i))[: self.max_length] for i in indices], pad_id=PAD_ID, max_width=self.max_length)
             batch[f"tokens{side}"] = tokens.to(device, non_blocking=True)

@@ -39,8 +39,10 @@ from sparse_runner.data.documents import sotu_documents
 from sparse_runner.data.hub import load_hub_splits
 from sparse_runner.data.mnli_pairs import LABELS, PairSplit, from_hub_rows, read_mnli_dir
 from sparse_runner.data.sotu_pairs import SUBSTITUTE_DESCRIPTION, sotu_pairs
+from sparse_runner.example_scores import ExampleScores
 from sparse_runner.models.bert import build_pair_classifier
 from sparse_runner.tasks.bert_text import PAD_ID, BertClassificationTask, FineTuningDataConfig, check_fine_tuning_data
+from sparse_runner.tasks.classification import right_answers
 from sparse_runner.tasks.registry import register_task
 
 log = logging.getLogger(__name__)
@@ -263,6 +265,7 @@ class MnliTask(BertClassificationTask):
             "correct_mismatched": int((right & ~matched).sum()),
             "count_mismatched": int((~matched).sum()),
             "majority_matched": int(((labels == self.majority_label) & matched).sum()),
+            "right": [(i, r) for i, r, m in zip(np.asarray(batch["indices"]).tolist(), right.tolist(), matched.tolist()) if m],
         }
 
     def finalise(self, split: str, sums, output_dir: Path | None = None) -> dict[str, float]:
@@ -275,3 +278,6 @@ class MnliTask(BertClassificationTask):
         if sums.get("count_mismatched", 0):
             out[f"{split}/accuracy_mismatched"] = sums["correct_mismatched"] / sums["count_mismatched"]
         return out
+
+    def example_scores(self, split: str, sums) -> ExampleScores | None:
+        return right_answers(f"{split}/accuracy", sums.get("right", []))  # the matched examples: the metric's

@@ -56,8 +56,9 @@ from sparse_runner.data.cloze import answer_candidates, answer_kind, cloze_examp
 from sparse_runner.data.documents import sotu_documents, split_sentences
 from sparse_runner.data.hub import load_hub_splits
 from sparse_runner.data.squad_examples import QAExample, examples_from_rows, read_squad_json
+from sparse_runner.example_scores import ExampleScores
 from sparse_runner.io import atomic_write_text
-from sparse_runner.metrics.squad import squad_scores
+from sparse_runner.metrics.squad import question_scores, squad_scores
 from sparse_runner.models.bert import build_span_extractor
 from sparse_runner.tasks.base import StepOutput
 from sparse_runner.tasks.batching import pad_sequences
@@ -302,14 +303,19 @@ class SquadTask(BertTextTask):
                  for row, i in enumerate(batch["index"])]
         return {"loss": loss, "count": len(spans), "spans": spans}
 
-    def finalise(self, split: str, sums, output_dir: Path | None = None) -> dict[str, float]:
+    def _answers(self, split: str, sums) -> tuple[dict[str, str], dict[str, list[str]], list[int]]:
+        """The predicted answers, the gold answers of the questions scored and those questions' positions: the
+        questions that had a window evaluated (all of them unless trainer.eval_max_batches cuts the split)."""
         spans = sorted(sums.get("spans", []), key=lambda s: s[0])
         examples, features = self.examples[split], self.features[split]
         chosen = [features[i] for i, _, _ in spans]
         predictions = predict_answers(examples, chosen, [(s, e) for _, s, e in spans], self.cfg.max_answer_length)
-        # Scored over the questions that had a window evaluated (all of them unless trainer.eval_max_batches cuts the split).
-        scored = {features[i].example_index for i, _, _ in spans}
-        scores = squad_scores(predictions, {examples[k].id: examples[k].golds for k in scored}, style=self.metric_style)
+        scored = sorted({features[i].example_index for i, _, _ in spans})
+        return predictions, {examples[k].id: examples[k].golds for k in scored}, scored
+
+    def finalise(self, split: str, sums, output_dir: Path | None = None) -> dict[str, float]:
+        predictions, golds, _ = self._answers(split, sums)
+        scores = squad_scores(predictions, golds, style=self.metric_style)
         if output_dir is not None and split == "test":
             Path(output_dir).mkdir(parents=True, exist_ok=True)
             atomic_write_text(Path(output_dir) / "predictions.json", json.dumps(predictions, ensure_ascii=False, indent=0, sort_keys=True))
@@ -318,3 +324,11 @@ class SquadTask(BertTextTask):
             f"{split}/exact_match": scores["exact_match"],
             f"{split}/loss": sums.get("loss", 0.0) / max(sums.get("count", 0), 1),
         }
+
+    def example_scores(self, split: str, sums) -> ExampleScores | None:
+        """Per question: its F1, in percent (the metric is their mean)."""
+        predictions, golds, scored = self._answers(split, sums)
+        if not scored:
+            return None
+        per_question = question_scores(predictions, golds, style=self.metric_style)
+        return ExampleScores(f"{split}/f1", "mean", np.array([[100.0 * per_question[qid][1]] for qid in golds]), np.array(scored))

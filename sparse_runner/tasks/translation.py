@@ -21,7 +21,8 @@ from sparse_runner.checks import ConfigError, choice, fail, positive
 from sparse_runner.data.parallel import FILE_FORMATS, load_parallel
 from sparse_runner.decoding import beam_search, greedy_search
 from sparse_runner.io import atomic_write_text
-from sparse_runner.metrics.translation import translation_scores
+from sparse_runner.example_scores import ExampleScores
+from sparse_runner.metrics.translation import bleu_statistics, translation_scores
 from sparse_runner.models import SEQ2SEQ_KEYS, build_seq2seq
 from sparse_runner.tasks.base import StepOutput, Task
 from sparse_runner.tasks.batching import pad_sequences
@@ -235,3 +236,13 @@ class TranslationTask(Task):
             f"{split}/sacrebleu": scores["sacrebleu"],
             f"{split}/chrf": scores["chrf"],
         }
+
+    def example_scores(self, split: str, sums) -> ExampleScores | None:
+        """Per sentence, the statistics of the paper's tokenized BLEU (metrics.translation.bleu_statistics)."""
+        by_index = dict(sums.get("hypotheses", []))
+        if not by_index:
+            return None
+        indices = sorted(by_index)
+        stats = bleu_statistics([by_index[i] for i in indices], [self.references[split][i] for i in indices],
+                                target_lang=self.cfg.tgt_lang)
+        return ExampleScores(f"{split}/bleu", "bleu", stats, np.array(indices))

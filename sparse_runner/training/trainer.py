@@ -26,6 +26,7 @@ from sparse_runner.analysis.collect import alpha_log_values, analyse
 from sparse_runner.attention import attention_layers
 from sparse_runner.attention.layout import shifted_blocks
 from sparse_runner.checks import ConfigError, fail
+from sparse_runner import example_scores
 from sparse_runner.models.encoder import set_activation_checkpointing
 from sparse_runner.run_metrics import LABEL_KEYS, NON_RESULT_KEYS, UNKNOWN_CODE
 from sparse_runner.tasks.base import EvalSums, StepOutput, Task
@@ -77,6 +78,7 @@ class Progress:
     final_metrics: dict[str, float] = field(default_factory=dict)
     last_eval: dict[str, float] = field(default_factory=dict)
     analysis: dict[str, Any] = field(default_factory=dict)
+    test_examples: dict[str, Any] = field(default_factory=dict)  # example_scores.describe of test_examples.npz
 
     def state_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -433,6 +435,11 @@ class Trainer:
     def evaluate(self, split: str, *, max_batches: int | None = None, output_dir: Path | None = None) -> dict[str, float]:
         """Metrics of the (unwrapped) model on a split: the task's sums over every batch, added up
         across processes, then finalised. Only the main process gets `output_dir`."""
+        return self.task.finalise(split, self._eval_sums(split, max_batches), output_dir if self.is_main else None)
+
+    @torch.no_grad()
+    def _eval_sums(self, split: str, max_batches: int | None = None) -> EvalSums:
+        """The task's evaluation sums over a split, added up across processes."""
         was_training = self.model.training
         self.model.eval()
         sums: EvalSums = {}
@@ -440,8 +447,7 @@ class Trainer:
             with self.autocast():
                 distributed.add_sums(sums, self.task.eval_step(self.model, batch, split))
         self.model.train(was_training)
-        sums = distributed.all_reduce_sums(sums)
-        return self.task.finalise(split, sums, output_dir if self.is_main else None)
+        return distributed.all_reduce_sums(sums)
 
     @torch.no_grad()
     def _write_outputs(self) -> None:
@@ -490,7 +496,11 @@ class Trainer:
         if best is not None:
             current = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             self.model.load_state_dict(best["model"])
-        test = self.evaluate("test", output_dir=self.run_dir / "outputs")
+        sums = self._eval_sums("test")
+        test = self.task.finalise("test", sums, self.run_dir / "outputs" if self.is_main else None)
+        if self.is_main:  # what the test metric is made of, per example: intervals can resample the test set
+            scores = self.task.example_scores("test", sums)
+            p.test_examples = example_scores.write(scores, self.run_dir) if scores is not None else {}
         if self.tcfg.test_topology_shift:  # robustness: the same test with every block boundary moved
             with shifted_blocks(self.model, self.tcfg.test_topology_shift):
                 shifted = self.evaluate("test")
