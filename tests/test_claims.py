@@ -564,6 +564,7 @@ EVIDENCE = Path(__file__).resolve().parents[1] / "docs" / "evidence"
 # The verdicts of docs/evidence by the pre-registered rule, in table order (docs/reproduction.md lists them).
 EVIDENCE_VERDICTS = [
     INCONCLUSIVE, INCONCLUSIVE, HELD, HELD, INCONCLUSIVE, INCONCLUSIVE,   # Correia: BLEU x2, JS x2, density x2
+    NOT_RUN,                                                              # Correia: the confirmatory density study
     HELD, HELD,                                                           # Theorem 1's cliff, the LM trend
     HELD, INCONCLUSIVE,                                                   # pre-training, head size
     INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE,  # ERNIE-Sparse
@@ -594,7 +595,9 @@ def test_every_claim_has_a_full_design_and_the_kept_runs_regenerate_the_table(tm
     softmax_arms = [row["shared arm"] for row in table[:4]]
     assert all("softmax: also claims" in mark for mark in softmax_arms)        # the softmax arm feeds 4 claims
     # The kept runs record only the commit of their last process: none reads as one commit run throughout.
-    assert all(row["commits"].startswith(("unknown: ", "mixed: ")) for row in table), [row["commits"] for row in table]
+    ran = [row for row in table if row["verdict"] != NOT_RUN]
+    assert all(row["commits"].startswith(("unknown: ", "mixed: ")) for row in ran), [row["commits"] for row in ran]
+    assert all(not row["commits"] for row in table if row["verdict"] == NOT_RUN)
     assert all(row["test"] for row in table)
 
 
@@ -650,3 +653,91 @@ def test_runs_with_per_example_records_get_an_interval_over_seeds_and_test_examp
     # the records change no verdict: the t interval over seeds decides, with or without them
     assert {k: v for k, v in ernie_vs_bigbird().items() if k != "seeds × examples"} == {
         k: v for k, v in tampered.items() if k != "seeds × examples"}
+
+
+# ----------------------------------------------------------------------------- the confirmatory density study
+def correia_density_runs(root: Path, densities: dict[int, tuple[float, float]]) -> list:
+    """1.5-entmax runs of correia2019_study_cpu, one per seed, with (decoder self, context) mean densities."""
+    from test_studies import analysis, write_run as write_study_run
+
+    from sparse_runner.reporting.papers.correia2019 import claims as correia
+
+    for seed, (decoder_self, context) in densities.items():
+        write_study_run(root, f"entmax15_{seed}", (f"experiment={correia.STUDY}", "model=entmax15"), seed,
+                        "translation", {"test/bleu": 13.0 + 0.1 * seed}, analysis=analysis(0.5, decoder_self, context))
+    return collect_runs([root])
+
+
+PILOT = {0: (0.180, 0.150), 1: (0.189, 0.134), 2: (0.186, 0.138)}   # the kept pilot's densities, rounded
+
+
+def test_the_confirmatory_claim_reads_its_own_seeds_and_the_pilot_its_own(tmp_path: Path):
+    from sparse_runner.reporting.papers.correia2019 import claims as correia
+
+    confirm, pilot = correia.CONFIRMATORY_CLAIM, correia.PILOT_CLAIMS[5]
+    assert pilot.statement.startswith("1.5-entmax: the decoder") and confirm.statement.startswith(pilot.statement)
+    assert confirm.arm.seeds == frozenset(range(3, 8)) and pilot.arm.seeds == frozenset({0, 1, 2})
+    assert all(arm.seeds == frozenset({0, 1, 2}) for claim in correia.PILOT_CLAIMS
+               for arm in ((claim.arm,) if hasattr(claim, "arm") else (claim.treatment, claim.baseline)))
+    assert confirm.design.family != pilot.design.family and confirm.design.sesoi == pilot.design.sesoi == 5.0
+    assert (confirm.design.metric, confirm.design.test) == (pilot.design.metric, pilot.design.test)
+    # only the pilot's seeds: the confirmatory claim is not run, and shows its command
+    records = correia_density_runs(tmp_path / "pilot", PILOT)
+    before = pilot.row(records)
+    assert before.difference.startswith("+4.43 [") and before.treatment.endswith("(n=3)")
+    row = confirm.row(records)
+    assert row.verdict == NOT_RUN and row.commands == [correia.CONFIRM_COMMAND] and row.p is None
+    assert correia.CONFIRM_COMMAND == "sparse-run -m experiment=correia2019_study_cpu model=entmax15 seed=3,4,5,6,7"
+    # fresh seeds 3-7 (and an undeclared seed 8), far from the pilot's values: neither claim reads the other's
+    fresh = {seed: (0.40, 0.10 + 0.01 * seed) for seed in range(3, 9)}
+    records = correia_density_runs(tmp_path / "all", {**PILOT, **fresh})
+    after = pilot.row(records)
+    assert (after.difference, after.treatment, after.baseline, after.p) == (before.difference, before.treatment,
+                                                                          before.baseline, before.p)
+    assert all(int(Path(folder).name.split("_")[1]) in (0, 1, 2) for folder in after.arms[0][1])
+    bleu = correia.PILOT_CLAIMS[1].treatment.runs(records)   # the pilot's BLEU arm of 1.5-entmax: seeds 0-2 too
+    assert sorted(rec.data["seed"] for rec in bleu) == [0, 1, 2]
+    row = confirm.row(records)
+    assert sorted(int(Path(folder).name.split("_")[1]) for folder in row.arms[0][1]) == [3, 4, 5, 6, 7]
+    assert row.treatment == "1.5-entmax, decoder self: 40.00 ± 0.00 (n=5)" and row.baseline.endswith("(n=5)")
+    assert row.difference.startswith("+25.00 [") and row.verdict == HELD and not row.commands
+
+
+def test_the_confirmatory_claim_waits_for_all_its_runs(tmp_path: Path):
+    """No test at an interim look: with 2 or 4 of its 5 pre-registered runs the claim shows the difference only."""
+    from sparse_runner.reporting.papers.correia2019 import claims as correia
+
+    for done in (2, 4):
+        records = correia_density_runs(tmp_path / str(done), {seed: (0.40, 0.10 + 0.01 * seed)
+                                                              for seed in range(3, 3 + done)})
+        row = correia.CONFIRMATORY_CLAIM.row(records)
+        assert row.verdict == INCONCLUSIVE and row.p is None and row.found is None
+        assert row.difference.endswith(f"({done} of 5 pre-registered runs: no test before all have run)")
+        assert row.commands == [correia.CONFIRM_COMMAND]
+
+
+@pytest.mark.parametrize("differences, expected", [
+    ((10.0, 11.0, 12.0, 10.5, 11.5), HELD),            # far above 0
+    ((0.5, -0.4, 0.2, -0.3, 0.1), NOT_HELD),           # around 0, tight: below the SESOI of 5
+    ((-5.0, 12.0, 0.0, 10.0, 3.0), INCONCLUSIVE),      # [-4.6, +12.6]: reaches both 0 and 5
+])
+def test_the_confirmatory_verdict_follows_the_rule(tmp_path: Path, differences, expected):
+    """At its 5 runs the claim takes the rule as every claim does, alone in its family (Holm p = p)."""
+    from sparse_runner.reporting.claims import one_sample, tested
+
+    from sparse_runner.reporting.papers.correia2019 import claims as correia
+
+    densities = {seed: (0.20 + difference / 100, 0.20) for seed, difference in zip(range(3, 8), differences)}
+    records = correia_density_runs(tmp_path, {**PILOT, **densities})
+    claim = correia.CONFIRMATORY_CLAIM
+    by_hand = tested(claim.design, ([], []), one_sample(differences), 0.0)
+    assert by_hand.verdict == expected
+    row = claim.row(records)
+    assert row.verdict == expected and row.p == pytest.approx(by_hand.p)
+    table = claims_table(correia.CLAIMS, records)
+    cells = dict(zip(table.headers, table.rows[-1]))
+    assert cells["claim"] == claim.statement and cells["verdict"] == expected
+    assert cells["Holm p"] == cells["p"]                                   # a family of one: no adjustment
+    assert "family: Correia et al. 2019, confirmatory density study (1 claim)" in cells["test"]
+    pilot = dict(zip(table.headers, table.rows[5]))                        # the pilot keeps its family of 6
+    assert pilot["verdict"] == INCONCLUSIVE and "(6 claims)" in pilot["test"]

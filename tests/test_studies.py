@@ -31,7 +31,7 @@ STUDIES = {
                                    "finetune": {"squad_cpu"}, "seed": {"0", "1", "2"}}, 12),
 }
 STUDY_CLAIMS = {
-    correia.STUDY: correia.CLAIMS,
+    correia.STUDY: correia.PILOT_CLAIMS,   # the confirmatory density claim has a command of its own (below)
     bhojanapalli2020_lm.STUDY: bhojanapalli2020_lm.CLAIMS,
     bhojanapalli2020_bert.STUDY: bhojanapalli2020_bert.CLAIMS,
 }
@@ -83,6 +83,26 @@ def test_the_claims_table_holds_the_studies_claims_not_run_with_their_commands()
             assert any(r[0] == claim.statement and r[8] == NOT_RUN for r in table.rows)
         assert f"`sparse-run -m experiment={study}`" in notes
     assert all(claim in bhojanapalli2020.CLAIMS for claim in bhojanapalli2020_lm.CLAIMS + bhojanapalli2020_bert.CLAIMS)
+    confirm = correia.CONFIRMATORY_CLAIM
+    assert confirm.row([]).verdict == NOT_RUN and confirm.row([]).commands == [correia.CONFIRM_COMMAND]
+    assert any(r[0] == confirm.statement and r[8] == NOT_RUN for r in table.rows)
+    assert f"`{correia.CONFIRM_COMMAND}`" in notes
+
+
+def test_the_confirmatory_command_runs_its_seeds_only():
+    """The confirmatory density study's command replaces the preset's sweep of models and seeds: 1.5-entmax at
+    the fresh seeds 3-7, each job composed as the pilot's but for the seed."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    overrides = correia.CONFIRM_COMMAND.split()[2:]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(cli.CONF_DIR), version_base="1.3", job_name="test"):
+        jobs = cli.job_override_lists(overrides + cli._config_sweeps(overrides, hydra_compose), True)
+    assert jobs == [[f"experiment={correia.STUDY}", "model=entmax15", f"seed={seed}"] for seed in range(3, 8)]
+    pilot, fresh = compose(tuple(jobs[0][:2]) + ("seed=0",)), compose(tuple(jobs[0]))
+    assert {**pilot, "seed": 3} == fresh
 
 
 # ------------------------------------------------------------------------------------------- fake runs

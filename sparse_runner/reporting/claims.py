@@ -6,7 +6,10 @@ declared: the primary metric, the test (Welch t, paired t, a trend, or a rule of
 (superiority, non-inferiority, equivalence) with its margin, the smallest effect of interest (SESOI) in the
 claim's unit, the family Holm's adjustment runs over, and whether the paper's own number is comparable with ours.
 A `Claim` compares two arms (the paper's model and its baseline), each a set of completed runs that differ only in
-their seed, on one number per run (`read`); a `TrendClaim` compares two slopes over runs at several x.
+their seed, on one number per run (`read`); a `TrendClaim` compares two slopes over runs at several x. An arm may be
+pinned to declared seeds (`preset_arm(..., seeds=...)`): a pilot study's claims then read its own seeds only, and a
+confirmatory study declared after it reads only the fresh seeds it was registered with, however many other runs of
+the same configuration exist.
 
 The rule, stated once (`RULE`), uses one-sided tests at ALPHA = 0.025 in the claimed direction, which is the side
 of a two-sided 95 % interval: a claim alone in its family is held exactly when its 95 % interval excludes 0 on the
@@ -23,7 +26,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field, replace
-from typing import Callable, Literal, Protocol, Sequence
+from typing import Callable, Iterable, Literal, Protocol, Sequence
 
 from sparse_runner.reporting.bootstrap import hierarchical_interval
 from sparse_runner.reporting.presets import Preset, match
@@ -167,21 +170,31 @@ class Arm:
     label: str
     runs: Callable[[list[RunRecord]], list[RunRecord]]   # the arm's completed runs, one per seed
     command: str                                          # sparse-run ... seed=0,1,2
+    seeds: frozenset[int] | None = None                   # the seeds it is pinned to (preset_arm); None: any
 
 
-def preset_arm(label: str, overrides: tuple[str, ...], family: str, metric: str, command: str) -> Arm:
+def preset_arm(label: str, overrides: tuple[str, ...], family: str, metric: str, command: str,
+               seeds: Iterable[int] | None = None) -> Arm:
     """A claim's arm (reporting/claims.py): the completed runs of `family` scored on `metric` whose resolved config
     is the preset `overrides` in every result-changing key but the seed (presets.py, however the command line
-    spelled it), one per seed; among several such groups (other data), the best on validation."""
+    spelled it), one per seed; among several such groups (other data), the best on validation.
+
+    `seeds`: the seeds the arm is pinned to, declared with the claim; a run of any other seed (or of none it
+    records) is never the arm's. A pilot's claims keep reading the pilot's runs, and a confirmatory study's claim
+    only its own fresh seeds, whatever other seeds of the configuration are run later. None: every seed."""
     preset = Preset(overrides)
+    pinned = None if seeds is None else frozenset(seeds)
+    if pinned is not None and not pinned:
+        raise ValueError(f"arm {label!r}: pinned to no seed")
 
     def runs(records: list[RunRecord]) -> list[RunRecord]:
         mine = [rec for rec in completed(records, family, metric)
-                if (found := match(rec.keys, [preset], primary_metric=rec.primary_metric)) is not None and found.exact]
+                if (pinned is None or _seed(rec) in pinned)
+                and (found := match(rec.keys, [preset], primary_metric=rec.primary_metric)) is not None and found.exact]
         group = best_group(cell_seed_groups(mine))
         return group.runs if group else []
 
-    return Arm(label, runs, command)
+    return Arm(label, runs, command, pinned)
 
 
 def union_arm(label: str, arms: Sequence[Arm], command: str) -> Arm:

@@ -7,7 +7,16 @@
   "the decoder seems to prefer denser attention distributions"): a claim about two numbers of the same runs,
   `PairedClaim`, a paired t over the runs.
 
-The six claims are one family (one study, read together): Holm's adjustment runs over all six.
+The six claims are one family (one study, read together): Holm's adjustment runs over all six. Their arms are
+pinned to the study's seeds 0, 1, 2 (`PILOT_SEEDS`), so later runs of the same configuration never enter them.
+
+The pilot's 1.5-entmax density claim came out held alone (p 0.013) but not after Holm's adjustment over the six
+(Holm p 0.054). Adding seeds to the pilot after seeing that would be optional stopping, so the question is asked
+again by a **confirmatory study** (`CONFIRMATORY_CLAIM`), declared in this file and committed before any of its runs
+existed: the same statement, metric, paired t and SESOI, on fresh seeds 3-7 that the pilot never used, read from
+those runs alone, with its size fixed in advance (`CONFIRM_RUNS`, computed below) and no test before all of them
+have run. It is one pre-registered primary hypothesis, a family of its own: no multiplicity adjustment (Holm over
+a family of one is the identity). Its command: `CONFIRM_COMMAND`.
 """
 
 from __future__ import annotations
@@ -46,6 +55,26 @@ CITATION = "Correia et al., EMNLP 2019"
 STUDY = "correia2019_study_cpu"
 STUDY_COMMAND = f"sparse-run -m experiment={STUDY}"
 SETTING = "es→en Bible, 3+3 layers d 256, 4 heads, 500 steps, 3 seeds"
+PILOT_SEEDS = (0, 1, 2)   # the study's own sweep (hydra.sweeper.params): what its six claims read
+
+# The confirmatory density study (1.5-entmax, decoder self-attention minus context attention), sized from the
+# pilot before any of its runs existed. The pilot's paired differences (points), seeds 0, 1, 2: +2.99, +5.46,
+# +4.77 (docs/evidence/correia2019_study_cpu): mean +4.41, SD 1.276 (2 df). `n needed` (claims.runs_needed) at
+# that SD: the smallest n with (t(1 - 0.025/m, n - 1) + t(0.80, n - 1)) * SD / sqrt(n) <= SESOI 5 is n = 3 for
+# m = 1 (n = 2: 12.71; n = 3: 3.95) and n = 4 at the pilot family's m = 6. An SD from 3 runs is itself uncertain:
+# its one-sided 80 % upper confidence limit, SD * sqrt(2 / chi2(0.20, 2)), is 2.70, and n = 4 covers an SD up to
+# 2.40 only, n = 5 up to 3.01. So n = 5 runs, seeds 3-7: 80 % power at the SESOI even if the true SD is 2.4 times
+# the pilot's; at the pilot's SD the 95 % interval's half width is about 1.6 points. The claim is tested once,
+# when all five runs have completed (a run that fails is run again by the same command, which resumes it);
+# before that it shows the difference without a test.
+CONFIRM_SEEDS = (3, 4, 5, 6, 7)
+CONFIRM_RUNS = len(CONFIRM_SEEDS)
+CONFIRM_FAMILY = "Correia et al. 2019, confirmatory density study (1 claim)"
+CONFIRM_COMMAND = (f"sparse-run -m experiment={STUDY} model=entmax15 "
+                   f"seed={','.join(map(str, CONFIRM_SEEDS))}")
+CONFIRM_SETTING = (f"es→en Bible, 3+3 layers d 256, 4 heads, 500 steps; confirmatory: fresh seeds "
+                   f"{CONFIRM_SEEDS[0]}-{CONFIRM_SEEDS[-1]} only, {CONFIRM_RUNS} runs fixed in advance from the pilot's "
+                   f"SD (80 % power at the SESOI up to 2.4 times that SD), no test before all have run")
 BLEU_MARGIN = 1.0   # non-inferiority: the paper's sparse models are within 0.91 BLEU of softmax on every pair
 FAMILY_NAME = "Correia et al. 2019, translation study (6 claims)"
 JS_SESOI = 1.0        # JS ×100: a quarter of the smallest published difference (en→de, +3.6 for α-entmax)
@@ -88,9 +117,10 @@ def _js_mean(model: str) -> float:
     return statistics.fmean(statistics.fmean(layers) for layers in PUBLISHED_JS[model].values())
 
 
-def _arm(model: str) -> Arm:
+def _arm(model: str, seeds: tuple[int, ...] = PILOT_SEEDS, command: str = STUDY_COMMAND) -> Arm:
+    """The study's arm of `model`, pinned to `seeds` (the pilot's unless told)."""
     return preset_arm(TRANSLATION_MODEL_ROWS[model], (f"experiment={STUDY}", f"model={model}"), FAMILY, METRIC,
-                      STUDY_COMMAND)
+                      command, seeds=seeds)
 
 
 def _bleu(rec: RunRecord) -> float | None:
@@ -127,6 +157,7 @@ class PairedClaim:
     second: tuple[str, Callable[[RunRecord], float | None]]
     design: Design
     unit: str = "points"
+    planned: int | None = None   # a confirmatory study's runs, fixed in advance: no test before all have run
 
     def row(self, records: list[RunRecord]) -> ClaimRow:
         runs = self.arm.runs(records)
@@ -137,6 +168,10 @@ class PairedClaim:
         if not differences:
             found = Evidence(firsts, seconds, None, None, None, *((INCONCLUSIVE, compute, "no finite difference")
                                                                     if pairs else (NOT_RUN, compute)))
+        elif self.planned is not None and len(runs) < self.planned:
+            # a test at an interim look would be optional stopping: the design fixed the runs it is read at
+            found = Evidence(firsts, seconds, statistics.fmean(differences), None, None, INCONCLUSIVE, compute,
+                             f"{len(runs)} of {self.planned} pre-registered runs: no test before all have run")
         elif len(differences) < MIN_RUNS:
             found = Evidence(firsts, seconds, differences[0], None, None, INCONCLUSIVE, compute)
         elif without_spread(differences):
@@ -148,7 +183,8 @@ class PairedClaim:
         return evidence_row(
             self.design, found, f"{self.arm.label}, {self.first[0]}: {mean_std(firsts) or 'no runs'}",
             f"{self.arm.label}, {self.second[0]}: {mean_std(seconds) or 'no runs'}", self.unit,
-            [self.arm.command] if len(differences) < 3 else [], ((self.arm.label, folders),), "runs")
+            [self.arm.command] if len(differences) < max(3, self.planned or 0) else [], ((self.arm.label, folders),),
+            "runs")
 
 
 def _claims() -> list:
@@ -193,4 +229,26 @@ def _claims() -> list:
     return out
 
 
-CLAIMS = _claims()
+def _confirmatory() -> PairedClaim:
+    """The pilot's 1.5-entmax density claim asked again, as declared before its runs (module docstring): its own
+    fresh seeds, its own family of one, CONFIRM_RUNS runs."""
+    label = TRANSLATION_MODEL_ROWS["entmax15"]
+    hist = PUBLISHED_DENSITY_HIST[label]
+    decoder_self, context = 100 * _hist_mean(hist["decoder_self"]), 100 * _hist_mean(hist["context"])
+    design = Design("validation mean head density, %, decoder self-attention minus context attention",
+                    "paired t", sesoi=DENSITY_SESOI, family=CONFIRM_FAMILY,
+                    pairing="the two attention types of one run",
+                    published_effect=round(decoder_self - context, 1),
+                    published_source=f"density histograms; {NOT_COMPARABLE}")
+    return PairedClaim(
+        CITATION, f"{label}: the decoder's self-attention is denser than its context attention (head density, %); "
+                  f"confirmatory study, fresh seeds",
+        f"density histograms, en→de (means at bin midpoints): decoder self {decoder_self:.0f} % "
+        f"vs context {context:.0f} %", CONFIRM_SETTING,
+        _arm("entmax15", CONFIRM_SEEDS, CONFIRM_COMMAND), ("decoder self", _density("decoder_self")),
+        ("context", _density("context")), design, planned=CONFIRM_RUNS)
+
+
+PILOT_CLAIMS = _claims()
+CONFIRMATORY_CLAIM = _confirmatory()
+CLAIMS = [*PILOT_CLAIMS, CONFIRMATORY_CLAIM]
