@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Literal, Protocol, Sequence
 
 from sparse_runner.reporting.presets import Preset, match
@@ -137,6 +137,7 @@ class ClaimRow:
     found: Estimate | None = None           # the test's estimate: how its se scales with the runs (n needed)
     runs_unit: str = "per arm"              # what `n needed` counts
     arms: tuple[tuple[str, frozenset[str]], ...] = ()   # each arm's label and its runs' folders
+    setting: str = ""                       # the claim's setting as its runs measured it, where that varies ("": its own)
 
 
 class Testable(Protocol):
@@ -460,14 +461,19 @@ class Claim:
     read: Callable[[RunRecord], float | None]  # the number of one run, in `unit`
     design: Design
     unit: str = "points"
+    # the setting as the arms' runs measured it, where a config key the arms pool over changes what `read` reads
+    # (ERNIE-Sparse's shifted test: one shift, or the mean over several); None: `setting` whatever the runs
+    setting_of: Callable[[list[RunRecord]], str] | None = None
 
     def row(self, records: list[RunRecord]) -> ClaimRow:
         found = evaluate(self, records)
         sides = [(self.treatment, found.treatment), (self.baseline, found.baseline)]
         labels = [f"{arm.label}: {mean_std(values) or 'no runs'}" for arm, values in sides]
         commands = [arm.command for arm, values in sides if len(finite(values)) < 3]
-        arms = tuple((arm.label, _folders(arm.runs(records))) for arm, _ in sides)
-        return evidence_row(self.design, found, *labels, self.unit, commands, arms)
+        runs = [arm.runs(records) for arm, _ in sides]
+        arms = tuple((arm.label, _folders(mine)) for (arm, _), mine in zip(sides, runs))
+        row = evidence_row(self.design, found, *labels, self.unit, commands, arms)
+        return replace(row, setting=self.setting_of([rec for mine in runs for rec in mine])) if self.setting_of else row
 
 
 # ----------------------------------------------------------------------------------------- a trend
@@ -678,7 +684,7 @@ def claims_table(claims: Sequence[Testable], records: list[RunRecord]) -> Table:
     body, missing = [], []
     for claim, row, holm_p, sharing, code in zip(claims, rows, adjusted, shared, commits):
         verdict = decide(holm_p, row.excludes_sesoi) if row.p is not None and holm_p is not None else row.verdict
-        body.append([claim.statement, claim.paper, claim.published, claim.setting, row.treatment, row.baseline,
+        body.append([claim.statement, claim.paper, claim.published, row.setting or claim.setting, row.treatment, row.baseline,
                      row.difference, row.test, verdict, _hours(row.compute_s) if row.compute_s else "",
                      p_text(row.p), p_text(holm_p), power_text(claim.design, row, verdict, size.get(claim.design.family, 1)),
                      published_text(claim.design, row.estimate), sharing, code])
