@@ -64,7 +64,7 @@ class TrainerConfig:
     progress: str
     progress_every_s: Optional[float]
     resume: bool
-    test_topology_shift: int
+    test_topology_shift: Any  # 0 (off), a shift N or a list of shifts (_check_test_shifts); Any: OmegaConf has no int | list[int]
 
 
 @dataclass
@@ -200,14 +200,36 @@ def _check_values(cfg: DictConfig, task_class: type[Task]) -> None:
     choice("trainer.precision", tr.precision, PRECISIONS)
     choice("trainer.schedule", tr.schedule, SCHEDULES)
     choice("trainer.monitor", tr.monitor, ("auto",) + monitor_choices(task_class))
-    positive("trainer.test_topology_shift", tr.test_topology_shift, allow_zero=True)
+    _check_test_shifts(tr, m)
     positive("trainer.progress_every_s", tr.progress_every_s, allow_none=True, allow_zero=True)
-    if tr.test_topology_shift and m.pattern not in block_pattern_names():
-        fail("trainer.test_topology_shift", f"pattern {m.pattern!r} has no block boundaries to shift", f"0, or a block pattern ({', '.join(block_pattern_names())})")
     choice("trainer.monitor_mode", tr.monitor_mode, MONITOR_MODES)
     choice("trainer.progress", str(tr.progress).lower(), PROGRESS)
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", tr.device):
         fail("trainer.device", f"unknown device {tr.device!r}", "auto, cpu, cuda, cuda:N")
+
+
+def _check_test_shifts(tr: DictConfig, m: DictConfig) -> None:
+    """`trainer.test_topology_shift`: 0 (off) or one shift N > 0, checked as they always were, or a list of
+    distinct shifts, each below the pattern's block size (a whole block moves every boundary onto the next)."""
+    key, value = "trainer.test_topology_shift", tr.test_topology_shift
+    value = OmegaConf.to_object(value) if OmegaConf.is_config(value) else value
+    shifts = value if isinstance(value, list) else [value]
+    if not shifts or not all(isinstance(shift, int) and not isinstance(shift, bool) for shift in shifts):
+        fail(key, f"must be an int or a non-empty list of ints, got {value!r}", "0 (off), a shift N > 0, or a list of shifts like [1,2,3]")
+    if not isinstance(value, list):
+        positive(key, value, allow_zero=True)
+    if value and m.pattern not in block_pattern_names():
+        fail(key, f"pattern {m.pattern!r} has no block boundaries to shift", f"0, or a block pattern ({', '.join(block_pattern_names())})")
+    if isinstance(value, list):
+        from sparse_runner.attention import PATTERNS
+
+        block_size = getattr(PATTERNS[m.pattern].Options(**(m.pattern_options or {})), "block_size", None)
+        valid = "distinct ints in 1 .. block_size - 1" + (f" = {block_size - 1}" if block_size else "")
+        for shift in value:
+            if shift < 1 or (block_size is not None and shift >= block_size):
+                fail(key, f"shift {shift} is out of range", valid)
+        if len(set(value)) < len(value):
+            fail(key, f"{value} repeats a shift", valid)
 
 
 def _resolve_monitor(cfg: DictConfig, task_class: type[Task]) -> None:

@@ -66,7 +66,9 @@ SCHEMA: dict[str, str] = {
                   "where wall time says little, cpu_time_s / trainer.num_threads estimates the wall time on idle cores "
                   "(a lower bound: threads never scale perfectly)",
     "peak_memory_mb": "peak device (or process) memory",
-    "metrics": "final metrics {`val/...`, `test/...`, `best/val/...`: number}",
+    "metrics": "final metrics {`val/...`, `test/...`, `best/val/...`: number}; with trainer.test_topology_shift also "
+               "`test_shifted/...` (one shift, or the mean over a list of shifts; a list adds each shift's "
+               "`test_shifted@<k>/...` and the worst shift's `test_shifted_worst/...`)",
     "selection": "checkpoint selection {metric, mode, best_value, best_step}",
     "analysis": "attention statistics {attention: ..., alpha: ...} (null without analysis)",
     "figures": "PNG files the run drew",

@@ -379,6 +379,10 @@ def test_compute_counts_each_pre_training_stage_once():
 
 
 # ----------------------------------------------------------------------------- ERNIE-Sparse's claims
+SAR_CLAIM = "SAR makes the model robust to a shifted topology (accuracy change under the shift)"
+SAR_CLAIM_SETTING = "ListOps, CPU preset with blocks of 8, mean over shifts 1–7"   # what its commands ask for
+
+
 def ernie_claims(root: Path):
     records = collect_runs([root])
     return {c.setting + " | " + c.statement: (c, evaluate(c, records)) for c in ernie_sparse.CLAIMS}, records
@@ -397,7 +401,7 @@ def test_ernie_sparse_claims_take_the_lra_cells_runs(tmp_path: Path):
     assert sorted(evidence.treatment) == pytest.approx([46.0, 46.5, 47.0])
     assert sorted(evidence.baseline) == pytest.approx([44.0, 44.5, 45.0])
     assert evidence.difference == pytest.approx(2.0) and evidence.verdict == HELD
-    robust = found["ListOps, CPU preset with blocks of 8, shifted by 3 | SAR makes the model robust to a shifted topology (accuracy change under the shift)"][1]
+    robust = found[f"{SAR_CLAIM_SETTING} | {SAR_CLAIM}"][1]
     assert robust.treatment == pytest.approx([-1.0] * 3) and robust.baseline == pytest.approx([-3.0] * 3)
     # no spread in either arm (but float rounding): no interval, whatever the difference
     assert robust.verdict == INCONCLUSIVE and robust.low is None and robust.difference == pytest.approx(2.0)
@@ -411,10 +415,28 @@ def test_ernie_sparse_claims_take_the_lra_cells_runs(tmp_path: Path):
     first = next(dict(zip(table.headers, r)) for r in table.rows if r[0].startswith("ERNIE-Sparse (HST + SAR) is more"))
     assert first["result"].startswith("+2.00 [") and first["verdict"] == HELD
     assert first["treatment"] == "ERNIE-Sparse: 46.50 ± 0.50 (n=3)"
+    # The runs were tested at one shift, 3 (as the kept evidence was): the claim says so, as it always did.
+    sar = next(dict(zip(table.headers, r)) for r in table.rows if r[0] == SAR_CLAIM)
+    assert sar["tested on"] == "ListOps, CPU preset with blocks of 8, shifted by 3"
     notes = "\n".join(table.notes)
+    # New ListOps runs are asked for at every shift.
     assert ("`sparse-run -m experiment=lra_listops_cpu model=bigbird_sar model.pattern_options.block_size=8 "
-            "trainer.test_topology_shift=3 seed=0,1,2`") in notes
+            "'trainer.test_topology_shift=[1,2,3,4,5,6,7]' seed=0,1,2`") in notes
     assert "`sparse-run -m experiment=lra_text_cpu model=ernie_sparse trainer.test_topology_shift=1 seed=0,1,2`" in notes
+
+
+def test_the_sar_claim_reads_the_mean_over_a_list_of_shifts(tmp_path: Path):
+    shifts = [1, 2, 3, 4, 5, 6, 7]
+    for seed, (full, hst) in enumerate([(0.46, 0.45), (0.47, 0.44), (0.465, 0.46)]):
+        write_run(tmp_path, f"e{seed}", model="ernie_sparse", seed=seed, acc=full, block=8, shift=shifts,
+                  shifted=full - 0.01 * (seed + 1), worst=full - 0.1)
+        write_run(tmp_path, f"h{seed}", model="hst", seed=seed, acc=hst, block=8, shift=shifts, shifted=hst - 0.02 * (seed + 1),
+                  worst=hst - 0.2)
+    found, records = ernie_claims(tmp_path)
+    robust = found[f"{SAR_CLAIM_SETTING} | {SAR_CLAIM}"][1]
+    assert robust.treatment == pytest.approx([-1.0, -2.0, -3.0]) and robust.baseline == pytest.approx([-2.0, -4.0, -6.0])
+    sar = next(dict(zip(table.headers, r)) for table in all_claims.tables(records) for r in table.rows if r[0] == SAR_CLAIM)
+    assert sar["tested on"] == SAR_CLAIM_SETTING
 
 
 def test_one_seed_gives_a_difference_without_a_verdict(tmp_path: Path):

@@ -33,15 +33,16 @@ def runner_models(monkeypatch):
 
 def write_run(root: Path, name: str, family: str = "listops", *, experiment: str | None = None,
               model: str = "ernie_sparse", seed: int = 0, acc: float = 0.4, val: float | None = None,
-              sar: float | None = None, regulariser: str = "none", shifted: float | None = None, shift: int = 0,
-              lr: float | None = None, block: int | None = None, status: str = "completed",
-              data: dict | None = None) -> Path:
+              sar: float | None = None, regulariser: str = "none", shifted: float | None = None,
+              shift: int | list[int] = 0, worst: float | None = None, lr: float | None = None, block: int | None = None,
+              status: str = "completed", data: dict | None = None) -> Path:
     """An LRA run of `model` (CPU preset of `family` unless `experiment` says otherwise) with the overrides
     `sar` (regulariser=sar with this weight; 0: regulariser=none), `regulariser`, `shift`
-    (trainer.test_topology_shift), `lr` and `block` (model.pattern_options.block_size) where given."""
+    (trainer.test_topology_shift: one shift or a list), `lr` and `block` (model.pattern_options.block_size) where
+    given; `shifted` and `worst`: its test_shifted/accuracy and test_shifted_worst/accuracy."""
     more = [*((["regulariser=sar", f"model.regulariser_options.weight={sar}"] if sar else ["regulariser=none"]) if sar is not None else []),
             *([f"regulariser={regulariser}"] if regulariser != "none" else []),
-            *([f"trainer.test_topology_shift={shift}"] if shift else []),
+            *([f"trainer.test_topology_shift={json.dumps(shift, separators=(',', ':'))}"] if shift else []),
             *([f"trainer.lr={lr}"] if lr is not None else []),
             *([f"model.pattern_options.block_size={block}"] if block is not None else [])]
     run_dir = write_lra_run(root / name, family, experiment=experiment or CPU[family], model=model, test_acc=acc,
@@ -49,6 +50,8 @@ def write_run(root: Path, name: str, family: str = "listops", *, experiment: str
     metrics = json.loads((run_dir / "metrics.json").read_text())
     if shifted is not None:
         metrics["metrics"]["test_shifted/accuracy"] = shifted
+    if worst is not None:
+        metrics["metrics"]["test_shifted_worst/accuracy"] = worst
     (run_dir / "metrics.json").write_text(json.dumps(metrics))
     return run_dir
 
@@ -232,13 +235,14 @@ def test_robustness_table(tmp_path: Path) -> None:
     write_run(tmp_path, "p1", "pathfinder", seed=1, acc=0.72, shifted=0.69, shift=1)
     write_run(tmp_path, "plain", "pathfinder", seed=2, acc=0.71)   # no shifted test: not in this table
     table = tables(tmp_path)["ernie_sparse_robustness"]
-    assert table.headers == ["model", "source", "task", "shift", "test acc", "shifted test acc", "change (points)"]
+    assert table.headers == ["model", "source", "task", "shift", "test acc", "shifted test acc", "worst shift",
+                             "change (points)"]
     assert table.rows[:2] == [
-        ["ERNIE-Sparse (with SAR)", "published: Liu et al. 2022", "Pathfinder", "n/p", "n/p", "78.77", "n/p"],
-        ["w/o SAR (HST)", "published: Liu et al. 2022", "Pathfinder", "n/p", "n/p", "75.25", "n/p"]]
+        ["ERNIE-Sparse (with SAR)", "published: Liu et al. 2022", "Pathfinder", "n/p", "n/p", "78.77", "n/p", "n/p"],
+        ["w/o SAR (HST)", "published: Liu et al. 2022", "Pathfinder", "n/p", "n/p", "75.25", "n/p", "n/p"]]
     assert row(table, ERNIE, OURS_CPU) == {
         "model": ERNIE, "source": OURS_CPU, "task": "Pathfinder", "shift": "1", "test acc": "71.00 ± 1.41 (n=2)",
-        "shifted test acc": "68.50 ± 0.71 (n=2)", "change (points)": "-2.50 ± 0.71 (n=2)"}
+        "shifted test acc": "68.50 ± 0.71 (n=2)", "worst shift": "", "change (points)": "-2.50 ± 0.71 (n=2)"}
     assert row(table, HST, OURS_CPU)["shifted test acc"] == \
         "run: sparse-run experiment=lra_pathfinder_cpu model=hst trainer.test_topology_shift=1"
     assert row(table, ERNIE, OURS_PAPER)["shifted test acc"] == \
@@ -252,7 +256,7 @@ def test_robustness_rows_per_shift(tmp_path: Path) -> None:
     write_run(tmp_path, "s1", "pathfinder", model="hst", acc=0.70, shifted=0.60, shift=1)
     write_run(tmp_path, "s2", "pathfinder", model="hst", acc=0.70, shifted=0.55, shift=2)
     table = tables(tmp_path)["ernie_sparse_robustness"]
-    ours = [(r[3], r[5], r[6]) for r in table.rows if r[0] == HST and r[1] == OURS_CPU]
+    ours = [(r[3], r[5], r[7]) for r in table.rows if r[0] == HST and r[1] == OURS_CPU]
     assert ours == [("1", "60.00", "-10.00"), ("2", "55.00", "-15.00")]
 
 
@@ -265,7 +269,32 @@ def test_robustness_rows_of_other_tasks_once_they_measured_the_shift(tmp_path: P
     assert "Text" not in tasks and tasks.index("ListOps") < tasks.index("Pathfinder")
     listops = [dict(zip(table.headers, r)) for r in table.rows if r[2] == "ListOps"]
     assert listops == [{"model": HST, "source": OURS_CPU, "task": "ListOps", "shift": "1", "test acc": "46.00 ± 1.41 (n=2)",
-                        "shifted test acc": "44.00 ± 0.00 (n=2)", "change (points)": "-2.00 ± 1.41 (n=2)"}]
+                        "shifted test acc": "44.00 ± 0.00 (n=2)", "worst shift": "", "change (points)": "-2.00 ± 1.41 (n=2)"}]
+
+
+def test_a_list_of_shifts_is_a_row_of_its_own_with_the_mean_and_the_worst(tmp_path: Path) -> None:
+    shifts = [1, 2, 3, 4, 5, 6, 7]
+    write_run(tmp_path, "l0", model="hst", seed=0, acc=0.45, shifted=0.44, worst=0.40, shift=shifts, block=8)
+    write_run(tmp_path, "l1", model="hst", seed=1, acc=0.47, shifted=0.46, worst=0.42, shift=shifts, block=8)
+    write_run(tmp_path, "s3", model="hst", seed=2, acc=0.46, shifted=0.48, shift=3, block=8)
+    table = tables(tmp_path)["ernie_sparse_robustness"]
+    listops = {r[3]: dict(zip(table.headers, r)) for r in table.rows if r[2] == "ListOps"}
+    assert list(listops) == ["3", "mean over shifts 1–7"]   # one shift first, as it reads today
+    assert listops["3"]["shifted test acc"] == "48.00" and listops["3"]["worst shift"] == ""
+    assert listops["mean over shifts 1–7"] == {
+        "model": listops["3"]["model"], "source": listops["3"]["source"], "task": "ListOps", "shift": "mean over shifts 1–7",
+        "test acc": "46.00 ± 1.41 (n=2)", "shifted test acc": "45.00 ± 1.41 (n=2)", "worst shift": "41.00 ± 1.41 (n=2)",
+        "change (points)": "-1.00 ± 0.00 (n=2)"}
+    assert "mean over its shifts" in notes(table)
+    # Testing changes no training: the LRA table pools the three runs, whatever they were tested under.
+    assert row(tables(tmp_path)["ernie_sparse_lra"], listops["3"]["model"], listops["3"]["source"])["ListOps"] == \
+        "46.00 ± 1.00 (n=3)"
+
+
+def test_the_command_of_a_list_of_shifts_is_quoted_for_the_shell() -> None:
+    assert ernie_sparse.shift_override(3) == "trainer.test_topology_shift=3"
+    assert ernie_sparse.shift_override((1, 2, 3)) == "'trainer.test_topology_shift=[1,2,3]'"
+    assert ernie_sparse.shifts_text((1, 3, 7)) == "1, 3, 7" and ernie_sparse.shifts_text((2, 3, 4)) == "2–4"
 
 
 # ------------------------------------------------------------------------------------ sparse-report

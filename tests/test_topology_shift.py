@@ -10,19 +10,26 @@ representatives and the global tokens only, never to a token, so every block's s
 block's, which holds the root operator in ListOps, shrinks to block_size - shift tokens) reaches the
 prediction; local's and BigBird's CLS attend to every token, so in one layer their prediction does not
 depend on where the boundaries are at all.
+
+`trainer.test_topology_shift` takes one shift or a list (the tests at the end): one shift is a noisy probe
+(the paragraph above), so a list tests every one and records their mean and the worst.
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
 import torch
 
 from sparse_runner.attention.layout import SequenceLayout, layouts, shifted_blocks
+from sparse_runner.checks import ConfigError
 from sparse_runner.data.listops_files import tokenize
 from sparse_runner.data.listops_generator import generate_examples
 from sparse_runner.models import build_classifier
 from sparse_runner.models.config import default_model
+from sparse_runner.run import run
 from sparse_runner.tasks.batching import pad_sequences
 
 BLOCK = 8
@@ -167,3 +174,49 @@ def test_in_one_layer_the_shift_changes_hst_s_predictions(stages):
         with shifted_blocks(model, SHIFT):
             shifted = model(tokens, lengths)
     assert not torch.allclose(shifted, plain, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- trainer.test_topology_shift
+def shifted_metrics(tiny_config, tmp_path, shift: str) -> dict[str, float]:
+    """The final metrics of a tiny ListOps run of one-stage HST (blocks of 8) tested under `shift`."""
+    cfg = tiny_config("model=hst", f"model.pattern_options.block_size={BLOCK}", "model.pattern_options.stages=1",
+                      "model.num_layers=1", "trainer.max_steps=2", "trainer.eval_every=2", "trainer.analysis=false",
+                      f"trainer.test_topology_shift={shift}")
+    run(cfg, tmp_path)
+    return json.loads((tmp_path / "metrics.json").read_text())["metrics"]
+
+
+def test_a_list_of_shifts_records_each_shift_their_mean_and_the_worst(tiny_config, tmp_path):
+    metrics = shifted_metrics(tiny_config, tmp_path, "[1,3,7]")
+    for name, worst in (("accuracy", min), ("loss", max)):   # the worst loss is the highest
+        each = [metrics[f"test_shifted@{k}/{name}"] for k in (1, 3, 7)]
+        assert metrics[f"test_shifted/{name}"] == pytest.approx(sum(each) / 3)
+        assert metrics[f"test_shifted_worst/{name}"] == worst(each)
+    assert len({metrics[f"test_shifted@{k}/loss"] for k in (1, 3, 7)}) == 3   # HST's CLS reads where blocks fall
+
+
+def test_one_shift_records_the_shifted_test_as_it_always_did(tiny_config, tmp_path):
+    metrics = shifted_metrics(tiny_config, tmp_path, "3")
+    shifted = sorted(name for name in metrics if name.startswith("test_shifted"))
+    assert shifted == ["test_shifted/accuracy", "test_shifted/loss", "test_shifted/majority_accuracy"]
+
+
+@pytest.mark.parametrize("shifts, problem", [
+    ("[0,1]", "shift 0 is out of range; valid: distinct ints in 1 .. block_size - 1 = 7"),
+    ("[-2]", "shift -2 is out of range"),
+    ("[1,3,1]", "[1, 3, 1] repeats a shift"),
+    ("[1,8]", "shift 8 is out of range; valid: distinct ints in 1 .. block_size - 1 = 7"),
+    ("[1,x]", "must be an int or a non-empty list of ints, got [1, 'x']"),
+    ("three", "must be an int or a non-empty list of ints, got 'three'"),
+    ("[]", "must be an int or a non-empty list of ints, got []"),
+])
+def test_a_bad_list_of_shifts_is_refused_in_one_line(tiny_config, shifts, problem):
+    with pytest.raises(ConfigError) as error:
+        tiny_config("model=hst", f"model.pattern_options.block_size={BLOCK}", f"trainer.test_topology_shift={shifts}")
+    assert str(error.value).startswith("trainer.test_topology_shift: ") and problem in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_a_list_of_shifts_needs_a_block_pattern(tiny_config):
+    with pytest.raises(ConfigError, match="trainer.test_topology_shift: pattern 'dense' has no block boundaries"):
+        tiny_config("model=softmax", "trainer.test_topology_shift=[1,2]")

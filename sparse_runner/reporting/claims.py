@@ -147,6 +147,7 @@ class ClaimRow:
     runs_unit: str = "per arm"              # what `n needed` counts
     arms: tuple[tuple[str, frozenset[str]], ...] = ()   # each arm's label and its runs' folders
     examples: str = ""                      # the hierarchical bootstrap interval, or why there is none
+    setting: str = ""                       # the claim's setting as its runs measured it, where that varies ("": its own)
 
 
 class Testable(Protocol):
@@ -480,17 +481,21 @@ class Claim:
     read: Callable[[RunRecord], float | None]  # the number of one run, in `unit`
     design: Design
     unit: str = "points"
+    # the setting as the arms' runs measured it, where a config key the arms pool over changes what `read` reads
+    # (ERNIE-Sparse's shifted test: one shift, or the mean over several); None: `setting` whatever the runs
+    setting_of: Callable[[list[RunRecord]], str] | None = None
 
     def row(self, records: list[RunRecord]) -> ClaimRow:
         found = evaluate(self, records)
         sides = [(self.treatment, found.treatment), (self.baseline, found.baseline)]
         labels = [f"{arm.label}: {mean_std(values) or 'no runs'}" for arm, values in sides]
         commands = [arm.command for arm, values in sides if len(finite(values)) < 3]
-        arms = tuple((arm.label, _folders(arm.runs(records))) for arm, _ in sides)
+        runs = [arm.runs(records) for arm, _ in sides]
+        arms = tuple((arm.label, _folders(mine)) for (arm, _), mine in zip(sides, runs))
         row = evidence_row(self.design, found, *labels, self.unit, commands, arms)
-        if found.verdict == NOT_RUN:
-            return row
-        return replace(row, examples=examples_cell([self.treatment.runs(records), self.baseline.runs(records)], self.read))
+        if self.setting_of:
+            row = replace(row, setting=self.setting_of([rec for mine in runs for rec in mine]))
+        return row if found.verdict == NOT_RUN else replace(row, examples=examples_cell(runs, self.read))
 
 
 # The claim's number as a multiple of its runs' test metric: as recorded (BLEU, F1, perplexity) or in points (accuracy).
@@ -735,7 +740,7 @@ def claims_table(claims: Sequence[Testable], records: list[RunRecord]) -> Table:
     body, missing = [], []
     for claim, row, holm_p, sharing, code in zip(claims, rows, adjusted, shared, commits):
         verdict = decide(holm_p, row.excludes_sesoi) if row.p is not None and holm_p is not None else row.verdict
-        body.append([claim.statement, claim.paper, claim.published, claim.setting, row.treatment, row.baseline,
+        body.append([claim.statement, claim.paper, claim.published, row.setting or claim.setting, row.treatment, row.baseline,
                      row.difference, row.test, verdict, _hours(row.compute_s) if row.compute_s else "",
                      p_text(row.p), p_text(holm_p), power_text(claim.design, row, verdict, size.get(claim.design.family, 1)),
                      published_text(claim.design, row.estimate), sharing, code, row.examples])

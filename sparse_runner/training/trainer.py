@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -42,6 +42,7 @@ __all__ = ["Trainer", "Preempted", "Diverged", "fingerprint_difference"]
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
+LOWER_IS_BETTER = ("loss", "ppl")   # metric names ending so (test/loss, test/ppl): lower is better, as for trainer.monitor_mode auto
 
 
 class Diverged(Exception):
@@ -502,9 +503,7 @@ class Trainer:
             scores = self.task.example_scores("test", sums)
             p.test_examples = example_scores.write(scores, self.run_dir) if scores is not None else {}
         if self.tcfg.test_topology_shift:  # robustness: the same test with every block boundary moved
-            with shifted_blocks(self.model, self.tcfg.test_topology_shift):
-                shifted = self.evaluate("test")
-            test.update({name.replace("test/", "test_shifted/", 1): value for name, value in shifted.items()})
+            test.update(self._shifted_test(self.tcfg.test_topology_shift))
         if self.is_main:
             self._write_outputs()
         # A model without attention has nothing to analyse. The analysis observes the attention of the whole
@@ -518,6 +517,24 @@ class Trainer:
         self._save_last()
         log.info("test (best checkpoint, step %s) | %s", p.best_step, " | ".join(f"{k} {v:.4f}" for k, v in test.items()))
         return p.final_metrics
+
+    def _shifted_test(self, shifts: int | Sequence[int]) -> dict[str, float]:
+        """The test split again with every block boundary moved. One shift: `test_shifted/*`. A list: each
+        shift's `test_shifted@<k>/*`, their mean as `test_shifted/*` (what one shift records, so readers of it
+        need no change) and the worst shift's as `test_shifted_worst/*`: the lowest value, the highest for a
+        loss or perplexity."""
+        per_shift = {}
+        for shift in [shifts] if isinstance(shifts, int) else list(shifts):
+            with shifted_blocks(self.model, shift):
+                per_shift[shift] = {name.replace("test/", "", 1): value for name, value in self.evaluate("test").items()}
+        if isinstance(shifts, int):
+            return {f"test_shifted/{name}": value for name, value in per_shift[shifts].items()}
+        out = {f"test_shifted@{shift}/{name}": value for shift, metrics in per_shift.items() for name, value in metrics.items()}
+        for name in next(iter(per_shift.values())):
+            values = [metrics[name] for metrics in per_shift.values()]
+            out[f"test_shifted/{name}"] = sum(values) / len(values)
+            out[f"test_shifted_worst/{name}"] = (max if name.endswith(LOWER_IS_BETTER) else min)(values)
+        return out
 
 
 def fingerprint_difference(saved: dict[str, Any], current: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
