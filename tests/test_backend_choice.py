@@ -262,3 +262,21 @@ def test_gpu_alpha_entmax_run_with_attention_dropout_reports_triton(tiny_config,
     assert m["status"] == "completed" and m["attention_backend"] == "triton", m["attention_backend"]
     assert m["attention_backend_reason"]["encoder_self"].startswith("triton: CUDA, threshold-form normaliser, ")
     assert "attention dropout" in m["attention_backend_reason"]["encoder_self"]
+
+
+def test_a_block_pattern_names_the_kernel_its_tiles_take(monkeypatch):
+    """C++ on CPU, Triton on CUDA (tile_kernel; the tiles themselves: test_triton_attention.py), explicit without one."""
+    from sparse_runner.attention import block_sparse, multihead
+
+    layer = MultiHeadAttention(16, AttentionSpec(num_heads=2, normaliser="alpha_entmax", pattern="hst", pattern_options={"block_size": 4}))
+    q = torch.zeros(1, 2, 16, 8)
+    for kernel, expected in (
+        ("triton", ("triton", "triton: pattern hst (block patterns compute their own blocks), CUDA, threshold-form normaliser; "
+                              "tiles whose heads or queries see different keys: explicit")),
+        ("cpp", ("cpp", "cpp: pattern hst (block patterns compute their own blocks), CPU, threshold-form normaliser")),
+        (None, (explicit := layer.normaliser.backend_name(q.device), f"{explicit}: pattern hst (block patterns compute their own blocks)")),
+    ):
+        monkeypatch.setattr(multihead, "tile_kernel", lambda device, normaliser, kernel=kernel: kernel)
+        assert layer.backend_choice(q, q, None, 0.0) == expected
+    assert block_sparse.tile_kernel(torch.device("cuda"), layer.normaliser) in ("triton", None)   # triton installed or not
+    assert block_sparse.tile_kernel(torch.device("meta"), layer.normaliser) is None

@@ -445,6 +445,64 @@ def test_interpreter_attend_long_passes_dropout_to_the_kernel():
     assert not torch.equal(out, T.entmax_attention(q, k, v, alphas))
 
 
+@interpreter
+@pytest.mark.parametrize("pattern, options", [
+    ("local", {"block_size": 8}),
+    ("hst", {"block_size": 8}),
+    ("bigbird", {"block_size": 4, "random_blocks": 1, "random_per_head": False}),
+    ("bigbird", {"block_size": 4, "random_blocks": 1}),   # random blocks per head: those tiles stay explicit
+])
+def test_interpreter_block_pattern_tiles_through_the_kernel(monkeypatch, pattern, options):
+    """On CUDA, `auto` sends a block pattern's alpha-entmax tiles through the Triton kernel, each tile a batch
+    entry with its keys as the padding mask: outputs and gradients (the learned alphas' too) are the explicit
+    tiles'. Here the kernel runs in the interpreter, standing in for CUDA."""
+    from sparse_runner.attention import block_sparse
+    from sparse_runner.models import build_classifier
+    from sparse_runner.models.config import default_model
+
+    def classifier():
+        m = default_model(d_model=32, num_layers=1, num_heads=2, ffn_dim=32, dropout=0.0, pattern=pattern,
+                          pattern_options=options, normaliser="alpha_entmax")
+        torch.manual_seed(0)
+        return build_classifier(m, vocab_size=20, num_classes=3, max_length=40, pad_id=0)
+
+    tokens = torch.randint(1, 20, (2, 37), generator=torch.Generator().manual_seed(1))
+    lengths = torch.tensor([37, 22])
+    calls = []
+    kernel_path = block_sparse._attend_tiles_triton
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return kernel_path(*args, **kwargs)
+
+    results = {}
+    for kernel in ("triton", None):
+        monkeypatch.setattr(block_sparse, "tile_kernel", lambda device, normaliser, kernel=kernel: kernel)
+        monkeypatch.setattr(block_sparse, "_attend_tiles_triton", counted)
+        model = classifier()
+        out = model(tokens, lengths)
+        out.square().sum().backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        results[kernel] = (out.detach(), grads)
+    assert calls, "the kernel computed no tile"
+    torch.testing.assert_close(results["triton"][0], results[None][0], rtol=1e-4, atol=1e-5)
+    assert results["triton"][1].keys() == results[None][1].keys()
+    assert any("alpha" in name for name in results[None][1])
+    for name, grad in results[None][1].items():
+        torch.testing.assert_close(results["triton"][1][name], grad, rtol=1e-3, atol=1e-5, msg=name)
+
+
+def test_a_block_patterns_tiles_take_the_triton_kernel_only_where_every_head_and_query_sees_the_same_keys():
+    from sparse_runner.attention.block_sparse import triton_takes
+
+    q = torch.zeros(2, 4, 3, 8, 64)
+    assert triton_takes(torch.ones(2, 1, 3, 1, 24, dtype=torch.bool), q)
+    assert not triton_takes(torch.ones(2, 4, 3, 1, 24, dtype=torch.bool), q)       # per head (BigBird's random)
+    assert not triton_takes(torch.ones(1, 1, 3, 8, 24, dtype=torch.bool), q)       # per query
+    assert not triton_takes(torch.ones(2, 1, 3, 1, 24, dtype=torch.bool), q.double())
+    assert not triton_takes(torch.ones(2, 1, 3, 1, 24, dtype=torch.bool), torch.zeros(2, 4, 3, 8, T.MAX_HEAD_DIM + 1))
+
+
 @pytest.mark.skipif(_INTERPRETED, reason="the interpreter checks run in this process")
 def test_interpreter_in_fresh_process():
     """The default interpreter subset in a process that sets TRITON_INTERPRET=1 before importing triton."""

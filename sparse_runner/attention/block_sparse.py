@@ -6,8 +6,9 @@ keys shared by every tile (global tokens, HST's representatives). `attend_tiles`
 the query tiles over the concatenation of those key sources: the scores of each source (a source shared
 by every tile is one plain matmul, never copied per tile), one normalisation across all of them, one
 weighted sum per source. Any normaliser works unchanged because it only ever sees rows of scores;
-softmax without weights goes through SDPA on the tiles, and on CPU the other threshold-form normalisers
-through the fused C++ kernel (kernels/entmax_attention_cpu.py).
+softmax without weights goes through SDPA on the tiles, and the other threshold-form normalisers through a
+fused kernel: the C++ one on CPU (kernels/entmax_attention_cpu.py), the Triton one on CUDA
+(kernels/entmax_attention_triton.py, where every head and query of a tile sees the same keys).
 
 Why by hand: FlexAttention has no backward on CPU (torch 2.13), and Hugging Face's BigBird kernel only
 does softmax and BigBird's own topology (docs/benchmarks.md).
@@ -112,8 +113,8 @@ def attend_tiles(
     q: (B, H, R, T, D). Returns (out (B, H, R, T, D), weights (B, H, R, T, S) or None, valid
     (B or 1, 1 or H, R, T, S) bool), S = the sources' key counts summed. A query without any valid key gets
     a zero output (and zero weights), whatever the normaliser.
-    impl: the layer's model.attention_impl; with "auto" a threshold-form normaliser on CPU goes through the
-    fused C++ kernel (`kernel_takes_tiles`) unless the weights are asked for.
+    impl: the layer's model.attention_impl; with "auto" a threshold-form normaliser goes through a fused kernel
+    (`tile_kernel`: C++ on CPU, Triton on CUDA) unless the weights are asked for.
     """
     b, h, r, t, d = q.shape
     sizes = [s.k.shape[-2] for s in sources]
@@ -143,8 +144,11 @@ def attend_tiles(
         out = unfold(F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask, dropout_p=dropout_p))
         return out * has_key, None, _per_query(valid, t)
 
-    if not need_weights and impl == "auto" and kernel_takes_tiles(q.device, normaliser):
+    kernel = tile_kernel(q.device, normaliser) if not need_weights and impl == "auto" else None
+    if kernel == "cpp":
         return _attend_tiles_fused(q, sources, valid, normaliser, dropout_p), None, _per_query(valid, t)
+    if kernel == "triton" and triton_takes(valid, q):
+        return _attend_tiles_triton(q, sources, valid, normaliser, dropout_p), None, _per_query(valid, t)
 
     # q scaled and made contiguous once: every source's matmul then reads it as one (B*H*R) batch
     # without copying it, and the scores are not divided in a pass of their own.
@@ -158,16 +162,54 @@ def attend_tiles(
     return out, (weights if need_weights else None), _per_query(valid, t)
 
 
-def kernel_takes_tiles(device: torch.device, normaliser: Normaliser) -> bool:
-    """Whether the fused C++ kernel computes a block pattern's tiles: a threshold-form normaliser on CPU
-    with the extension built. On tiles of 64 queries over 192 keys it took 0.64x the explicit tiles' time
-    at heads of 64 and 0.31x at heads of 16 (forward + backward, alpha-entmax, medians of 5 calls timed by
-    hand); a whole HST layer at 4,096 tokens took 0.95x (docs/benchmarks.md)."""
-    if device.type != "cpu" or not normaliser.has_threshold_form():
-        return False
-    from sparse_runner.attention.kernels import entmax_attention_cpu
+def tile_kernel(device: torch.device, normaliser: Normaliser) -> str | None:
+    """The fused kernel that computes a block pattern's tiles for a threshold-form normaliser: "cpp" on CPU (the
+    C++ extension built), "triton" on CUDA (triton installed; tiles whose mask the kernel cannot take, see
+    `triton_takes`, stay explicit), None elsewhere. On CPU, on tiles of 64 queries over 192 keys, the C++ kernel
+    took 0.64x the explicit tiles' time at heads of 64 and 0.31x at heads of 16 (forward + backward,
+    alpha-entmax, medians of 5 calls timed by hand); a whole HST layer at 4,096 tokens took 0.95x
+    (docs/benchmarks.md). On CUDA the Triton path is unmeasured (no GPU lent yet): the dense layer's Triton
+    kernel was 12-50x the explicit path there, which is why it is the default."""
+    if not normaliser.has_threshold_form():
+        return None
+    if device.type == "cpu":
+        from sparse_runner.attention.kernels import entmax_attention_cpu
 
-    return entmax_attention_cpu.available()
+        return "cpp" if entmax_attention_cpu.available() else None
+    if device.type == "cuda":
+        from sparse_runner.attention.kernels import entmax_attention_triton
+
+        return "triton" if entmax_attention_triton.available() else None
+    return None
+
+
+def triton_takes(valid: torch.Tensor, q: torch.Tensor) -> bool:
+    """Whether the Triton kernel can take tiles with this mask: it masks keys per batch entry only, so every head
+    and every query of a tile must see the same keys (BigBird's random blocks drawn per head do not), and it
+    takes heads up to its MAX_HEAD_DIM in half or single precision."""
+    from sparse_runner.attention.kernels import entmax_attention_triton
+
+    return (valid.shape[1] == 1 and valid.shape[3] == 1 and q.shape[-1] <= entmax_attention_triton.MAX_HEAD_DIM
+            and q.dtype in (torch.float16, torch.bfloat16, torch.float32))
+
+
+def _attend_tiles_triton(q: torch.Tensor, sources: list[KeySource], valid: torch.Tensor, normaliser: Normaliser, dropout_p: float) -> torch.Tensor:
+    """`attend_tiles` through the Triton kernel: each tile a batch entry of the kernel over its keys (shared
+    sources copied into every tile, as for SDPA), the tile's valid keys as that entry's key padding mask, so
+    that each head's alpha applies (`triton_takes` says when the mask allows it)."""
+    from sparse_runner.attention.kernels import entmax_attention_triton
+
+    b, h, r, t, d = q.shape
+    k = torch.cat([s.k.expand(b, h, r, -1, d) for s in sources], dim=-2)
+    v = torch.cat([s.v.expand(b, h, r, -1, s.v.shape[-1]) for s in sources], dim=-2)
+
+    def fold(x: torch.Tensor) -> torch.Tensor:  # (B, H, R, ...) -> (B * R, H, ...)
+        return x.transpose(1, 2).reshape(b * r, h, *x.shape[3:])
+
+    keys = valid.expand(b, 1, r, 1, -1).reshape(b * r, -1)     # (B * R, S): one mask per tile
+    out = entmax_attention_triton.entmax_attention(fold(q), fold(k), fold(v), normaliser.alphas(),
+                                                   key_padding_mask=keys, dropout_p=dropout_p)
+    return out.view(b, r, h, t, -1).transpose(1, 2)
 
 
 def _attend_tiles_fused(q: torch.Tensor, sources: list[KeySource], valid: torch.Tensor, normaliser: Normaliser, dropout_p: float) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sparse_runner.attention.block_sparse import kernel_takes_tiles
+from sparse_runner.attention.block_sparse import tile_kernel
 from sparse_runner.attention.memory_efficient import explain_impl
 from sparse_runner.attention.normalisers import Normaliser, Softmax, build_normaliser
 from sparse_runner.attention.patterns import Pattern, build_pattern
@@ -96,8 +96,12 @@ class MultiHeadAttention(nn.Module):
         ("explicit: CPU, 512 keys <= 4096"; `memory_efficient.explain_impl`)."""
         pattern, normaliser = self.pattern, self.normaliser
         if pattern.ignores_attention_impl:
-            if pattern.impl == "auto" and not normaliser.fused_sdpa and kernel_takes_tiles(q.device, normaliser):
+            kernel = tile_kernel(q.device, normaliser) if pattern.impl == "auto" and not normaliser.fused_sdpa else None
+            if kernel == "cpp":
                 return "cpp", f"cpp: pattern {pattern.name} ({pattern.ignores_attention_impl}), CPU, threshold-form normaliser"
+            if kernel == "triton":
+                return "triton", (f"triton: pattern {pattern.name} ({pattern.ignores_attention_impl}), CUDA, threshold-form "
+                                  "normaliser; tiles whose heads or queries see different keys: explicit")
             backend = normaliser.backend_name(q.device)
             return backend, f"{backend}: pattern {pattern.name} ({pattern.ignores_attention_impl})"
         if normaliser.fused_sdpa:
