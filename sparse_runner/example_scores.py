@@ -43,9 +43,20 @@ def _exp_ratio(sums: np.ndarray, count: np.ndarray) -> np.ndarray:
 
 
 def _bleu(sums: np.ndarray, count: np.ndarray) -> np.ndarray:
-    from sparse_runner.metrics.translation import bleu_from_statistics
-
     return bleu_from_statistics(sums)
+
+
+def bleu_from_statistics(sums: np.ndarray) -> np.ndarray:
+    """(R,) corpus BLEU from (R, 2 + 2 n) column sums of per-sentence statistics (metrics.translation's
+    bleu_statistics: hypothesis and reference lengths, then matched and total n-grams for orders 1..n):
+    sacreBLEU's own formula, no smoothing."""
+    from sacrebleu.metrics import BLEU  # the reader of metrics.json has no torch, and needs no more than this
+
+    sums = np.atleast_2d(np.asarray(sums, dtype=np.float64))
+    order = (sums.shape[1] - 2) // 2
+    counts = np.rint(sums).astype(np.int64)
+    return np.array([BLEU.compute_bleu(row[2:2 + order].tolist(), row[2 + order:].tolist(), int(row[0]), int(row[1]),
+                                       smooth_method="none", max_ngram_order=order).score for row in counts])
 
 
 # reducer name -> f(column sums (R, k), examples per resample (R,)) -> (R,) metric values. Each names the

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from sparse_runner import example_scores
-from sparse_runner.example_scores import ExampleScores
+from sparse_runner.example_scores import ExampleScores, bleu_from_statistics
 from sparse_runner.metrics.squad import question_scores, squad_scores
-from sparse_runner.metrics.translation import bleu_from_statistics, bleu_statistics, translation_scores
+from sparse_runner.metrics.translation import bleu_statistics, translation_scores
 from sparse_runner.reporting.bootstrap import hierarchical_interval
 
 

@@ -208,6 +208,7 @@ def test_pretraining_claims_from_runs(tmp_path: Path):
 
 
 # ------------------------------------------------------------------------------------- a job trains
+@pytest.mark.slow   # ~20 s; the other study jobs' compositions are checked above without training
 def test_a_shrunk_lm_study_job_trains_through_the_cli_and_fills_its_arm(tmp_path: Path):
     """The heaviest job of the LM study (32 fixed heads), shrunk to 3 steps: the real run is recognised by the arm
     built from the same overrides (its resolved config is that preset's)."""

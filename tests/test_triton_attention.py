@@ -447,9 +447,9 @@ def test_interpreter_attend_long_passes_dropout_to_the_kernel():
 
 @interpreter
 @pytest.mark.parametrize("pattern, options", [
-    ("local", {"block_size": 8}),
+    pytest.param("local", {"block_size": 8}, marks=pytest.mark.slow),
     ("hst", {"block_size": 8}),
-    ("bigbird", {"block_size": 4, "random_blocks": 1, "random_per_head": False}),
+    pytest.param("bigbird", {"block_size": 4, "random_blocks": 1, "random_per_head": False}, marks=pytest.mark.slow),
     ("bigbird", {"block_size": 4, "random_blocks": 1}),   # random blocks per head: those tiles stay explicit
 ])
 def test_interpreter_block_pattern_tiles_through_the_kernel(monkeypatch, pattern, options):

@@ -94,7 +94,7 @@ BLEU_STATISTICS = ("sys_len", "ref_len", *(f"correct_{n}" for n in range(1, MAX_
 def bleu_statistics(hypotheses: Sequence[str], references: Sequence[str], *, target_lang: str) -> np.ndarray:
     """(n, 10) per-sentence statistics of the paper's tokenized BLEU (``translation_scores``'s ``bleu``), in the
     order of ``BLEU_STATISTICS``: hypothesis and reference lengths, matched and total n-grams for n = 1..4.
-    Corpus BLEU is a function of their column sums (``bleu_from_statistics``), which is what lets an interval
+    Corpus BLEU is a function of their column sums (``example_scores.bleu_from_statistics``), which lets an interval
     resample sentences without decoding again."""
     if len(hypotheses) != len(references):
         raise ValueError(f"bleu_statistics: {len(hypotheses)} hypotheses but {len(references)} references")
@@ -108,15 +108,6 @@ def bleu_statistics(hypotheses: Sequence[str], references: Sequence[str], *, tar
         score = sentence.sentence_score(hyp, [ref])
         rows.append([score.sys_len, score.ref_len, *score.counts, *score.totals])
     return np.asarray(rows, dtype=np.float64).reshape(len(rows), len(BLEU_STATISTICS))
-
-
-def bleu_from_statistics(sums: np.ndarray) -> np.ndarray:
-    """(R,) corpus BLEU from (R, 10) column sums of ``bleu_statistics``: sacreBLEU's own formula, no smoothing."""
-    sums = np.atleast_2d(np.asarray(sums, dtype=np.float64))
-    k = MAX_NGRAM_ORDER
-    return np.array([BLEU.compute_bleu([int(round(c)) for c in row[2:2 + k]], [int(round(t)) for t in row[2 + k:]],
-                                       int(round(row[0])), int(round(row[1])), smooth_method="none",
-                                       max_ngram_order=k).score for row in sums])
 
 
 def _base_lang(code: str) -> str:

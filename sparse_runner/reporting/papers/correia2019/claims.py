@@ -13,7 +13,7 @@ pinned to the study's seeds 0, 1, 2 (`PILOT_SEEDS`), so later runs of the same c
 The pilot's 1.5-entmax density claim came out held alone (p 0.013) but not after Holm's adjustment over the six
 (Holm p 0.054). Adding seeds to the pilot after seeing that would be optional stopping, so the question is asked
 again by a **confirmatory study** (`CONFIRMATORY_CLAIM`), declared in this file and committed before any of its runs
-existed: the same statement, metric, paired t and SESOI, on fresh seeds 3-7 that the pilot never used, read from
+were made: the same statement, metric, paired t and SESOI, on fresh seeds 3-7 that the pilot never used, read from
 those runs alone, with its size fixed in advance (`CONFIRM_RUNS`, computed below) and no test before all of them
 have run. It is one pre-registered primary hypothesis, a family of its own: no multiplicity adjustment (Holm over
 a family of one is the identity). Its command: `CONFIRM_COMMAND`.
@@ -58,7 +58,7 @@ SETTING = "es→en Bible, 3+3 layers d 256, 4 heads, 500 steps, 3 seeds"
 PILOT_SEEDS = (0, 1, 2)   # the study's own sweep (hydra.sweeper.params): what its six claims read
 
 # The confirmatory density study (1.5-entmax, decoder self-attention minus context attention), sized from the
-# pilot before any of its runs existed. The pilot's paired differences (points), seeds 0, 1, 2: +2.99, +5.46,
+# pilot before any of its runs were made. The pilot's paired differences (points), seeds 0, 1, 2: +2.99, +5.46,
 # +4.77 (docs/evidence/correia2019_study_cpu): mean +4.41, SD 1.276 (2 df). `n needed` (claims.runs_needed) at
 # that SD: the smallest n with (t(1 - 0.025/m, n - 1) + t(0.80, n - 1)) * SD / sqrt(n) <= SESOI 5 is n = 3 for
 # m = 1 (n = 2: 12.71; n = 3: 3.95) and n = 4 at the pilot family's m = 6. An SD from 3 runs is itself uncertain:
