@@ -75,6 +75,29 @@ def arms_claim(treatment, baseline, the_design: Design, statement="statement") -
 TIGHT = [0.0, 0.1, -0.1]   # sd 0.1: with three seeds on each side the interval is +-0.23
 
 
+def test_a_planned_claim_is_tested_only_once_every_arm_has_its_runs():
+    """`planned`: a confirmatory study's runs per arm, fixed in advance. Short of them in either arm, the claim shows
+    the difference without a test, an interval or a seeds × examples cell, and keeps asking for its command."""
+    def planned(treatment, baseline) -> Claim:
+        claim = arms_claim(treatment, baseline, design())
+        return Claim(claim.paper, claim.statement, claim.published, claim.setting, claim.treatment,
+                     Arm("baseline", claim.baseline.runs, "cmd-t"), claim.read, claim.design, planned=4)
+
+    early = planned([v + 2.0 for v in TIGHT], TIGHT)                    # held at 3 runs, were it a pilot
+    assert evaluate(arms_claim([v + 2.0 for v in TIGHT], TIGHT, design()), []).verdict == HELD
+    found = evaluate(early, [])
+    assert found.verdict == INCONCLUSIVE and found.p is None and found.low is None and found.found is None
+    assert found.difference == pytest.approx(2.0)
+    assert found.note == "3 of 4 pre-registered runs per arm: no test before all have run"
+    row = early.row([])
+    assert row.difference == "+2.00 (3 of 4 pre-registered runs per arm: no test before all have run)"
+    assert row.commands == ["cmd-t"] and row.examples == ""             # one command for both arms, asked once
+    lopsided = evaluate(planned([v + 2.0 for v in [*TIGHT, 0.05]], TIGHT), [])
+    assert lopsided.note == "4 and 3 of 4 pre-registered runs per arm: no test before all have run"
+    complete = planned([v + 2.0 for v in [*TIGHT, 0.05]], [*TIGHT, 0.05])
+    assert evaluate(complete, []).verdict == HELD and complete.row([]).commands == []
+
+
 @pytest.mark.parametrize("shift, expected", [
     (2.0, HELD),                # [+1.77, +2.23]: above 0
     (0.1, NOT_HELD),            # [-0.13, +0.33]: below the SESOI of 1
@@ -380,7 +403,7 @@ def test_compute_counts_each_pre_training_stage_once():
 
 # ----------------------------------------------------------------------------- ERNIE-Sparse's claims
 SAR_CLAIM = "SAR makes the model robust to a shifted topology (accuracy change under the shift)"
-SAR_CLAIM_SETTING = "ListOps, CPU preset with blocks of 8, mean over shifts 1–7"   # what its commands ask for
+SAR_CLAIM_SETTING = "ListOps, CPU preset with blocks of 8, shifted by 3"   # the pilot's: what its commands ask for
 
 
 def ernie_claims(root: Path):
@@ -419,24 +442,12 @@ def test_ernie_sparse_claims_take_the_lra_cells_runs(tmp_path: Path):
     sar = next(dict(zip(table.headers, r)) for r in table.rows if r[0] == SAR_CLAIM)
     assert sar["tested on"] == "ListOps, CPU preset with blocks of 8, shifted by 3"
     notes = "\n".join(table.notes)
-    # New ListOps runs are asked for at every shift.
+    # The pilot's arms are filled by the pilot's command (one shift, 3; its seeds); the confirmatory study's runs
+    # (every shift, fresh seeds) by its own.
     assert ("`sparse-run -m experiment=lra_listops_cpu model=bigbird_sar model.pattern_options.block_size=8 "
-            "'trainer.test_topology_shift=[1,2,3,4,5,6,7]' seed=0,1,2`") in notes
+            "trainer.test_topology_shift=3 seed=0,1,2`") in notes
+    assert f"`{ernie_sparse.CONFIRM_COMMAND}`" in notes
     assert "`sparse-run -m experiment=lra_text_cpu model=ernie_sparse trainer.test_topology_shift=1 seed=0,1,2`" in notes
-
-
-def test_the_sar_claim_reads_the_mean_over_a_list_of_shifts(tmp_path: Path):
-    shifts = [1, 2, 3, 4, 5, 6, 7]
-    for seed, (full, hst) in enumerate([(0.46, 0.45), (0.47, 0.44), (0.465, 0.46)]):
-        write_run(tmp_path, f"e{seed}", model="ernie_sparse", seed=seed, acc=full, block=8, shift=shifts,
-                  shifted=full - 0.01 * (seed + 1), worst=full - 0.1)
-        write_run(tmp_path, f"h{seed}", model="hst", seed=seed, acc=hst, block=8, shift=shifts, shifted=hst - 0.02 * (seed + 1),
-                  worst=hst - 0.2)
-    found, records = ernie_claims(tmp_path)
-    robust = found[f"{SAR_CLAIM_SETTING} | {SAR_CLAIM}"][1]
-    assert robust.treatment == pytest.approx([-1.0, -2.0, -3.0]) and robust.baseline == pytest.approx([-2.0, -4.0, -6.0])
-    sar = next(dict(zip(table.headers, r)) for table in all_claims.tables(records) for r in table.rows if r[0] == SAR_CLAIM)
-    assert sar["tested on"] == SAR_CLAIM_SETTING
 
 
 def test_one_seed_gives_a_difference_without_a_verdict(tmp_path: Path):
@@ -590,6 +601,7 @@ EVIDENCE_VERDICTS = [
     HELD, HELD,                                                           # Theorem 1's cliff, the LM trend
     HELD, INCONCLUSIVE,                                                   # pre-training, head size
     INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE,  # ERNIE-Sparse
+    NOT_RUN,                                                              # ERNIE-Sparse: the confirmatory SAR study
 ]
 
 
@@ -614,6 +626,10 @@ def test_every_claim_has_a_full_design_and_the_kept_runs_regenerate_the_table(tm
     assert lm["result"].lstrip("'") == "+0.74 [+0.38, +1.10] per doubling"    # the trend replaces three rows
     density = next(row for row in table if row["claim"].startswith("1.5-entmax: the decoder"))
     assert density["p"] == "0.0134" and density["Holm p"] == "0.0536"          # held alone, not in its family of 6
+    sar = next(row for row in table if row["claim"] == SAR_CLAIM)              # the pilot's: its runs, shift 3
+    assert (sar["tested on"], sar["result"].lstrip("'"), sar["p"], sar["Holm p"]) == (
+        SAR_CLAIM_SETTING, "+0.50 [-0.58, +1.58]", "0.111", "0.442")
+    assert sar["treatment"] == "ERNIE-Sparse: 1.47 ± 0.50 (n=3)" and sar["baseline"] == "w/o SAR: 0.97 ± 0.21 (n=3)"
     softmax_arms = [row["shared arm"] for row in table[:4]]
     assert all("softmax: also claims" in mark for mark in softmax_arms)        # the softmax arm feeds 4 claims
     # The kept runs record only the commit of their last process: none reads as one commit run throughout.
@@ -763,3 +779,186 @@ def test_the_confirmatory_verdict_follows_the_rule(tmp_path: Path, differences, 
     assert "family: Correia et al. 2019, confirmatory density study (1 claim)" in cells["test"]
     pilot = dict(zip(table.headers, table.rows[5]))                        # the pilot keeps its family of 6
     assert pilot["verdict"] == INCONCLUSIVE and "(6 claims)" in pilot["test"]
+
+
+# ----------------------------------------------------------------------------- the confirmatory SAR study
+SHIFTS = [1, 2, 3, 4, 5, 6, 7]
+PILOT_SAR = {0: (0.451, 0.471, 0.445, 0.454), 1: (0.457, 0.471, 0.452, 0.460),   # (ERNIE-Sparse acc, shifted,
+             2: (0.464, 0.474, 0.466, 0.478)}                                    # HST acc, shifted): the kept runs'
+
+
+def sar_runs(root: Path, changes: dict[int, tuple[float, float]], shift=SHIFTS, acc: float = 0.46, val: float = 0.46,
+             models=("ernie_sparse", "hst")) -> None:
+    """ListOps runs with blocks of 8 of ERNIE-Sparse and HST, one per seed, tested at `shift`, whose shifted accuracy
+    is their test accuracy plus (ERNIE-Sparse, HST) `changes` points."""
+    tag = "x".join(map(str, shift)) if isinstance(shift, list) else str(shift)
+    for seed, pair in changes.items():
+        for model, change in zip(models, pair):
+            write_run(root, f"{model}_{tag}_{seed}", model=model, seed=seed, acc=acc, val=val, block=8, shift=shift,
+                      shifted=acc + change / 100)
+
+
+def pilot_sar_runs(root: Path) -> None:
+    for seed, (e, e_shifted, h, h_shifted) in PILOT_SAR.items():
+        write_run(root, f"pilot_e{seed}", model="ernie_sparse", seed=seed, acc=e, block=8, shift=3, shifted=e_shifted)
+        write_run(root, f"pilot_h{seed}", model="hst", seed=seed, acc=h, block=8, shift=3, shifted=h_shifted)
+        write_run(root, f"pilot_b{seed}", model="bigbird", seed=seed, acc=e - 0.005, block=8, shift=3)
+        write_run(root, f"pilot_bs{seed}", model="bigbird_sar", seed=seed, acc=e - 0.01, block=8, shift=3)
+
+
+def seeds_of(runs) -> list[int]:
+    return sorted(rec.data["seed"] for rec in runs)
+
+
+def pilot_listops_claims():
+    return [claim for claim in ernie_sparse.PILOT_CLAIMS if claim.setting.startswith("ListOps")]
+
+
+def test_the_pilot_reads_its_seeds_at_one_shift_and_the_confirmatory_study_its_own_list_runs(tmp_path: Path):
+    confirm = ernie_sparse.CONFIRMATORY_CLAIM
+    pilot = next(claim for claim in ernie_sparse.PILOT_CLAIMS if claim.statement == SAR_CLAIM)
+    assert confirm.statement.startswith(SAR_CLAIM) and confirm.planned == 12
+    assert (confirm.design.test, confirm.design.hypothesis, confirm.design.sesoi) == ("Welch t", "superiority", 1.0)
+    assert confirm.design.family == "ERNIE-Sparse, confirmatory robustness study (1 claim)" != pilot.design.family
+    assert confirm.treatment.seeds == confirm.baseline.seeds == frozenset(range(3, 15))
+    assert all(arm.seeds == frozenset({0, 1, 2}) for claim in pilot_listops_claims()
+               for arm in (claim.treatment, claim.baseline))
+    # the pilot's runs alone: the pilot's numbers; the confirmatory claim is not run, and shows its command
+    pilot_sar_runs(tmp_path / "pilot")
+    records = collect_runs([tmp_path / "pilot"])
+    before = {claim.statement + claim.setting: claim.row(records) for claim in pilot_listops_claims()}
+    assert before[SAR_CLAIM + SAR_CLAIM_SETTING].difference == "+0.50 [-0.58, +1.58]"
+    row = confirm.row(records)
+    assert row.verdict == NOT_RUN and row.commands == [ernie_sparse.CONFIRM_COMMAND] and row.p is None
+    assert row.setting.startswith("ListOps, CPU preset with blocks of 8, mean over shifts 1–7; confirmatory")
+    # Beside them, runs that differ from the pilot's in how they were tested or in their seed, far from its values
+    # and better on validation (so that they would win a seed's place): none enters the pilot; the confirmatory
+    # arms take the list runs of their seeds 3-14 alone, never one shift, another list, seeds 0-2 or seed 15.
+    everything = tmp_path / "all"
+    pilot_sar_runs(everything)
+    sar_runs(everything, {seed: (5.0, -5.0) for seed in (0, 1, 2)}, val=0.9)                  # the list, pilot seeds
+    sar_runs(everything, {seed: (-9.0, 9.0) for seed in range(3, 15)}, shift=3, val=0.9)      # one shift, fresh seeds
+    sar_runs(everything, {seed: (-8.0, 8.0) for seed in range(3, 15)}, shift=[1, 2, 3], val=0.9)   # another list
+    sar_runs(everything, {seed: (1.0 + 0.1 * seed, -1.0) for seed in range(3, 16)}, val=0.5)  # the list, 3-14 and 15
+    for seed in range(3, 15):
+        write_run(everything, f"bigbird_{seed}", model="bigbird", seed=seed, acc=0.9, block=8, shift=3)
+    records = collect_runs([everything])
+    after = {claim.statement + claim.setting: claim.row(records) for claim in pilot_listops_claims()}
+    for key, row in before.items():
+        assert (after[key].difference, after[key].treatment, after[key].baseline, after[key].p) == (
+            row.difference, row.treatment, row.baseline, row.p)
+        assert all(seeds_of(arm.runs(records)) == [0, 1, 2] for arm in (claim_of(key).treatment, claim_of(key).baseline))
+    assert all(ernie_sparse._shift(rec) == 3 for claim in pilot_listops_claims()
+               for rec in claim.treatment.runs(records) + claim.baseline.runs(records))
+    for arm in (confirm.treatment, confirm.baseline):
+        runs = arm.runs(records)
+        assert seeds_of(runs) == list(range(3, 15)) and all(ernie_sparse._shift(rec) == tuple(SHIFTS) for rec in runs)
+    found = evaluate(confirm, records)
+    assert sorted(found.treatment) == pytest.approx([1.0 + 0.1 * seed for seed in range(3, 15)])
+    assert found.baseline == pytest.approx([-1.0] * 12)
+
+
+def claim_of(key: str):
+    return next(claim for claim in pilot_listops_claims() if claim.statement + claim.setting == key)
+
+
+def test_the_confirmatory_sar_claim_waits_for_all_its_runs(tmp_path: Path):
+    """No test at an interim look: with 11 or 5 of its 12 pre-registered runs in an arm it shows the difference only
+    (its changes here would be held at once)."""
+    for done in ((12, 11), (5, 5)):
+        root = tmp_path / f"{done[0]}_{done[1]}"
+        sar_runs(root, {seed: (2.0 + 0.1 * seed,) for seed in range(3, 3 + done[0])}, models=("ernie_sparse",))
+        sar_runs(root, {seed: (-1.0 - 0.1 * seed,) for seed in range(3, 3 + done[1])}, models=("hst",))
+        row = ernie_sparse.CONFIRMATORY_CLAIM.row(collect_runs([root]))
+        have = f"{done[0]} and {done[1]}" if done[0] != done[1] else str(done[0])
+        assert row.verdict == INCONCLUSIVE and row.p is None and row.found is None and row.examples == ""
+        assert row.difference.endswith(f"({have} of 12 pre-registered runs per arm: no test before all have run)")
+        assert row.commands == [ernie_sparse.CONFIRM_COMMAND]
+
+
+@pytest.mark.parametrize("ernie, hst, expected", [
+    ([2.0, 2.5, 1.5, 2.2, 1.8, 2.1, 1.9, 2.4, 1.6, 2.0, 2.3, 1.7], [-1.0] * 6 + [-0.5] * 6, HELD),   # +2.5 or so
+    ([0.1, -0.1, 0.2, -0.2, 0.0, 0.1, -0.1, 0.2, -0.2, 0.0, 0.1, -0.1],
+     [0.0, 0.1, -0.1, 0.2, -0.2, 0.0, 0.1, -0.1, 0.2, -0.2, 0.0, 0.1], NOT_HELD),                   # tight around 0
+    ([3.0, -2.0, 1.0, -1.0, 2.5, -1.5, 0.5, 2.0, -2.5, 1.5, 0.0, 3.0],
+     [0.5, -0.5, 1.0, -1.0, 0.0, 0.2, -0.2, 0.8, -0.8, 0.3, -0.3, 0.0], INCONCLUSIVE),              # reaches 0 and 1
+])
+def test_the_confirmatory_sar_verdict_follows_the_rule(tmp_path: Path, ernie, hst, expected):
+    """At its 12 runs per arm the claim takes the rule as every claim does: Welch t, alone in its family."""
+    from sparse_runner.reporting.claims import tested
+
+    pilot_sar_runs(tmp_path)
+    sar_runs(tmp_path, {seed: pair for seed, pair in zip(range(3, 15), zip(ernie, hst))})
+    records = collect_runs([tmp_path])
+    claim = ernie_sparse.CONFIRMATORY_CLAIM
+    found = evaluate(claim, records)
+    by_hand = tested(claim.design, (ernie, hst), welch(ernie, hst), 0.0)
+    assert by_hand.verdict == found.verdict == expected
+    assert found.p == pytest.approx(by_hand.p) and found.difference == pytest.approx(by_hand.difference)
+    assert found.p == pytest.approx(stats.ttest_ind(ernie, hst, equal_var=False, alternative="greater").pvalue)
+    table = claims_table(ernie_sparse.CLAIMS, records)
+    cells = dict(zip(table.headers, table.rows[-1]))
+    assert cells["claim"] == claim.statement and cells["verdict"] == expected
+    assert cells["Holm p"] == cells["p"]                                   # a family of one: no adjustment
+    assert "family: ERNIE-Sparse, confirmatory robustness study (1 claim)" in cells["test"]
+    assert not any(ernie_sparse.CONFIRM_COMMAND in note for note in table.notes)   # complete: nothing to run
+    pilot = next(dict(zip(table.headers, r)) for r in table.rows if r[0] == SAR_CLAIM)   # the pilot: its family of 5
+    assert pilot["result"] == "+0.50 [-0.58, +1.58]" and "(5 claims)" in pilot["test"]
+
+
+def test_the_confirmatory_sar_command_makes_exactly_the_planned_runs(tmp_path: Path):
+    """CONFIRM_COMMAND, expanded as sparse-run expands it, is 24 jobs: ERNIE-Sparse and HST at each fresh seed, each
+    composing the pilot's config (the kept runs' own overrides) but for the seed, the list of shifts and keys that
+    change no result; written as runs, they are the confirmatory arms, and no pilot arm takes them."""
+    import shlex
+
+    from sparse_runner import cli
+    from sparse_runner.reporting.presets import compose
+    from sparse_runner.run_metrics import NON_RESULT_KEYS
+    from test_report_lra import write_lra_run
+
+    command = ernie_sparse.CONFIRM_COMMAND
+    assert command == ("sparse-run -m experiment=lra_listops_cpu model=ernie_sparse,hst "
+                       "++model.pattern_options.block_size=8 'trainer.test_topology_shift=[1,2,3,4,5,6,7]' "
+                       "seed=3,4,5,6,7,8,9,10,11,12,13,14")
+    argv = shlex.split(command)
+    assert argv[:2] == ["sparse-run", "-m"]
+    args = cli._hydra_args(argv[1:])
+    assert args.multirun
+    cli.preflight(list(args.overrides), True, check_resources=False)   # every job composes and validates
+    jobs = cli.job_override_lists(list(args.overrides), True)
+
+    def flat(node, prefix=""):
+        return ({key: value for k, v in node.items() for key, value in flat(v, f"{prefix}{k}.").items()}
+                if isinstance(node, dict) else {prefix[:-1]: node})
+
+    pilot = {}
+    for folder in sorted((EVIDENCE / "ernie_sparse_listops_cpu").glob("listops_softmax_hst_h4*_seed0_*")):
+        kept = json.loads((folder / "metrics.json").read_text())
+        if kept["config"]["model"]["pattern_options"]["block_size"] == 8 and not any(
+                "stages" in o or "local=" in o for o in kept["overrides"]):
+            pilot[kept["model"]] = flat(compose(tuple(kept["overrides"])))
+    assert set(pilot) == {"ernie_sparse", "hst"}
+    made = []
+    for job in jobs:
+        config = compose(tuple(job))
+        model, seed = config["model"]["name"], config["seed"]
+        made.append((model, seed))
+        differs = {key for key, value in flat(config).items() if pilot[model].get(key, "absent") != value}
+        assert differs - set(NON_RESULT_KEYS) == {"seed", "trainer.test_topology_shift"}, (job, differs)
+        assert config["trainer"]["test_topology_shift"] == SHIFTS
+        assert config["model"]["pattern_options"]["block_size"] == 8
+        write_lra_run(tmp_path / f"{model}_{seed}", "listops", experiment="lra_listops_cpu", model=model, seed=seed,
+                      more=tuple(o for o in job if not o.startswith(("experiment=", "model=", "seed="))))
+        run = tmp_path / f"{model}_{seed}" / "metrics.json"
+        data = json.loads(run.read_text())
+        assert data["config"] == {**config, "seed": seed}
+        data["metrics"]["test_shifted/accuracy"] = 0.41
+        run.write_text(json.dumps(data))
+    assert sorted(made) == sorted((model, seed) for model in ("ernie_sparse", "hst") for seed in range(3, 15))
+    records = collect_runs([tmp_path])
+    confirm = ernie_sparse.CONFIRMATORY_CLAIM
+    assert [seeds_of(arm.runs(records)) for arm in (confirm.treatment, confirm.baseline)] == [list(range(3, 15))] * 2
+    found = evaluate(confirm, records)   # all 24 in, so the rule applies: here every run changed by +1.00, no spread
+    assert found.verdict == INCONCLUSIVE and found.note.startswith("no interval: every seed of the treatment and")
+    assert all(arm.runs(records) == [] for claim in pilot_listops_claims() for arm in (claim.treatment, claim.baseline))

@@ -9,7 +9,7 @@ A `Claim` compares two arms (the paper's model and its baseline), each a set of 
 their seed, on one number per run (`read`); a `TrendClaim` compares two slopes over runs at several x. An arm may be
 pinned to declared seeds (`preset_arm(..., seeds=...)`): a pilot study's claims then read its own seeds only, and a
 confirmatory study declared after it reads only the fresh seeds it was registered with, however many other runs of
-the same configuration exist.
+the same configuration exist; with its size fixed in advance (`planned`), it has no test before all of them have run.
 
 The rule, stated once (`RULE`), uses one-sided tests at ALPHA = 0.025 in the claimed direction, which is the side
 of a two-sided 95 % interval: a claim alone in its family is held exactly when its 95 % interval excludes 0 on the
@@ -58,9 +58,11 @@ RULE = (
     "margin, true effect 0) to a one-sided test at 0.025 / m, m the claims of its family (Holm's first step, enough "
     "whatever the others give), at the observed variance; the claim was underpowered when that exceeds the runs it "
     "has. An arm needs at least 2 completed runs for an interval, and a spread: seeds that all "
-    "gave the same value give none (inconclusive). Values that are not finite (nan, inf) are shown in their arm and "
-    "left out. `vs published`: the size against the paper's number only where the design says our setting matches "
-    "the paper's; elsewhere the direction alone is comparable. `shared arm`: runs that feed more than one claim "
+    "gave the same value give none (inconclusive). A confirmatory claim, its runs fixed in advance (pre-registered), "
+    "has no test before all of them have run: until then it shows the difference alone (inconclusive). Values that "
+    "are not finite (nan, inf) are shown in their arm and left out. `vs published`: the size against the paper's "
+    "number only where the design says our setting matches the paper's; elsewhere the direction alone is comparable. "
+    "`shared arm`: runs that feed more than one claim "
     "(their verdicts are not independent). `commits`: the code the claim's runs ran, from each run's record of the "
     "commit of every process (a resumed run's too) and of its pre-training stage: **mixed** where they span more "
     "than one commit (one run resumed on another commit, the runs of an arm, or the two arms), so a difference may "
@@ -424,6 +426,16 @@ def tested(design: Design, values: tuple[list[float], list[float]], found: Estim
     return Evidence(*values, found.effect, low, high, decide(p, beyond), compute, None, p, beyond, found)
 
 
+def interim(planned: int | None, runs: Sequence[int]) -> str | None:
+    """Why a pre-registered claim has no test yet: `runs` (completed runs per arm) short of the `planned` runs per
+    arm its design fixed in advance; None once every arm has them, or without a plan. A test at an interim look
+    would be optional stopping."""
+    if planned is None or min(runs, default=0) >= planned:
+        return None
+    have = " and ".join(map(str, runs)) if len(set(runs)) > 1 else str(runs[0] if runs else 0)   # `5 and 12`, `5`
+    return f"{have} of {planned} pre-registered runs{' per arm' if len(runs) > 1 else ''}: no test before all have run"
+
+
 def _seed(rec: RunRecord) -> int | None:
     return as_int(rec.data.get("seed", rec.config.get("seed")))
 
@@ -440,6 +452,8 @@ def evaluate(claim: Claim, records: list[RunRecord]) -> Evidence:
     if not all(numbers):
         return Evidence(*values, None, None, None, INCONCLUSIVE, compute, "no finite value in an arm")
     diff = mean(numbers[0]) - mean(numbers[1])
+    if (waiting := interim(claim.planned, [len(runs) for runs in arms])) is not None:
+        return Evidence(*values, diff, None, None, INCONCLUSIVE, compute, waiting)
     if claim.design.test == "paired t":
         by_seed = [{_seed(rec): v for rec, v in arm if math.isfinite(v)} for arm in read]
         shared = sorted(seed for seed in by_seed[0].keys() & by_seed[1].keys() if seed is not None)
@@ -484,18 +498,24 @@ class Claim:
     # the setting as the arms' runs measured it, where a config key the arms pool over changes what `read` reads
     # (ERNIE-Sparse's shifted test: one shift, or the mean over several); None: `setting` whatever the runs
     setting_of: Callable[[list[RunRecord]], str] | None = None
+    # a confirmatory study's runs per arm, fixed in advance (its arms pinned to as many declared seeds): no test, and
+    # no interval, before every arm has them all (`interim`); None: tested at any number of runs, as a pilot is
+    planned: int | None = None
 
     def row(self, records: list[RunRecord]) -> ClaimRow:
         found = evaluate(self, records)
         sides = [(self.treatment, found.treatment), (self.baseline, found.baseline)]
         labels = [f"{arm.label}: {mean_std(values) or 'no runs'}" for arm, values in sides]
-        commands = [arm.command for arm, values in sides if len(finite(values)) < 3]
+        wanted = max(3, self.planned or 0)
+        commands = list(dict.fromkeys(arm.command for arm, values in sides if len(finite(values)) < wanted))
         runs = [arm.runs(records) for arm, _ in sides]
         arms = tuple((arm.label, _folders(mine)) for (arm, _), mine in zip(sides, runs))
         row = evidence_row(self.design, found, *labels, self.unit, commands, arms)
         if self.setting_of:
             row = replace(row, setting=self.setting_of([rec for mine in runs for rec in mine]))
-        return row if found.verdict == NOT_RUN else replace(row, examples=examples_cell(runs, self.read))
+        if found.verdict == NOT_RUN or interim(self.planned, [len(mine) for mine in runs]) is not None:
+            return row   # no interval of any kind at an interim look
+        return replace(row, examples=examples_cell(runs, self.read))
 
 
 # The claim's number as a multiple of its runs' test metric: as recorded (BLEU, F1, perplexity) or in points (accuracy).
