@@ -112,6 +112,7 @@ def test_a_run_value_never_reaches_hydra_as_an_interpolation(tmp_path: Path, mon
     monkeypatch.setenv("MY_SECRET", SECRET)
     monkeypatch.setattr(lra, "runner_has_model", lambda name: name in MODELS)
     composed: list[tuple[str, ...]] = []
+    presets.cache_clear()   # presets an earlier test composed would not be composed again
     compose = presets.compose
     monkeypatch.setattr(presets, "compose", lambda overrides: composed.append(overrides) or compose(overrides))
     runs = tmp_path / "runs"
