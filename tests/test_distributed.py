@@ -169,3 +169,21 @@ def test_a_token_level_loss_is_weighted_by_tokens_across_ranks(tmp_path, cache_d
     one, two = losses(directories[1]), losses(directories[2])
     assert sorted(one) == sorted(two) == [5, 10, 15, 20]
     assert all(two[step] == pytest.approx(loss, rel=1e-5) for step, loss in one.items()), (one, two)
+
+
+def test_threads_the_process_group_starts_never_take_a_stop_signal():
+    """A stop signal landing on one of gloo's threads could end the rank with SIGABRT at exit; the threads that
+    `init_process_group` starts block them, and the main thread still takes them."""
+    import threading
+
+    from sparse_runner.training.stopping import STOP_SIGNALS, blocked_in_new_threads
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    seen = {}
+    with blocked_in_new_threads():
+        worker = threading.Thread(target=lambda: seen.update(mask=signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+        worker.start()
+        worker.join()
+    assert set(STOP_SIGNALS) <= seen["mask"]
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
+    assert not set(STOP_SIGNALS) & before

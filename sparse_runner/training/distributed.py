@@ -23,6 +23,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from sparse_runner.training.stopping import blocked_in_new_threads
+
 T = TypeVar("T")
 
 
@@ -63,7 +65,8 @@ def setup(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     # CUDA tensors (DDP's gradients) go through NCCL, CPU tensors (host numbers, stop signals) through gloo.
-    dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo", timeout=_TIMEOUT)
+    with blocked_in_new_threads():   # the group's threads never take a stop signal meant for the main thread
+        dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo", timeout=_TIMEOUT)
     atexit.register(teardown)
 
 

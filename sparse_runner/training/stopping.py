@@ -65,3 +65,17 @@ class StopSignals:
             yield
         finally:
             self._deferred = False
+
+
+@contextlib.contextmanager
+def blocked_in_new_threads() -> Iterator[None]:
+    """Threads started inside the block (gloo's workers and its network loop, started by
+    `init_process_group`) never receive a stop signal: a process-directed signal goes to any thread that
+    does not block it, and one landing on a gloo thread interrupts its network call, after which the rank
+    could die of SIGABRT at exit ("terminate called without an active exception") instead of stopping. The
+    calling thread's own mask is restored on leaving, so the signals reach the main thread's handlers."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
