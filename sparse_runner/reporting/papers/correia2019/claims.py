@@ -214,37 +214,34 @@ def _claims() -> list:
             _arm(model), _arm("softmax"), _js, design, unit="JS ×100"))
     for model in ("entmax", "entmax15"):
         label = TRANSLATION_MODEL_ROWS[model]
-        hist = PUBLISHED_DENSITY_HIST[label]
-        decoder_self, context = 100 * _hist_mean(hist["decoder_self"]), 100 * _hist_mean(hist["context"])
-        design = Design("validation mean head density, %, decoder self-attention minus context attention",
-                        "paired t", sesoi=DENSITY_SESOI, family=FAMILY_NAME,
-                        pairing="the two attention types of one run",
-                        published_effect=round(decoder_self - context, 1),
-                        published_source=f"density histograms; {NOT_COMPARABLE}")
+        design, published = _density_design(label, FAMILY_NAME)
         out.append(PairedClaim(
             CITATION, f"{label}: the decoder's self-attention is denser than its context attention (head density, %)",
-            f"density histograms, en→de (means at bin midpoints): decoder self {decoder_self:.0f} % "
-            f"vs context {context:.0f} %", SETTING,
-            _arm(model), ("decoder self", _density("decoder_self")), ("context", _density("context")), design))
+            published, SETTING, _arm(model), ("decoder self", _density("decoder_self")), ("context", _density("context")),
+            design))
     return out
+
+
+def _density_design(label: str, family: str) -> tuple[Design, str]:
+    """The density claims' design in `family`, and the published densities they compare with, as text."""
+    hist = PUBLISHED_DENSITY_HIST[label]
+    decoder_self, context = 100 * _hist_mean(hist["decoder_self"]), 100 * _hist_mean(hist["context"])
+    design = Design("validation mean head density, %, decoder self-attention minus context attention",
+                    "paired t", sesoi=DENSITY_SESOI, family=family, pairing="the two attention types of one run",
+                    published_effect=round(decoder_self - context, 1),
+                    published_source=f"density histograms; {NOT_COMPARABLE}")
+    return design, (f"density histograms, en→de (means at bin midpoints): decoder self {decoder_self:.0f} % "
+                    f"vs context {context:.0f} %")
 
 
 def _confirmatory() -> PairedClaim:
     """The pilot's 1.5-entmax density claim asked again, as declared before its runs (module docstring): its own
     fresh seeds, its own family of one, CONFIRM_RUNS runs."""
     label = TRANSLATION_MODEL_ROWS["entmax15"]
-    hist = PUBLISHED_DENSITY_HIST[label]
-    decoder_self, context = 100 * _hist_mean(hist["decoder_self"]), 100 * _hist_mean(hist["context"])
-    design = Design("validation mean head density, %, decoder self-attention minus context attention",
-                    "paired t", sesoi=DENSITY_SESOI, family=CONFIRM_FAMILY,
-                    pairing="the two attention types of one run",
-                    published_effect=round(decoder_self - context, 1),
-                    published_source=f"density histograms; {NOT_COMPARABLE}")
+    design, published = _density_design(label, CONFIRM_FAMILY)
     return PairedClaim(
         CITATION, f"{label}: the decoder's self-attention is denser than its context attention (head density, %); "
-                  f"confirmatory study, fresh seeds",
-        f"density histograms, en→de (means at bin midpoints): decoder self {decoder_self:.0f} % "
-        f"vs context {context:.0f} %", CONFIRM_SETTING,
+                  f"confirmatory study, fresh seeds", published, CONFIRM_SETTING,
         _arm("entmax15", CONFIRM_SEEDS, CONFIRM_COMMAND), ("decoder self", _density("decoder_self")),
         ("context", _density("context")), design, planned=CONFIRM_RUNS)
 
