@@ -597,7 +597,7 @@ EVIDENCE = Path(__file__).resolve().parents[1] / "docs" / "evidence"
 # The verdicts of docs/evidence by the pre-registered rule, in table order (docs/reproduction.md lists them).
 EVIDENCE_VERDICTS = [
     INCONCLUSIVE, INCONCLUSIVE, HELD, HELD, INCONCLUSIVE, INCONCLUSIVE,   # Correia: BLEU x2, JS x2, density x2
-    NOT_RUN,                                                              # Correia: the confirmatory density study
+    HELD,                                                                 # Correia: the confirmatory density study (5 runs)
     HELD, HELD,                                                           # Theorem 1's cliff, the LM trend
     HELD, INCONCLUSIVE,                                                   # pre-training, head size
     INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE,  # ERNIE-Sparse
@@ -632,8 +632,12 @@ def test_every_claim_has_a_full_design_and_the_kept_runs_regenerate_the_table(tm
     assert sar["treatment"] == "ERNIE-Sparse: 1.47 ± 0.50 (n=3)" and sar["baseline"] == "w/o SAR: 0.97 ± 0.21 (n=3)"
     softmax_arms = [row["shared arm"] for row in table[:4]]
     assert all("softmax: also claims" in mark for mark in softmax_arms)        # the softmax arm feeds 4 claims
-    # The kept runs record only the commit of their last process: none reads as one commit run throughout.
-    ran = [row for row in table if row["verdict"] != NOT_RUN]
+    # The pilot runs record only the commit of their last process: none reads as one commit run throughout. The
+    # confirmatory density study's five runs record every process, all on its pre-registration commit.
+    confirmatory = table[6]
+    assert confirmatory["claim"].endswith("confirmatory study, fresh seeds") and confirmatory["commits"] == ""
+    assert (confirmatory["result"].lstrip("'"), confirmatory["p"], confirmatory["Holm p"]) == ("+3.04 [+0.94, +5.14]", "0.00797", "0.00797")
+    ran = [row for row in table if row["verdict"] != NOT_RUN and row is not confirmatory]
     assert all(row["commits"].startswith(("unknown: ", "mixed: ")) for row in ran), [row["commits"] for row in ran]
     assert all(not row["commits"] for row in table if row["verdict"] == NOT_RUN)
     assert all(row["test"] for row in table)
