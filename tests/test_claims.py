@@ -966,3 +966,25 @@ def test_the_confirmatory_sar_command_makes_exactly_the_planned_runs(tmp_path: P
     found = evaluate(confirm, records)   # all 24 in, so the rule applies: here every run changed by +1.00, no spread
     assert found.verdict == INCONCLUSIVE and found.note.startswith("no interval: every seed of the treatment and")
     assert all(arm.runs(records) == [] for claim in pilot_listops_claims() for arm in (claim.treatment, claim.baseline))
+
+
+def test_every_two_arm_claim_reads_only_the_seeds_declared_with_it():
+    """The kept studies' claims are pinned to the seeds of their runs (0, 1, 2), the confirmatory ones to their own
+    fresh seeds: a run added later never changes a verdict that was reached without it (optional stopping)."""
+    from sparse_runner.reporting.papers import papers
+
+    for claim in (claim for paper in papers() for claim in getattr(paper, "CLAIMS", ())):
+        arms = [getattr(claim, name) for name in ("treatment", "baseline", "arm") if hasattr(claim, name)]
+        for arm in arms:
+            expected = {0, 1, 2} if "confirmatory" not in claim.design.family else set(arm.seeds or ()) - {0, 1, 2}
+            assert arm.seeds and set(arm.seeds) == expected, (claim.statement, arm.label, arm.seeds)
+
+
+def test_a_later_seed_of_a_kept_study_does_not_enter_its_claim(tmp_path: Path):
+    for seed, acc in enumerate((0.74, 0.75, 0.73)):
+        write_run(tmp_path, f"e{seed}", "lra_text", model="ernie_sparse", seed=seed, acc=acc)
+        write_run(tmp_path, f"b{seed}", "lra_text", model="bigbird", seed=seed, acc=acc - 0.01)
+    write_run(tmp_path, "late", "lra_text", model="bigbird", seed=5, acc=0.99)   # a fourth seed, run afterwards
+    found, _ = ernie_claims(tmp_path)
+    text = found["Text, CPU preset | ERNIE-Sparse (HST + SAR) is more accurate than BigBird on LRA"][1]
+    assert sorted(text.baseline) == pytest.approx([72.0, 73.0, 74.0])

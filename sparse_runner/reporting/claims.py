@@ -201,8 +201,10 @@ def preset_arm(label: str, overrides: tuple[str, ...], family: str, metric: str,
 
 
 def union_arm(label: str, arms: Sequence[Arm], command: str) -> Arm:
-    """An arm of every run of `arms` (a trend's runs at each of its x), in their order."""
-    return Arm(label, lambda records: [rec for arm in arms for rec in arm.runs(records)], command)
+    """An arm of every run of `arms` (a trend's runs at each of its x), in their order; pinned to the seeds of
+    `arms` when every one of them is pinned."""
+    seeds = None if any(arm.seeds is None for arm in arms) else frozenset().union(*(arm.seeds for arm in arms))
+    return Arm(label, lambda records: [rec for arm in arms for rec in arm.runs(records)], command, seeds)
 
 
 def _folders(runs: Sequence[RunRecord]) -> frozenset[str]:

@@ -213,8 +213,9 @@ SLOPE_SESOI = 0.25
 
 def _study_arm(model: str, heads: int) -> Arm:
     size = "d/h" if model == "standard_heads" else "d_p 32"
+    # pinned to the kept study's seeds: a later run of the same job asks the question again, in a study of its own
     return preset_arm(f"{heads} heads, {size}", (f"experiment={STUDY}", f"model={model}", f"{HEADS_KEY}={heads}"),
-                      LM_FAMILY, METRIC, STUDY_COMMAND)
+                      LM_FAMILY, METRIC, STUDY_COMMAND, seeds=(0, 1, 2))
 
 
 def _geometry_arm(model: str) -> Arm:
