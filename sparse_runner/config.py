@@ -18,6 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 from sparse_runner.checks import ConfigError, choice, fail, in_unit_interval, positive
 from sparse_runner.models.config import ModelConfig, block_pattern_names, check_attention_layers, check_model_config, check_model_keys
 from sparse_runner.identity import CONF_DIR, register_resolvers
+from sparse_runner.run_metrics import lower_is_better
 from sparse_runner.tasks import Task, task_families
 from sparse_runner.training.regularisers import check_regulariser_config
 from sparse_runner.training.trainer import PRECISIONS
@@ -238,7 +239,7 @@ def _resolve_monitor(cfg: DictConfig, task_class: type[Task]) -> None:
     if tr.monitor == "auto":
         tr.monitor = monitor_choices(task_class)[0]
     if tr.monitor_mode == "auto":
-        tr.monitor_mode = "min" if tr.monitor.endswith(("loss", "ppl")) else "max"
+        tr.monitor_mode = "min" if lower_is_better(tr.monitor) else "max"
 
 
 # ------------------------------------------------------------------------------- error messages

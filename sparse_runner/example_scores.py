@@ -26,6 +26,7 @@ import numpy as np
 from sparse_runner.io import atomic_open
 
 FILE = "test_examples.npz"
+ARRAYS = ("stats", "index", "metric", "reducer")   # what the file holds
 # A reader refuses a record whose arrays would unpack to more than this (a zip can hold a small bomb).
 MAX_UNPACKED_BYTES = 256 * 2**20
 
@@ -59,14 +60,18 @@ def bleu_from_statistics(sums: np.ndarray) -> np.ndarray:
                                        smooth_method="none", max_ngram_order=order).score for row in counts])
 
 
+# corpus BLEU's per-sentence statistics (metrics.translation.bleu_statistics), for n-grams up to BLEU_ORDER
+BLEU_ORDER = 4
+BLEU_COLUMNS = ("sys_len", "ref_len", *(f"correct_{n}" for n in range(1, BLEU_ORDER + 1)),
+                *(f"total_{n}" for n in range(1, BLEU_ORDER + 1)))
+
 # reducer name -> f(column sums (R, k), examples per resample (R,)) -> (R,) metric values. Each names the
 # columns it reads, in order.
 REDUCERS: dict[str, tuple[tuple[str, ...], Callable[[np.ndarray, np.ndarray], np.ndarray]]] = {
     "mean": (("score",), _mean),                       # accuracy, exact match, F1: the mean of a per-example score
     "ratio": (("value", "weight"), _ratio),            # a loss per token: sum of values / sum of weights
     "exp_ratio": (("value", "weight"), _exp_ratio),    # perplexity
-    "bleu": (("sys_len", "ref_len", "correct_1", "correct_2", "correct_3", "correct_4",
-              "total_1", "total_2", "total_3", "total_4"), _bleu),
+    "bleu": (BLEU_COLUMNS, _bleu),
 }
 
 
@@ -132,10 +137,10 @@ def read(handle) -> ExampleScores:
     handle.seek(0)
     try:
         with np.load(handle, allow_pickle=False) as data:
-            arrays = {name: data[name] for name in ("stats", "index", "metric", "reducer") if name in data.files}
+            arrays = {name: data[name] for name in ARRAYS if name in data.files}
     except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as exc:   # ValueError: an object array
         raise ValueError(f"not a readable numpy archive ({exc})") from None
-    missing = {"stats", "index", "metric", "reducer"} - set(arrays)
+    missing = set(ARRAYS) - set(arrays)
     if missing:
         raise ValueError(f"not a per-example record: it lacks {', '.join(sorted(missing))}")
     try:

@@ -103,6 +103,11 @@ SCHEMA1_PRIMARY_METRICS = {"listops": "test/accuracy", "translation": "test/bleu
 VAL, TEST = "val/", "test/"
 
 
+def lower_is_better(metric: str) -> bool:
+    """Whether lower is better for `metric` (`val/loss`, `test/ppl`): losses and perplexities; higher for the rest."""
+    return metric.endswith(("loss", "ppl"))
+
+
 # The deepest nesting a reader accepts: a metrics.json the runner writes is 8 levels deep at most, and a file
 # nested thousands of levels deep exhausts the recursion of the JSON parser and of everything that walks it.
 MAX_DEPTH = 100

@@ -19,9 +19,11 @@ from typing import Sequence
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
+from sparse_runner.example_scores import BLEU_COLUMNS, BLEU_ORDER
+
 logger = logging.getLogger(__name__)
 
-MAX_NGRAM_ORDER = 4
+MAX_NGRAM_ORDER = BLEU_ORDER   # multi-bleu.perl's 4-grams
 # Target languages for which Moses tokenization does not split words (no spaces in the script); their
 # tokenized BLEU uses sacreBLEU's tokenizer for the language instead (see _tokenized_bleu_recipe).
 _UNSEGMENTED = {"zh": "zh", "ja": "ja-mecab"}
@@ -87,13 +89,9 @@ def translation_scores(hypotheses: Sequence[str], references: Sequence[str], *, 
     }
 
 
-BLEU_STATISTICS = ("sys_len", "ref_len", *(f"correct_{n}" for n in range(1, MAX_NGRAM_ORDER + 1)),
-                   *(f"total_{n}" for n in range(1, MAX_NGRAM_ORDER + 1)))
-
-
 def bleu_statistics(hypotheses: Sequence[str], references: Sequence[str], *, target_lang: str) -> np.ndarray:
     """(n, 10) per-sentence statistics of the paper's tokenized BLEU (``translation_scores``'s ``bleu``), in the
-    order of ``BLEU_STATISTICS``: hypothesis and reference lengths, matched and total n-grams for n = 1..4.
+    order of ``example_scores.BLEU_COLUMNS``: hypothesis and reference lengths, matched and total n-grams for n = 1..4.
     Corpus BLEU is a function of their column sums (``example_scores.bleu_from_statistics``), which lets an interval
     resample sentences without decoding again."""
     if len(hypotheses) != len(references):
@@ -107,7 +105,7 @@ def bleu_statistics(hypotheses: Sequence[str], references: Sequence[str], *, tar
     for hyp, ref in zip(tok_hyps, tok_refs):
         score = sentence.sentence_score(hyp, [ref])
         rows.append([score.sys_len, score.ref_len, *score.counts, *score.totals])
-    return np.asarray(rows, dtype=np.float64).reshape(len(rows), len(BLEU_STATISTICS))
+    return np.asarray(rows, dtype=np.float64).reshape(len(rows), len(BLEU_COLUMNS))
 
 
 def _base_lang(code: str) -> str:

@@ -34,7 +34,7 @@ from sparse_runner import identity
 from sparse_runner.checks import one_line
 from sparse_runner.reporting.console import warn
 from sparse_runner.reporting.values import fmt_value
-from sparse_runner.run_metrics import validation_metric
+from sparse_runner.run_metrics import lower_is_better, validation_metric
 
 CONF_DIR = identity.CONF_DIR
 SEED_KEY = "seed"
@@ -162,7 +162,7 @@ def _resolved_auto(key: str, want: Any, have: Any, primary_metric: str | None) -
     if key == "trainer.monitor":
         return monitor
     if key == "trainer.monitor_mode":
-        return "min" if monitor.endswith(("loss", "ppl")) else "max"
+        return "min" if lower_is_better(monitor) else "max"
     return want
 
 

@@ -108,13 +108,15 @@ class SequenceClassificationTask(Task):
         logits = self.logits(model, batch)
         labels = batch["labels"]
         right = logits.argmax(-1) == labels
-        return {
+        sums = {
             "loss": float(F.cross_entropy(logits.float(), labels, reduction="sum")),
             "correct": int(right.sum()),
             "majority": int((labels == self.majority_label).sum()),
             "count": len(labels),
-            "right": list(zip(np.asarray(batch["indices"]).tolist(), right.tolist())),
         }
+        if split == "test":  # per example, for example_scores
+            sums["right"] = list(zip(np.asarray(batch["indices"]).tolist(), right.tolist()))
+        return sums
 
     def finalise(self, split: str, sums, output_dir: Path | None = None) -> dict[str, float]:
         count = max(sums.get("count", 0), 1)

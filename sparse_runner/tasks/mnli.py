@@ -257,7 +257,7 @@ class MnliTask(BertClassificationTask):
         logits = model(batch["tokens"], batch["lengths"])
         labels, matched = batch["labels"], batch["matched"]
         right = logits.argmax(-1) == labels
-        return {
+        sums = {
             "loss": float(F.cross_entropy(logits.float(), labels, reduction="sum")),
             "count": len(labels),
             "correct_matched": int((right & matched).sum()),
@@ -265,8 +265,10 @@ class MnliTask(BertClassificationTask):
             "correct_mismatched": int((right & ~matched).sum()),
             "count_mismatched": int((~matched).sum()),
             "majority_matched": int(((labels == self.majority_label) & matched).sum()),
-            "right": [(i, r) for i, r, m in zip(np.asarray(batch["indices"]).tolist(), right.tolist(), matched.tolist()) if m],
         }
+        if split == "test":  # per matched example (the metric's), for example_scores
+            sums["right"] = [(i, r) for i, r, m in zip(np.asarray(batch["indices"]).tolist(), right.tolist(), matched.tolist()) if m]
+        return sums
 
     def finalise(self, split: str, sums, output_dir: Path | None = None) -> dict[str, float]:
         matched = max(sums.get("count_matched", 0), 1)

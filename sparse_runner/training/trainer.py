@@ -28,7 +28,7 @@ from sparse_runner.attention.layout import shifted_blocks
 from sparse_runner.checks import ConfigError, fail
 from sparse_runner import example_scores
 from sparse_runner.models.encoder import set_activation_checkpointing
-from sparse_runner.run_metrics import LABEL_KEYS, NON_RESULT_KEYS, UNKNOWN_CODE
+from sparse_runner.run_metrics import LABEL_KEYS, NON_RESULT_KEYS, UNKNOWN_CODE, lower_is_better
 from sparse_runner.tasks.base import EvalSums, StepOutput, Task
 from sparse_runner import checkpoint as ckpt
 from sparse_runner.training import distributed
@@ -42,7 +42,6 @@ __all__ = ["Trainer", "Preempted", "Diverged", "fingerprint_difference"]
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
-LOWER_IS_BETTER = ("loss", "ppl")   # metric names ending so (test/loss, test/ppl): lower is better, as for trainer.monitor_mode auto
 
 
 class Diverged(Exception):
@@ -533,7 +532,7 @@ class Trainer:
         for name in next(iter(per_shift.values())):
             values = [metrics[name] for metrics in per_shift.values()]
             out[f"test_shifted/{name}"] = sum(values) / len(values)
-            out[f"test_shifted_worst/{name}"] = (max if name.endswith(LOWER_IS_BETTER) else min)(values)
+            out[f"test_shifted_worst/{name}"] = (max if lower_is_better(name) else min)(values)
         return out
 
 
