@@ -21,6 +21,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from sparse_runner.attention import flex_blocks
 from sparse_runner.attention.block_sparse import (
     KeySource,
     RowGroup,
@@ -68,8 +69,11 @@ class BlockPattern(Pattern):
     # Tokens the encoder's layout has moved every block boundary right by (SAR's second pass, the shifted
     # test); set by `layout.shifted_blocks`.
     block_shift = 0
-    # Tiles of explicit scores (model.attention_impl=explicit is what they do; the other impls do not apply).
+    # Tiles of explicit scores (model.attention_impl=explicit is what they do; flex: softmax through FlexAttention,
+    # flex_blocks.py; the other impls do not apply).
     ignores_attention_impl = "block patterns compute their own blocks"
+    # What model.attention_impl=flex computes through FlexAttention (flex_blocks.py); "": it does not apply.
+    flex_engine = ""
 
     def __init__(self, options=None, *, global_tokens: int = 0, layer: int = 0) -> None:
         super().__init__(options, global_tokens=global_tokens, layer=layer)
@@ -144,6 +148,8 @@ class KeyBlockPattern(BlockPattern):
     global tokens); some query blocks (BigBird's global blocks) attend to everything. The table may
     differ from head to head (BigBird's random blocks)."""
 
+    flex_engine = "the whole layer"
+
     def dense_blocks(self, blocks: int, drawn: int | None = None) -> list[int]:
         """Query blocks that attend to every key (drawn: see `key_blocks`)."""
         return []
@@ -185,6 +191,9 @@ class KeyBlockPattern(BlockPattern):
             return super().attend(q, k, v, normaliser=normaliser, key_padding_mask=key_padding_mask, dropout_p=dropout_p, need_weights=need_weights)
         blocks, drawn = self._tiles(n), self._unshifted_tiles(n)
         key_padding_mask = padding_or_none(key_padding_mask)
+        if flex_blocks.takes(self.impl, normaliser, dropout_p, need_weights):  # model.attention_impl=flex: one call, the whole layer
+            layout = flex_blocks.cached_layout(self, ("key_blocks", n, h, q.device), lambda: flex_blocks.key_block_layout(self, n, h, q.device))
+            return flex_blocks.attend(q, k, v, layout, key_padding_mask), None, None
         keys_ok = key_padding_mask if key_padding_mask is not None else torch.ones(1, n, dtype=torch.bool, device=q.device)
         tiles_ok = mask_tiles(keys_ok, g, blocks, bs)  # (B or 1, blocks, bs)
         qt, kt, vt = (to_tiles(x, g, blocks, bs) for x in (q, k, v))

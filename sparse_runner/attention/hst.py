@@ -49,6 +49,7 @@ from typing import Literal, Protocol
 import numpy as np
 import torch
 
+from sparse_runner.attention import flex_blocks
 from sparse_runner.attention.block_patterns import (
     BlockPattern,
     _block_size,
@@ -100,6 +101,8 @@ class HSTPattern(BlockPattern):
     `representatives` says how the layout makes them (learned + the block's position, the block's mean,
     or both added).
     """
+
+    flex_engine = "the token step (the representatives' steps: SDPA)"
 
     @property
     def representatives(self) -> str:
@@ -261,6 +264,10 @@ class HSTPattern(BlockPattern):
         g, tile = self.global_tokens, self._tile_size()
         qt, ok = tiled.q, tiled.ok
         heads, blocks, device = qt.shape[1], qt.shape[2], qt.device
+        if flex_blocks.takes(self.impl, run["normaliser"], run["dropout_p"], run["need_weights"]):  # model.attention_impl=flex
+            layout = flex_blocks.cached_layout(self, ("hst_tokens", blocks, heads, device), lambda: flex_blocks.hst_token_layout(self, blocks, heads, device))
+            out = flex_blocks.attend(*(x.flatten(2, 3) for x in (qt, kt, vt)), layout, None if tiled.pad_free else ok.flatten(1))
+            return out.view(qt.shape), []
         # With the weights, heads that differ gather the union of their key blocks (`_gather_table`).
         index, index_ok, own_only = self._gather_table(blocks, blocks, heads, device, union=run["need_weights"])
         if own_only:  # no gather: the tile itself

@@ -57,8 +57,9 @@ Alpha = float | torch.Tensor
 #   auto: `explain_impl` (softmax without weights goes to SDPA before any choice is made);
 #   explicit: the (Nq, Nk) scores and weights; memory_efficient: this module;
 #   cpp: the fused CPU kernel (kernels/entmax_attention_cpu.py); no pattern mask;
-#   triton / adasplash: the CUDA kernels (kernels/entmax_attention_triton.py, kernels/adasplash_backend.py).
-ATTENTION_IMPLS = ("auto", "explicit", "memory_efficient", "cpp", "triton", "adasplash")
+#   triton / adasplash: the CUDA kernels (kernels/entmax_attention_triton.py, kernels/adasplash_backend.py);
+#   flex: block patterns with softmax through FlexAttention on CUDA (flex_blocks.py; opt-in, unmeasured yet).
+ATTENTION_IMPLS = ("auto", "explicit", "memory_efficient", "cpp", "triton", "adasplash", "flex")
 GPU_IMPLS = ("triton", "adasplash")  # no mask besides padding and causality; AdaSplash: no attention dropout
 CPU_IMPLS = ("cpp",)
 

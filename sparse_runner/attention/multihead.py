@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sparse_runner.attention import flex_blocks
 from sparse_runner.attention.block_sparse import tile_kernel
 from sparse_runner.attention.memory_efficient import explain_impl
 from sparse_runner.attention.normalisers import Normaliser, Softmax, build_normaliser
@@ -91,10 +92,16 @@ class MultiHeadAttention(nn.Module):
 
     def backend_choice(self, q: torch.Tensor, k: torch.Tensor, key_padding_mask: torch.Tensor | None, dropout_p: float) -> tuple[str, str]:
         """(backend, reason) of `pattern.attend` on these inputs without weights, as metrics.json records them:
-        the backend is 'sdpa', 'triton', 'memory_efficient', 'adasplash' or, for the explicit path, its
+        the backend is 'sdpa', 'triton', 'memory_efficient', 'adasplash', 'flex' or, for the explicit path, its
         normaliser's kernel (`Normaliser.backend_name`, e.g. 'entmax15-cpp'); the reason starts with the path
         ("explicit: CPU, 512 keys <= 4096"; `memory_efficient.explain_impl`)."""
         pattern, normaliser = self.pattern, self.normaliser
+        if pattern.impl == flex_blocks.IMPL and getattr(pattern, "flex_engine", ""):
+            why = flex_blocks.refusal(normaliser, dropout_p, need_weights=False)
+            if why is None:
+                return "flex", f"flex: pattern {pattern.name}, model.attention_impl=flex: {pattern.flex_engine} through FlexAttention"
+            backend = normaliser.backend_name(q.device)
+            return backend, f"{backend}: pattern {pattern.name} ({pattern.ignores_attention_impl}); model.attention_impl=flex not taken: {why}"
         if pattern.ignores_attention_impl:
             kernel = tile_kernel(q.device, normaliser) if pattern.impl == "auto" and not normaliser.fused_sdpa else None
             if kernel == "cpp":

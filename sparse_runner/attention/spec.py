@@ -93,8 +93,8 @@ def check_attention_impl(m: Any, patterns: Iterable[str], *, cross_attention: bo
     patterns: the pattern of every attention layer of the model (`model.pattern` for an encoder, causal
     and dense for a decoder's layers); cross_attention: whether a layer's queries and keys may differ in
     number (a decoder's context attention, incremental decoding). Refused: an impl that no layer reads
-    (block patterns compute their own blocks: auto or explicit), a memory-efficient impl for a
-    normaliser without a threshold form, and what the fused kernels cannot do (`memory_efficient.GPU_IMPLS`,
+    (block patterns compute their own blocks: auto or explicit, and flex with softmax; flex computes
+    nothing else), a memory-efficient impl for a normaliser without a threshold form, and what the fused kernels cannot do (`memory_efficient.GPU_IMPLS`,
     `CPU_IMPLS`: a mask besides padding and causality; AdaSplash: attention dropout, a learned alpha or
     alpha 1, other numbers of queries and keys). `auto` always works: it only picks what can. What depends on the
     device is checked once it is known (`check_attention_impl_device`).
@@ -107,11 +107,15 @@ def check_attention_impl(m: Any, patterns: Iterable[str], *, cross_attention: bo
     if impl == "auto":
         return
     classes = [PATTERNS[name] for name in dict.fromkeys(patterns)]
+    if impl == "flex":
+        _check_flex(m, classes)
+        return
     readers = [cls for cls in classes if not cls.ignores_attention_impl]
     if not readers:
         why = classes[0].ignores_attention_impl if classes else "the model has no attention layer"
         if impl != "explicit":
-            _refuse("model.attention_impl", f"{impl!r} does not apply to pattern {m.pattern!r} ({why})", m.pattern, "auto, explicit")
+            valid = "auto, explicit, flex" if classes and _flex_applies(m, classes) else "auto, explicit"
+            _refuse("model.attention_impl", f"{impl!r} does not apply to pattern {m.pattern!r} ({why})", m.pattern, valid)
         return
     if impl == "explicit":
         return
@@ -145,11 +149,33 @@ def check_attention_impl(m: Any, patterns: Iterable[str], *, cross_attention: bo
         _refuse("model.attention_impl", "'adasplash' needs as many queries as keys, and a decoder's context attention and incremental decoding have other numbers", "a decoder", "auto, explicit, memory_efficient, triton")
 
 
+def _flex_applies(m: Any, classes: list) -> bool:
+    """Whether model.attention_impl=flex can compute these layers: block patterns with softmax."""
+    from sparse_runner.attention.normalisers import NORMALISERS
+
+    return all(getattr(cls, "flex_engine", "") for cls in classes) and getattr(NORMALISERS[m.normaliser], "fused_sdpa", False)
+
+
+def _check_flex(m: Any, classes: list) -> None:
+    """flex (flex_blocks.py) computes block patterns with softmax; the other layers and normalisers are refused."""
+    from sparse_runner.attention.memory_efficient import ATTENTION_IMPLS
+    from sparse_runner.attention.patterns import PATTERNS
+
+    others = [cls.name for cls in classes if not getattr(cls, "flex_engine", "")]
+    if others:
+        blocks = ", ".join(sorted(name for name, cls in PATTERNS.items() if getattr(cls, "flex_engine", "")))
+        layers = f"pattern {others[0]!r}" + (" (a decoder's layers are causal and dense)" if others[0] != m.pattern else "")
+        _refuse("model.attention_impl", f"'flex' computes block patterns ({blocks}) only, and {layers} is not one", others[0],
+                ", ".join(i for i in ATTENTION_IMPLS if i != "flex"))
+    if not _flex_applies(m, classes):
+        _refuse("model.attention_impl", f"'flex' computes softmax only (FlexAttention), and model.normaliser is {m.normaliser!r}", m.normaliser, "auto, explicit")
+
+
 def check_attention_impl_device(m: Any, device: Any) -> None:
     """Raise ConfigError when `model.attention_impl` does not suit `device` (a torch.device), checked where
     the run's device is known (a login node without a GPU may well compose a job for a GPU node).
 
-    The GPU kernels need CUDA, the cpp kernel a CPU. On CUDA, memory_efficient is refused where the Triton kernel computes the
+    The GPU kernels and flex need CUDA, the cpp kernel a CPU. On CUDA, memory_efficient is refused where the Triton kernel computes the
     layers: that path is a Python loop of small kernels, hundreds of times slower there (measured on an
     H200). It is kept where the kernel cannot serve: a pattern mask besides padding and causality (the
     encoder's `model.pattern`; a decoder's own layers are causal and dense), a head size above the kernel's,
@@ -158,6 +184,8 @@ def check_attention_impl_device(m: Any, device: Any) -> None:
     from sparse_runner.attention.patterns import PATTERNS
 
     impl = m.attention_impl
+    if impl == "flex" and device.type != "cuda":
+        raise ConfigError(f"model.attention_impl: flex needs a CUDA device (FlexAttention has no backward on CPU), and this run is on {device}; valid here: auto, explicit")
     if impl in GPU_IMPLS and device.type != "cuda":
         raise ConfigError(f"model.attention_impl: {impl} needs a CUDA device, and this run is on {device}; valid here: auto, explicit, memory_efficient, cpp")
     if impl in CPU_IMPLS and device.type != "cpu":
