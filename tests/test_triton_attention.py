@@ -208,6 +208,71 @@ def test_interpreter_peaked_scores(alpha):
     assert_matches(got, want, TOL32)
 
 
+def test_one_alpha_for_every_head_selects_the_specialised_formulas():
+    """1.5 and 2 (a float, or a constant normaliser's one-element CPU tensor) take the formulas without
+    log or exp per score; a learned alpha, several alphas or a tensor on another device the general ones."""
+    assert T._mode(T._known_alpha(1.5)) == T._MODE_ENTMAX15
+    assert T._mode(T._known_alpha(torch.full((1,), 2.0))) == T._MODE_SPARSEMAX
+    assert T._mode(T._known_alpha(torch.full((1,), 1.5, requires_grad=True))) == T._MODE_GENERAL
+    assert T._mode(T._known_alpha(torch.tensor([1.5, 1.5]))) == T._MODE_GENERAL
+    for alpha in (1.0, 1.25, 1.5 + 1e-7):
+        assert T._mode(T._known_alpha(alpha)) == T._MODE_GENERAL
+
+
+def _kernel_run(q, k, v, alpha, mode, grad_out, **kwargs):
+    """Output, gradients and the forward's tile table of one kernel call in a given MODE."""
+    leaves = [x.detach().float().requires_grad_() for x in (q, k, v)]
+    alpha_t = T._alpha_tensor(alpha, q.shape[1], q.device)
+    out = T._EntmaxAttention.apply(*leaves, alpha_t, 1.0 / math.sqrt(q.shape[-1]), kwargs.get("key_padding_mask"),
+                                   kwargs.get("causal", False), 0.0, mode, True)
+    tiles = out.grad_fn.saved_tensors[-1].clone()
+    grads = torch.autograd.grad((out * grad_out).sum(), leaves)
+    return [out.detach(), *grads], tiles
+
+
+@interpreter
+@pytest.mark.parametrize("alpha, mode", [(1.5, 15), (2.0, 20)])
+def test_interpreter_specialised_formulas_agree_with_the_general_ones(alpha, mode):
+    """The same inputs through MODE 15 / 20 and through the general formulas (log and exp per score):
+    outputs and gradients agree to float32 rounding, and so do the tiles the backward visits."""
+    q, k, v = random_inputs(2, 2, 37, 45, 16, seed=11, spread=2.0)
+    kpm = padding(2, 45, seed=4)
+    grad_out = torch.randn(2, 2, 37, 16, generator=torch.Generator().manual_seed(3))
+    special, tiles_special = _kernel_run(q, k, v, alpha, mode, grad_out, key_padding_mask=kpm, causal=True)
+    general, tiles_general = _kernel_run(q, k, v, alpha, T._MODE_GENERAL, grad_out, key_padding_mask=kpm, causal=True)
+    assert_matches(special, general, TOL32)
+    assert torch.equal(tiles_special, tiles_general)
+
+
+def banded_inputs(B, H, N, D, band, strength):
+    """q = k: query i and key j score `strength` * scale when they share a band of `band` positions, about 0
+    otherwise, so that a sparse normaliser's weights lie in the diagonal blocks (a local attention pattern)."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.zeros(B, H, N, D, dtype=torch.float64)
+    x[..., torch.arange(N), torch.arange(N) // band] = math.sqrt(strength * math.sqrt(D))
+    x = x + 0.1 * torch.randn(B, H, N, D, generator=g, dtype=torch.float64)
+    v = torch.randn(B, H, N, D, generator=g, dtype=torch.float64)
+    return x, x.clone(), v
+
+
+@interpreter
+@pytest.mark.parametrize("skip", [True, False])
+def test_interpreter_backward_skips_the_tiles_without_weight(monkeypatch, skip):
+    """Local scores (bands of 16 keys, the tile width here): the 1.6-entmax head's weights lie in the diagonal
+    tiles, so the forward's tile table marks the others empty and the backward skips them; the softmax head
+    (LEARNED's first) weighs every key and skips none.  Gradients match dense attention either way."""
+    monkeypatch.setattr(T, "SKIP_EMPTY_TILES", skip)
+    q, k, v = banded_inputs(1, 2, 64, 16, band=16, strength=12.0)
+    alpha = alpha_for(LEARNED, 2)
+    got, want = run_both(q, k, v, alpha)
+    assert_matches(got, want, TOL32)
+    grad_out = torch.randn(1, 2, 64, 16, generator=torch.Generator().manual_seed(5))
+    _, tiles = _kernel_run(q, k, v, alpha.float(), T._MODE_GENERAL, grad_out)
+    assert tiles.shape == (2, 4, 4)
+    assert tiles[0].bool().all()  # softmax: every tile has weight
+    assert torch.equal(tiles[1].bool(), torch.eye(4, dtype=torch.bool))
+
+
 @interpreter
 def test_interpreter_fully_masked_rows_are_zero():
     """A batch element with no real key, and causal rows before the first key: zero outputs and
@@ -565,19 +630,21 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from sparse_runner.attention.kernels import entmax_attention_triton as T
 
-arch, dtype_name, head_dim, masked = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+arch, dtype_name, head_dim, masked, mode = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1", int(sys.argv[5])
 dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
 block_m, block_n, block_d, warps = T._blocks(head_dim, dtype)
 pointers = {name: "*" + dtype_name for name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")}
-pointers.update({name: "*fp32" for name in ("M", "U", "FS", "C", "DALPHA", "ALPHA")})
+pointers.update({name: "*fp32" for name in ("OS", "M", "U", "FS", "C", "DALPHA", "ALPHA")})
+pointers["TILES"] = "*i8"
 pointers["KPM"] = "*u8" if masked else "*fp32"
 pointers["SEED"] = "*i64" if masked else "*fp32"  # the masked builds carry dropout too (else a dummy pointer)
 pointers["KEEP"] = "*u8"
-common = dict(HAS_KPM=masked, CAUSAL=masked, DROPOUT=masked, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+common = dict(HAS_KPM=masked, CAUSAL=masked, DROPOUT=masked, MODE=mode, SKIP_TILES=masked, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
               SOFT_THRESHOLD=T.ALPHA_SOFTMAX_THRESHOLD, DOT_PRECISION=T._DOT_PRECISION)
 kernels = [
-    (T._fwd_kernel, dict(TOL_F=T.TOL, STALL=T.STALL, MAX_ITER_N=T.MAX_ITER)),
-    (T._bwd_dq_kernel, dict(NEED_DALPHA=True, PSI_SWITCH=T._PSI_SWITCH)),
+    (T._fwd_kernel, dict(TOL_F=T.TOL, STALL=T.STALL, MAX_ITER_N=T.MAX_ITER, BACKWARD=True)),
+    (T._fwd_kernel, dict(TOL_F=T.TOL, STALL=T.STALL, MAX_ITER_N=T.MAX_ITER, BACKWARD=False)),
+    (T._bwd_dq_kernel, dict(NEED_DALPHA=mode == T._MODE_GENERAL, PSI_SWITCH=T._PSI_SWITCH)),
     (T._bwd_dkdv_kernel, {}),
     (T._keep_mask_kernel, dict(BLOCK_M=64, BLOCK_N=64)),
 ]
@@ -595,8 +662,8 @@ for fn, extra in kernels:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch, dtype, head_dim, masked", [(90, "fp32", 64, True), (90, "bf16", 128, False), (80, "fp16", 32, True)])
-def test_kernels_compile_to_cubin(arch, dtype, head_dim, masked):
+@pytest.mark.parametrize("arch, dtype, head_dim, masked, mode", [(90, "fp32", 64, True, 0), (90, "bf16", 128, False, 15), (80, "fp16", 32, True, 20)])
+def test_kernels_compile_to_cubin(arch, dtype, head_dim, masked, mode):
     """Forward and both backward kernels (with dropout where masked) and the keep-mask kernel compile
     for sm_90 (H100/H200) / sm_80 (A100) at the launch configuration entmax_attention uses (~10-60 s
     on 2 CPU cores)."""
@@ -606,11 +673,11 @@ def test_kernels_compile_to_cubin(arch, dtype, head_dim, masked):
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # triton 3.9 warns when unset; 1 is its default
     result = subprocess.run(
-        [sys.executable, "-c", _COMPILE_SCRIPT, str(arch), dtype, str(head_dim), "1" if masked else "0"],
+        [sys.executable, "-c", _COMPILE_SCRIPT, str(arch), dtype, str(head_dim), "1" if masked else "0", str(mode)],
         env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("shared memory") == 4
+    assert result.stdout.count("shared memory") == 5
 
 
 # ------------------------------------------------------------------------------------------------

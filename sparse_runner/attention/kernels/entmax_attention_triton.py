@@ -5,7 +5,9 @@
 with alpha fixed (a float: 1 = softmax, 1.5-entmax, 2 = sparsemax) or learned per head (an (H,)
 tensor that requires grad; Correia et al. 2019).  Memory is O(N): scores are produced tile by tile
 (BLOCK_M query rows x BLOCK_N keys) and never stored; per query row only the threshold t and the
-normaliser F are kept for the backward (AdaSplash, Goncalves et al. 2025, does the same).  t is kept
+normaliser F are kept for the backward (AdaSplash, Goncalves et al. 2025, does the same), with os
+(float32, the size of the output) and one byte per (BLOCK_M x BLOCK_N) tile (Nq Nk / 2048 bytes per
+head with 16-bit inputs: 2 MiB at 64k x 64k; the only term that is not linear in N).  t is kept
 as two float32 numbers, t = m + u (row max m, offset u): rounding t to one float32 costs up to
 ulp(m) in 1 + a1 (s - t), which near the threshold is the whole of it (simulated in float32: a
 sparsemax row with |m| = 100 over 65536 near-tied keys has a max error of 1.5e-5 with t rounded,
@@ -38,8 +40,16 @@ Threshold, per row (forward kernel, one program per (batch, head, BLOCK_M query 
      moves u by <= STALL * u (4 ulps: float32 cannot place t better); the rows of a program stop
      together when all are done, after MAX_ITER (40) passes at the latest.  A float32 simulation of
      this solver needed at most 8 passes (N up to 64k; random, peaked, tied rows, alpha 1+1e-6..2);
-  4. a last pass accumulating p v and F; out = acc / F.
+  4. a last pass accumulating p v and F; out = acc / F.  When a backward may follow, the same pass
+     also accumulates os = sum_j s_j v_j / sum_j s_j (see Backward) and marks, per (query tile, key
+     tile), whether the tile holds any p > 0.
 Softmax heads skip 2-3 (u = 0).  Fully masked rows (no visible key) give zeros: m = u = 0, F = 1.
+
+Per score, a pass evaluates w = 1 + a1 (s - t) and its powers w^(1/a1) (F, p) and w^(1/a1 - 1)
+(-dF/du, s).  For any alpha that takes a log and two exps per score, and the GPU's special-function
+units, not its tensor cores, then bound the pass (16 such operations per clock per SM on Hopper).  When
+every head has alpha 1.5 or 2, the kernels are compiled with those powers written out (MODE: w^2 and
+w, or w and 1), which needs no special function per score (AdaSplash specialises 1.5-entmax in the same way).
 
 Backward (p recomputed per tile from (m, u, F); s_j = p_j^(2 - alpha) on the support, 0 elsewhere;
 dP_j = dO . v_j):
@@ -48,10 +58,12 @@ dP_j = dO . v_j):
     dalpha (per row) = -sum_j dP_j A_j + c sum_j A_j,  A_j = p_j (log p_j)^2 psi(-a1 log p_j),
     psi(x) = (e^x - 1 - x) / x^2 (Taylor series below x = 1, then (s_j - p_j - p_j x) / a1^2);
 the per-head gradient sums the rows over batch and queries.  Softmax heads use the alpha = 1
-limits (s = p, psi = 1/2), as the torch backend does.  Two kernels: `_bwd_dq_kernel` (per query
-tile: one pass for c and dalpha, one for dQ) and `_bwd_dkdv_kernel` (per key tile, over the query
-tiles that can see it; it reads c).  Every gradient tile is written by exactly one program: no
-atomics, deterministic results.
+limits (s = p, psi = 1/2), as the torch backend does.  c = dO . os, with os from the forward (as
+FlashAttention's D = dO . O; for softmax os = out), so no pass over the keys computes it.  Two
+kernels: `_bwd_dq_kernel` (per query tile, one pass: c, dQ and the alpha sums) and `_bwd_dkdv_kernel`
+(per key tile, over the query tiles that can see it; it reads c).  Both visit only the tiles where
+the forward saw some p > 0 (`SKIP_EMPTY_TILES`; exact: elsewhere p, s and dS are 0).  Every gradient
+tile is written by exactly one program: no atomics, deterministic results.
 
 Attention dropout (as FlashAttention does it): the normalised weights are dropped before p v,
     out_i = sum_j p_ij z_ij v_j,   z_ij = keep_ij / (1 - dropout_p),
@@ -116,6 +128,12 @@ TOL = 2e-6
 # resolve the threshold further.  Simulated in float32 on 64k-key rows (random, peaked, tied, |m| = 100):
 # at most 8 passes, errors against float64 alpha-entmax as with 40 passes on the F criterion alone.
 STALL = 2.0**-21
+# The kernels' MODE: per-score formulas specialised at compile time when every head has alpha 1.5 (powers
+# 2 and 1 instead of log and exp) or 2 (linear), the general ones otherwise (`_unnormalised`).
+_MODE_GENERAL, _MODE_ENTMAX15, _MODE_SPARSEMAX = 0, 15, 20
+# Backward kernels visit only the (query tile, key tile) pairs in which the forward saw some p > 0
+# (AdaSplash's block skipping).  Read at each forward; the GPU benchmark times both settings.
+SKIP_EMPTY_TILES = True
 # psi(x) = (e^x - 1 - x) / x^2: series below, direct formula above (entmax_torch.py's float32 switch).
 _PSI_SWITCH = 1.0
 
@@ -208,29 +226,46 @@ if triton is not None:
         return tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale
 
     @_helper
-    def _log_p(s, m, u, log_f, a1, is_soft, vis):
-        """log of the normalised p for a tile, and its support mask (p = 0 outside).
+    def _unnormalised(s, m, u, a1, is_soft, vis, MODE: tl.constexpr):
+        """Unnormalised weights of a score tile: (pt, qt, log_pt, support), 0 outside the support.
 
-        s: a score tile; m, u, log_f: the per-query statistics (t = m + u), 2-D and broadcast along
-        the key axis of s (m[:, None] for a (BLOCK_M, BLOCK_N) tile, m[None, :] for its transpose);
-        a1 scalar, 0 for a softmax head (is_soft, scalar bool); vis: the visible keys.
-        Entmax: log p = log1p(a1 (s - t)) / a1 - log F where 1 + a1 (s - t) > 0; softmax:
-        log p = s - t - log F on every visible key (a1 = 0 gives z = 0, which keeps them all).
+            pt = [1 + a1 (s - t)]_+^(1/a1)   (softmax: exp(s - t)),  so that p = pt / F,
+            qt = pt^(1 - a1) = [1 + a1 (s - t)]_+^(1/a1 - 1)   (softmax: pt).
+        qt is both -dF/du's term (Newton) and, up to a factor per row, the backward's s_j = p_j^(2 - alpha).
+        s: a score tile; m, u: per-query statistics (t = m + u), 2-D and broadcast along the key axis
+        (m[:, None] for a (BLOCK_M, BLOCK_N) tile, m[None, :] for its transpose); a1: the head's
+        alpha - 1, 0 for a softmax head (is_soft, a scalar bool); vis: the visible keys.
+        MODE (constexpr): _MODE_ENTMAX15 or _MODE_SPARSEMAX when every head has that alpha: powers 2 and 1,
+        no transcendental function per score (in the general case, 0, four per score: log, division,
+        two exp; the GPU's special-function units, not its tensor cores, bound such a pass).  log_pt is
+        computed in the general mode only (the alpha gradient's only reader).
         s - t is formed as (s - m) - u: s - m is exact near the max, and u keeps its own precision.
         """
         d = (s - m) - u
-        z = a1 * d
-        support = vis & (z > -1.0)
-        log_e = _log1p(tl.where(support, z, 0.0)) / tl.maximum(a1, 1e-30)
-        log_p = tl.where(is_soft, d, log_e) - log_f
-        return tl.where(support, log_p, 0.0), support
+        if MODE == 15:
+            w = 1.0 + 0.5 * d
+            support = vis & (w > 0.0)
+            w = tl.where(support, w, 0.0)
+            return w * w, w, d, support
+        elif MODE == 20:
+            w = 1.0 + d
+            support = vis & (w > 0.0)
+            return tl.where(support, w, 0.0), support.to(tl.float32), d, support
+        else:
+            z = a1 * d
+            support = vis & (z > -1.0)  # softmax heads: z = 0 keeps every visible key
+            log_w = _log1p(tl.where(support, z, 0.0))
+            log_pt = tl.where(is_soft, d, log_w * (1.0 / tl.maximum(a1, 1e-30)))  # one division per tile
+            pt = tl.where(support, tl.exp(log_pt), 0.0)
+            qt = tl.where(support, tl.exp(log_pt - log_w), 0.0)  # softmax: log_w = 0, qt = pt
+            return pt, qt, log_pt, support
 
     @triton.jit
     def _fwd_kernel(
-        Q, K, V, O, M, U, FS, ALPHA, KPM, SEED,
-        sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, skpm,
-        H, Nq, Nk, D, scale, drop_below, keep_scale,
-        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
+        Q, K, V, O, OS, M, U, FS, TILES, ALPHA, KPM, SEED,
+        sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, sosb, sosh, sosm, skpm,
+        H, Nq, Nk, D, n_key_tiles, scale, drop_below, keep_scale,
+        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MODE: tl.constexpr, BACKWARD: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         SOFT_THRESHOLD: tl.constexpr, TOL_F: tl.constexpr, STALL: tl.constexpr, MAX_ITER_N: tl.constexpr,
         DOT_PRECISION: tl.constexpr,
@@ -252,7 +287,7 @@ if triton is not None:
         kpm_row = KPM + b * skpm
         a1 = tl.minimum(tl.maximum(tl.load(ALPHA + h).to(tl.float32) - 1.0, 0.0), 1.0)
         is_soft = a1 < SOFT_THRESHOLD
-        a1_eff = tl.where(is_soft, 0.0, a1)  # what _log_p takes: 0 for softmax heads
+        a1_eff = tl.where(is_soft, 0.0, a1)  # what _unnormalised takes: 0 for softmax heads
         a1_safe = tl.maximum(a1, SOFT_THRESHOLD)  # divisions by a1 below are discarded for softmax heads
 
         # Causal: this tile's last row sees keys < (pid_m + 1) BLOCK_M + Nk - Nq; no tile past that.
@@ -282,18 +317,15 @@ if triton is not None:
         it = 0
         while (busy > 0) & (it < MAX_ITER_N):
             f = tl.zeros((BLOCK_M,), tl.float32)
-            qq = tl.zeros((BLOCK_M,), tl.float32)  # sum_j p_j / d_j = -dF/du
+            qq = tl.zeros((BLOCK_M,), tl.float32)  # sum_j qt_j = -dF/du
             for start_n in range(0, n_end, BLOCK_N):
                 offs_n = start_n + arange_n
                 kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
                 s = _scores(q, k_base + offs_n[:, None] * skn + offs_d[None, :], kv_mask, scale, DOT_PRECISION)
                 vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
-                # (s - m) - u rather than s - (m + u): u keeps its precision when |m| is large.
-                z = a1_safe * ((s - m[:, None]) - u[:, None])
-                support = vis & (z > -1.0)
-                log_d = _log1p(tl.where(support, z, 0.0))
-                f += tl.sum(tl.where(support, tl.exp(log_d / a1_safe), 0.0), 1)
-                qq += tl.sum(tl.where(support, tl.exp(log_d * (1.0 / a1_safe - 1.0)), 0.0), 1)
+                pt, qt, _, _ = _unnormalised(s, m[:, None], u[:, None], a1_eff, is_soft, vis, MODE)
+                f += tl.sum(pt, 1)
+                qq += tl.sum(qt, 1)
             u_lo = tl.where(f >= 1.0, u, u_lo)
             u_hi = tl.where(f < 1.0, u, u_hi)
             # G / -G' = F (1 - F^-a1) / (a1 Q); Q > 0 whenever F > 0 (both sum the same support).
@@ -308,11 +340,17 @@ if triton is not None:
             busy = tl.sum((~done & row_ok).to(tl.int32), 0)
             it += 1
 
-        # Last pass: acc = sum_j p~_j z_j v_j and F = sum_j p~_j (p~ unnormalised; z the dropout
-        # scale, 1 without dropout), out = acc / F.
+        # Last pass: acc = sum_j pt_j z_j v_j and F = sum_j pt_j (z the dropout scale, 1 without
+        # dropout), out = acc / F.  For the backward also os = sum_j qt_j z_j v_j / sum_j qt_j, so that
+        # its c = sum_j s_j dP_j / sum_j s_j is dO . os (s_j = qt_j F^(a1 - 1): the factor cancels),
+        # as FlashAttention's D = dO . O, and whether the tile (this query tile, key tile) holds any
+        # p > 0: the backward skips the tiles that do not (exactly: their p, s and dS are all 0).
         acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
         f = tl.zeros((BLOCK_M,), tl.float32)
-        zero_log_f = tl.zeros((BLOCK_M,), tl.float32)
+        if BACKWARD:
+            acc_s = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+            sum_s = tl.zeros((BLOCK_M,), tl.float32)
+            tiles_row = TILES + (pid_bh.to(tl.int64) * tl.cdiv(Nq, BLOCK_M) + pid_m) * n_key_tiles
         if DROPOUT:
             seed = tl.load(SEED)
         for start_n in range(0, n_end, BLOCK_N):
@@ -320,13 +358,19 @@ if triton is not None:
             kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
             s = _scores(q, k_base + offs_n[:, None] * skn + offs_d[None, :], kv_mask, scale, DOT_PRECISION)
             vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
-            log_p, support = _log_p(s, m[:, None], u[:, None], zero_log_f[:, None], a1_eff, is_soft, vis)
-            p = tl.where(support, tl.exp(log_p), 0.0)
-            f += tl.sum(p, 1)
+            pt, qt, _, support = _unnormalised(s, m[:, None], u[:, None], a1_eff, is_soft, vis, MODE)
+            f += tl.sum(pt, 1)
             if DROPOUT:
-                p = p * _dropout_scale(seed, pid_bh, offs_m[:, None], offs_n[None, :], drop_below, keep_scale)
+                z = _dropout_scale(seed, pid_bh, offs_m[:, None], offs_n[None, :], drop_below, keep_scale)
+                pt = pt * z
             v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
-            acc += tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+            acc += tl.dot(pt.to(v.dtype), v, input_precision=DOT_PRECISION)
+            if BACKWARD:
+                sum_s += tl.sum(qt, 1)
+                if DROPOUT:
+                    qt = qt * z
+                acc_s += tl.dot(qt.to(v.dtype), v, input_precision=DOT_PRECISION)
+                tl.store(tiles_row + start_n // BLOCK_N, (tl.sum(support.to(tl.int32)) > 0).to(tl.int8))
         f = tl.where(f > 0.0, f, 1.0)  # fully masked rows: acc = 0, and F = 1 keeps the backward finite
         out = acc / f[:, None]
         tl.store(O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :], out.to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
@@ -334,14 +378,17 @@ if triton is not None:
         tl.store(M + stat, m, mask=row_ok)
         tl.store(U + stat, u, mask=row_ok)
         tl.store(FS + stat, f, mask=row_ok)
+        if BACKWARD:
+            o_s = acc_s / tl.where(sum_s > 0.0, sum_s, 1.0)[:, None]
+            tl.store(OS + b * sosb + h * sosh + offs_m[:, None] * sosm + offs_d[None, :], o_s, mask=row_ok[:, None] & d_ok[None, :])
 
     @triton.jit
     def _bwd_dq_kernel(
-        Q, K, V, DO, DQ, M, U, FS, C, DALPHA, ALPHA, KPM, SEED,
-        sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm, skpm,
-        H, Nq, Nk, D, scale, drop_below, keep_scale,
-        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, NEED_DALPHA: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        Q, K, V, DO, DQ, OS, M, U, FS, C, DALPHA, TILES, ALPHA, KPM, SEED,
+        sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm, sosb, sosh, sosm, skpm,
+        H, Nq, Nk, D, n_key_tiles, scale, drop_below, keep_scale,
+        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MODE: tl.constexpr, NEED_DALPHA: tl.constexpr,
+        SKIP_TILES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         SOFT_THRESHOLD: tl.constexpr, PSI_SWITCH: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ):  # fmt: skip
         pid_m = tl.program_id(0)
@@ -358,6 +405,7 @@ if triton is not None:
 
         q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :], mask=qd_mask, other=0.0)
         do = tl.load(DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_d[None, :], mask=qd_mask, other=0.0)
+        o_s = tl.load(OS + b * sosb + h * sosh + offs_m[:, None] * sosm + offs_d[None, :], mask=qd_mask, other=0.0)
         stat = pid_bh * Nq + offs_m
         m = tl.load(M + stat, mask=row_ok, other=0.0)
         u = tl.load(U + stat, mask=row_ok, other=0.0)
@@ -365,10 +413,13 @@ if triton is not None:
         k_base = K + b * skb + h * skh
         v_base = V + b * svb + h * svh
         kpm_row = KPM + b * skpm
+        tiles_row = (pid_bh.to(tl.int64) * tl.cdiv(Nq, BLOCK_M) + pid_m) * n_key_tiles
         a1 = tl.minimum(tl.maximum(tl.load(ALPHA + h).to(tl.float32) - 1.0, 0.0), 1.0)
         is_soft = a1 < SOFT_THRESHOLD
         a1_eff = tl.where(is_soft, 0.0, a1)  # softmax heads: s = p and psi = 1/2, the alpha = 1 limits
         a1_sq = tl.where(is_soft, 1.0, a1 * a1)
+        inv_f = tl.exp(-log_f)  # p = pt / F
+        s_factor = tl.exp((a1_eff - 1.0) * log_f)  # s = p^(1 - a1) = qt F^(a1 - 1)
 
         n_end = Nk
         if CAUSAL:
@@ -376,64 +427,55 @@ if triton is not None:
         if DROPOUT:
             seed = tl.load(SEED)
 
-        # Pass 1: c = sum s dP / sum s and the alpha sums, dP_j = z_j dO . v_j (z: the dropout scale).
-        sum_s = tl.zeros((BLOCK_M,), tl.float32)
-        sum_sdp = tl.zeros((BLOCK_M,), tl.float32)
+        # c = sum_j s_j dP_j / sum_j s_j = dO . os (the forward's os), dP_j = z_j dO . v_j.
+        c = tl.sum(do.to(tl.float32) * o_s, 1)
+        tl.store(C + stat, c, mask=row_ok)
+
+        # One pass: dQ = scale sum_j dS_j k_j, dS_j = s_j (dP_j - c); and the alpha sums,
+        # dalpha (per row) = c sum_j A_j - sum_j A_j dP_j.
+        dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
         sum_a = tl.zeros((BLOCK_M,), tl.float32)
         sum_adp = tl.zeros((BLOCK_M,), tl.float32)
         for start_n in range(0, n_end, BLOCK_N):
-            offs_n = start_n + arange_n
-            kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
-            s = _scores(q, k_base + offs_n[:, None] * skn + offs_d[None, :], kv_mask, scale, DOT_PRECISION)
-            vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
-            log_p, support = _log_p(s, m[:, None], u[:, None], log_f[:, None], a1_eff, is_soft, vis)
-            sw = tl.where(support, tl.exp((1.0 - a1_eff) * log_p), 0.0)  # s_j = p_j^(2 - alpha)
-            v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
-            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
-            if DROPOUT:
-                dp = dp * _dropout_scale(seed, pid_bh, offs_m[:, None], offs_n[None, :], drop_below, keep_scale)
-            sum_s += tl.sum(sw, 1)
-            sum_sdp += tl.sum(sw * dp, 1)
-            if NEED_DALPHA:
-                p = tl.where(support, tl.exp(log_p), 0.0)
-                x = -a1_eff * log_p
-                a_small = p * log_p * log_p * _psi_series(x)
-                a_big = (sw - p - p * x) / a1_sq  # = p (e^x - 1 - x) / a1^2 without overflow
-                a = tl.where(support, tl.where(x < PSI_SWITCH, a_small, a_big), 0.0)
-                sum_a += tl.sum(a, 1)
-                sum_adp += tl.sum(a * dp, 1)
-        c = tl.where(sum_s > 0.0, sum_sdp / tl.where(sum_s > 0.0, sum_s, 1.0), 0.0)
-        tl.store(C + stat, c, mask=row_ok)
+            live_tile = True  # SKIP_TILES: only the tiles where the forward saw some p > 0
+            if SKIP_TILES:
+                live_tile = tl.load(TILES + tiles_row + start_n // BLOCK_N) != 0
+            if live_tile:
+                offs_n = start_n + arange_n
+                kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
+                k = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
+                s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale
+                vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
+                pt, qt, log_pt, support = _unnormalised(s, m[:, None], u[:, None], a1_eff, is_soft, vis, MODE)
+                sw = qt * s_factor[:, None]
+                v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
+                dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+                if DROPOUT:
+                    dp = dp * _dropout_scale(seed, pid_bh, offs_m[:, None], offs_n[None, :], drop_below, keep_scale)
+                ds = sw * (dp - c[:, None])
+                dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
+                if NEED_DALPHA:  # A_j = p_j (log p_j)^2 psi(-a1 log p_j)
+                    p = pt * inv_f[:, None]
+                    log_p = log_pt - log_f[:, None]
+                    x = -a1_eff * log_p
+                    a_small = p * log_p * log_p * _psi_series(x)
+                    a_big = (sw - p - p * x) / a1_sq  # = p (e^x - 1 - x) / a1^2 without overflow
+                    a = tl.where(support, tl.where(x < PSI_SWITCH, a_small, a_big), 0.0)
+                    sum_a += tl.sum(a, 1)
+                    sum_adp += tl.sum(a * dp, 1)
+        dq = dq * scale
+        tl.store(DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=qd_mask)
         if NEED_DALPHA:
             tl.store(DALPHA + stat, c * sum_a - sum_adp, mask=row_ok)
 
-        # Pass 2: dQ = scale sum_j dS_j k_j.
-        dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-        for start_n in range(0, n_end, BLOCK_N):
-            offs_n = start_n + arange_n
-            kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
-            k = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale
-            vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
-            log_p, support = _log_p(s, m[:, None], u[:, None], log_f[:, None], a1_eff, is_soft, vis)
-            sw = tl.where(support, tl.exp((1.0 - a1_eff) * log_p), 0.0)
-            v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
-            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
-            if DROPOUT:
-                dp = dp * _dropout_scale(seed, pid_bh, offs_m[:, None], offs_n[None, :], drop_below, keep_scale)
-            ds = sw * (dp - c[:, None])
-            dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
-        dq = dq * scale
-        tl.store(DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=qd_mask)
-
     @triton.jit
     def _bwd_dkdv_kernel(
-        Q, K, V, DO, DK, DV, M, U, FS, C, ALPHA, KPM, SEED,
+        Q, K, V, DO, DK, DV, M, U, FS, C, TILES, ALPHA, KPM, SEED,
         sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
         sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, skpm,
-        H, Nq, Nk, D, scale, drop_below, keep_scale,
-        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        H, Nq, Nk, D, n_key_tiles, scale, drop_below, keep_scale,
+        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MODE: tl.constexpr,
+        SKIP_TILES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         SOFT_THRESHOLD: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ):  # fmt: skip
         pid_n = tl.program_id(0)
@@ -453,6 +495,7 @@ if triton is not None:
         q_base = Q + b * sqb + h * sqh
         do_base = DO + b * sdob + h * sdoh
         kpm_row = KPM + b * skpm
+        tiles_col = pid_bh.to(tl.int64) * tl.cdiv(Nq, BLOCK_M) * n_key_tiles + pid_n
         a1 = tl.minimum(tl.maximum(tl.load(ALPHA + h).to(tl.float32) - 1.0, 0.0), 1.0)
         is_soft = a1 < SOFT_THRESHOLD
         a1_eff = tl.where(is_soft, 0.0, a1)
@@ -469,30 +512,34 @@ if triton is not None:
         # The tiles here are transposed, (BLOCK_N keys, BLOCK_M queries), so that the products
         # P^T dO and dS^T Q take register tiles as they come (no transpose of p or dS).
         for start_m in range(m_start, Nq, BLOCK_M):
-            offs_m = start_m + arange_m
-            row_ok = offs_m < Nq
-            q_t = tl.load(q_base + offs_m[None, :] * sqm + offs_d[:, None], mask=row_ok[None, :] & d_ok[:, None], other=0.0)
-            do = tl.load(do_base + offs_m[:, None] * sdom + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-            stat = pid_bh * Nq + offs_m
-            m = tl.load(M + stat, mask=row_ok, other=0.0)
-            u = tl.load(U + stat, mask=row_ok, other=0.0)
-            log_f = tl.log(tl.load(FS + stat, mask=row_ok, other=1.0))
-            c = tl.load(C + stat, mask=row_ok, other=0.0)
-            s_t = tl.dot(k, q_t, input_precision=DOT_PRECISION) * scale
-            # Queries past Nq were loaded as 0 (scores 0): drop them explicitly.
-            vis = _visible(offs_m[None, :], offs_n[:, None], Nq, Nk, kpm_row, HAS_KPM, CAUSAL) & row_ok[None, :]
-            log_p, support = _log_p(s_t, m[None, :], u[None, :], log_f[None, :], a1_eff, is_soft, vis)
-            p_t = tl.where(support, tl.exp(log_p), 0.0)
-            sw_t = tl.where(support, tl.exp((1.0 - a1_eff) * log_p), 0.0)
-            if DROPOUT:  # dV takes the dropped weights p z, dS the dropped dP z
-                z_t = _dropout_scale(seed, pid_bh, offs_m[None, :], offs_n[:, None], drop_below, keep_scale)
-                p_t = p_t * z_t
-            dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)
-            dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
-            if DROPOUT:
-                dp_t = dp_t * z_t
-            ds_t = sw_t * (dp_t - c[None, :])
-            dk += tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), input_precision=DOT_PRECISION)
+            live_tile = True  # SKIP_TILES: only the tiles where the forward saw some p > 0
+            if SKIP_TILES:
+                live_tile = tl.load(TILES + tiles_col + start_m // BLOCK_M * n_key_tiles) != 0
+            if live_tile:
+                offs_m = start_m + arange_m
+                row_ok = offs_m < Nq
+                q_t = tl.load(q_base + offs_m[None, :] * sqm + offs_d[:, None], mask=row_ok[None, :] & d_ok[:, None], other=0.0)
+                do = tl.load(do_base + offs_m[:, None] * sdom + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+                stat = pid_bh * Nq + offs_m
+                m = tl.load(M + stat, mask=row_ok, other=0.0)
+                u = tl.load(U + stat, mask=row_ok, other=0.0)
+                log_f = tl.log(tl.load(FS + stat, mask=row_ok, other=1.0))
+                c = tl.load(C + stat, mask=row_ok, other=0.0)
+                s_t = tl.dot(k, q_t, input_precision=DOT_PRECISION) * scale
+                # Queries past Nq were loaded as 0 (scores 0): drop them explicitly.
+                vis = _visible(offs_m[None, :], offs_n[:, None], Nq, Nk, kpm_row, HAS_KPM, CAUSAL) & row_ok[None, :]
+                pt, qt, _, _ = _unnormalised(s_t, m[None, :], u[None, :], a1_eff, is_soft, vis, MODE)
+                p_t = pt * tl.exp(-log_f)[None, :]
+                sw_t = qt * tl.exp((a1_eff - 1.0) * log_f)[None, :]
+                if DROPOUT:  # dV takes the dropped weights p z, dS the dropped dP z
+                    z_t = _dropout_scale(seed, pid_bh, offs_m[None, :], offs_n[:, None], drop_below, keep_scale)
+                    p_t = p_t * z_t
+                dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)
+                dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+                if DROPOUT:
+                    dp_t = dp_t * z_t
+                ds_t = sw_t * (dp_t - c[None, :])
+                dk += tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), input_precision=DOT_PRECISION)
         dk = dk * scale
         tl.store(DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=kv_mask)
         tl.store(DV + b * sdvb + h * sdvh + offs_n[:, None] * sdvn + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
@@ -570,10 +617,12 @@ def _row_stride_ok(x: torch.Tensor) -> torch.Tensor:
 
 
 class _EntmaxAttention(Function):
-    """q, k, v (B, H, N, D), alpha (H,) float32-castable tensor -> out (B, H, Nq, D); dropout_p in [0, 1)."""
+    """q, k, v (B, H, N, D), alpha (H,) float32-castable tensor -> out (B, H, Nq, D); dropout_p in [0, 1);
+    mode: `_mode(alpha)`; backward: whether a backward may follow (the forward then also writes `os`
+    and the tile table)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, alpha, scale, key_padding_mask, causal, dropout_p):
+    def forward(ctx, q, k, v, alpha, scale, key_padding_mask, causal, dropout_p, mode, backward):
         B, H, Nq, D = q.shape
         Nk = k.shape[2]
         q, k, v = _row_stride_ok(q), _row_stride_ok(k), _row_stride_ok(v)
@@ -583,19 +632,24 @@ class _EntmaxAttention(Function):
         dropout = dropout_p > 0.0
         seed = dropout_seed(q.device) if dropout else alpha32  # dummy pointer without dropout
         dropout_args = (_drop_below(dropout_p), 1.0 / (1.0 - dropout_p)) if dropout else (0, 1.0)
+        block_m, block_n, block_d, warps = _blocks(D, q.dtype)
         out = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
         m = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
         u = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
         f = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+        # For the backward: os = sum_j s_j z_j v_j / sum_j s_j (float32: its c = dO . os is a difference
+        # the gradients hinge on), and per (query tile, key tile) whether the tile holds some p > 0.
+        n_key_tiles = triton.cdiv(Nk, block_n)
+        o_s = torch.zeros((B, H, Nq, D) if backward else (1, 1, 1, 1), dtype=torch.float32, device=q.device)
+        tiles = torch.zeros((B * H, triton.cdiv(Nq, block_m), n_key_tiles) if backward else (1, 1, 1), dtype=torch.int8, device=q.device)
         if out.numel() and Nk:
-            block_m, block_n, block_d, warps = _blocks(D, q.dtype)
             grid = (triton.cdiv(Nq, block_m), B * H)
             _fwd_kernel[grid](
-                q, k, v, out, m, u, f, alpha32, kpm, seed,
-                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+                q, k, v, out, o_s, m, u, f, tiles, alpha32, kpm, seed,
+                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *o_s.stride()[:3],
                 kpm.stride(0) if has_kpm else 0,
-                H, Nq, Nk, D, float(scale), *dropout_args,
-                HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout,
+                H, Nq, Nk, D, n_key_tiles, float(scale), *dropout_args,
+                HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout, MODE=mode, BACKWARD=bool(backward),
                 BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
                 SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, TOL_F=TOL, STALL=STALL, MAX_ITER_N=MAX_ITER,
                 DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
@@ -605,50 +659,54 @@ class _EntmaxAttention(Function):
             m.zero_()
             u.zero_()
             f.fill_(1.0)
-        ctx.save_for_backward(q, k, v, alpha32, kpm, m, u, f, seed)
-        ctx.scale, ctx.has_kpm, ctx.causal = float(scale), has_kpm, bool(causal)
+        ctx.save_for_backward(q, k, v, o_s, alpha32, kpm, m, u, f, seed, tiles)
+        ctx.scale, ctx.has_kpm, ctx.causal, ctx.mode = float(scale), has_kpm, bool(causal), mode
         ctx.dropout, ctx.dropout_args = dropout, dropout_args
+        ctx.skip_tiles = SKIP_EMPTY_TILES
         ctx.alpha_dtype = alpha.dtype
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, alpha32, kpm, m, u, f, seed = ctx.saved_tensors
+        q, k, v, o_s, alpha32, kpm, m, u, f, seed, tiles = ctx.saved_tensors
         B, H, Nq, D = q.shape
         Nk = k.shape[2]
         need_dalpha = ctx.needs_input_grad[3]
+        none = (None,) * 6  # scale, key_padding_mask, causal, dropout_p, mode, backward
         if not (q.numel() and k.numel()):  # nothing was attended to: every gradient is zero
             dalpha = torch.zeros(H, dtype=ctx.alpha_dtype, device=q.device) if need_dalpha else None
-            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), dalpha, None, None, None, None
+            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), dalpha, *none
         do = _row_stride_ok(grad_out.to(q.dtype))
         # Every element of these is written by exactly one program (masked stores cover Nq x D / Nk x D).
         dq = torch.empty_like(q)
         c = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
         dalpha_rows = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device) if need_dalpha else c  # c: unused pointer
         block_m, block_n, block_d, warps = _blocks(D, q.dtype)
+        n_key_tiles = tiles.shape[2]
         common = dict(
-            HAS_KPM=ctx.has_kpm, CAUSAL=ctx.causal, DROPOUT=ctx.dropout, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+            HAS_KPM=ctx.has_kpm, CAUSAL=ctx.causal, DROPOUT=ctx.dropout, MODE=ctx.mode, SKIP_TILES=ctx.skip_tiles,
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
             SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
         )  # fmt: skip
         skpm = kpm.stride(0) if ctx.has_kpm else 0
         # Runs first even when only k or v need gradients: it writes c, which the key tiles read.
         _bwd_dq_kernel[(triton.cdiv(Nq, block_m), B * H)](
-            q, k, v, do, dq, m, u, f, c, dalpha_rows, alpha32, kpm, seed,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3], skpm,
-            H, Nq, Nk, D, ctx.scale, *ctx.dropout_args, NEED_DALPHA=need_dalpha, PSI_SWITCH=_PSI_SWITCH, **common,
+            q, k, v, do, dq, o_s, m, u, f, c, dalpha_rows, tiles, alpha32, kpm, seed,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3], *o_s.stride()[:3], skpm,
+            H, Nq, Nk, D, n_key_tiles, ctx.scale, *ctx.dropout_args, NEED_DALPHA=need_dalpha, PSI_SWITCH=_PSI_SWITCH, **common,
         )  # fmt: skip
         dk = dv = None
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
             dk = torch.empty_like(k)
             dv = torch.empty_like(v)
             _bwd_dkdv_kernel[(triton.cdiv(Nk, block_n), B * H)](
-                q, k, v, do, dk, dv, m, u, f, c, alpha32, kpm, seed,
+                q, k, v, do, dk, dv, m, u, f, c, tiles, alpha32, kpm, seed,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
                 *dk.stride()[:3], *dv.stride()[:3], skpm,
-                H, Nq, Nk, D, ctx.scale, *ctx.dropout_args, **common,
+                H, Nq, Nk, D, n_key_tiles, ctx.scale, *ctx.dropout_args, **common,
             )  # fmt: skip
         dalpha = dalpha_rows.sum((0, 2)).to(ctx.alpha_dtype) if need_dalpha else None
-        return dq, dk, dv, dalpha, None, None, None, None
+        return dq, dk, dv, dalpha, *none
 
 
 # ------------------------------------------------------------------------------------------------
@@ -687,11 +745,13 @@ def entmax_attention(
     B, H, Nq, D = q.shape
     if scale is None:
         scale = 1.0 / math.sqrt(D)
+    alpha = _known_alpha(alpha)
     alpha_t = _alpha_tensor(alpha, H, q.device)
     if key_padding_mask is not None:
         key_padding_mask = key_padding_mask.to(q.device)
     rate = float(dropout_p) if training else 0.0
-    return _EntmaxAttention.apply(q, k, v, alpha_t, float(scale), key_padding_mask, bool(causal), rate)
+    backward = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, alpha_t))
+    return _EntmaxAttention.apply(q, k, v, alpha_t, float(scale), key_padding_mask, bool(causal), rate, _mode(alpha), backward)
 
 
 def _check_inputs(q, k, v, key_padding_mask) -> None:
@@ -722,6 +782,25 @@ def _check_inputs(q, k, v, key_padding_mask) -> None:
                 f"entmax_attention: key_padding_mask must be a bool (B, Nk) = ({B}, {k.shape[2]}) tensor, "
                 f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
             )
+
+
+def _known_alpha(alpha: Alpha) -> Alpha:
+    """A one-element CPU tensor that takes no gradient (a constant normaliser's `alphas()`) as its float,
+    so that `_mode` sees it; anything else as it is (reading a CUDA tensor would wait for the device)."""
+    if torch.is_tensor(alpha) and alpha.device.type == "cpu" and alpha.numel() == 1 and not alpha.requires_grad:
+        return float(alpha)
+    return alpha
+
+
+def _mode(alpha: Alpha) -> int:
+    """The kernels' MODE for alpha: the specialised formulas of 1.5-entmax or sparsemax when alpha is that
+    float, the general ones (any alpha per head) otherwise."""
+    if not torch.is_tensor(alpha) and not isinstance(alpha, bool):
+        if float(alpha) == 1.5:
+            return _MODE_ENTMAX15
+        if float(alpha) == 2.0:
+            return _MODE_SPARSEMAX
+    return _MODE_GENERAL
 
 
 def _alpha_tensor(alpha: Alpha, heads: int, device: torch.device) -> torch.Tensor:
