@@ -16,7 +16,8 @@ The targets, measured side by side in one run (2-core CPU):
 Writes <out-dir>/long_attention.json and .md (default out-dir: outputs/bench/long_attention).
 
 On a GPU (--device cuda) it measures the GPU layer table instead (`device_table`; GPU_ROWS): SDPA
-softmax, the Triton kernel (alpha-entmax with a learned alpha, 1.5-entmax), AdaSplash's 1.5-entmax, the
+softmax, the Triton kernel (alpha-entmax with a learned alpha, 1.5-entmax; and each of its levers turned off
+in a row of its own, KERNEL_SETTINGS: 1.5-entmax on the general formulas, the backward over every tile), AdaSplash's 1.5-entmax, the
 memory-efficient and explicit torch paths, the `entmax` package's entmax_bisect on explicit scores, our HST
 and BigBird layers, HF's BigBird and the projections alone, at N = 1k, 4k, 16k, 64k with batch 16, 4, 1, 1
 (--shapes), one layer on x (B, N, 512) under bf16 autocast, forward + backward:
@@ -77,6 +78,7 @@ if __name__ == "__main__":
     reexec_with_tuned_allocator(sys.argv, unless=(_CHILD_FLAG, "--default-allocator"))
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import gc  # noqa: E402
 import importlib.util  # noqa: E402
 import itertools  # noqa: E402
@@ -454,6 +456,8 @@ GPU_ROWS = {
     "sdpa_softmax": ("SDPA softmax (flash)", "ours", "softmax", "auto"),
     "triton_alpha_entmax": ("Triton alpha-entmax, learned alpha", "ours", "alpha_entmax", "triton"),
     "triton_entmax15": ("Triton 1.5-entmax", "ours", "entmax15", "triton"),
+    "triton_entmax15_general": ("Triton 1.5-entmax, general formulas (log, exp per score)", "ours", "entmax15", "triton"),
+    "triton_alpha_entmax_all_tiles": ("Triton alpha-entmax, learned alpha, backward over every tile", "ours", "alpha_entmax", "triton"),
     "adasplash_entmax15": ("AdaSplash 1.5-entmax (the published peer)", "ours", "entmax15", "adasplash"),
     "memeff_alpha_entmax": ("memory-efficient torch path, alpha-entmax", "ours", "alpha_entmax", "memory_efficient"),
     "explicit_alpha_entmax": ("explicit alpha-entmax", "ours", "alpha_entmax", "explicit"),
@@ -463,6 +467,12 @@ GPU_ROWS = {
     "bigbird_softmax": ("our BigBird softmax", "bigbird", "softmax", "auto"),
     "hf_bigbird": ("HF BigBird", "hf", "softmax", "auto"),
     "projections": ("projections alone", "proj", None, "auto"),
+}
+# The Triton kernel's settings (module constants of kernels/entmax_attention_triton.py) that a row changes
+# for its calls: each lever against the kernel's default, in the same run.
+KERNEL_SETTINGS = {
+    "triton_entmax15_general": {"SPECIALISE_ALPHA": False},
+    "triton_alpha_entmax_all_tiles": {"SKIP_EMPTY_TILES": False},
 }
 GPU_SHAPES = "1024:16,4096:4,16384:1,65536:1"
 # Rows whose (B, H, N, N) scores make them the slowest by far: not run above --max-explicit-length.
@@ -559,11 +569,31 @@ def build_device_case(row: str, n: int, batch: int, device: torch.device, seed: 
                 x, mask, _ = layout.enter(x, None)
 
         def forward(x):
-            return module(x, key_padding_mask=mask)
+            with kernel_settings(KERNEL_SETTINGS.get(row, {})):
+                return module(x, key_padding_mask=mask)
 
     module.to(device).train()
     x = x.detach().requires_grad_()
     return module, forward, x, torch.randn(x.shape, generator=gen, device=device)
+
+
+@contextlib.contextmanager
+def kernel_settings(values: dict):
+    """The Triton kernel's module constants set to `values` inside the block (its forward and the backward
+    that autograd runs for it read them at the call), restored after."""
+    if not values:
+        yield
+        return
+    from sparse_runner.attention.kernels import entmax_attention_triton as kernel
+
+    saved = {name: getattr(kernel, name) for name in values}
+    for name, value in values.items():
+        setattr(kernel, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(kernel, name, value)
 
 
 def make_device_step(module, forward, x, g, device: torch.device):

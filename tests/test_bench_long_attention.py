@@ -150,3 +150,21 @@ def test_device_table_on_cpu_makes_every_failure_a_cell(tmp_path, monkeypatch):
     assert "| row | N=64, B=2 | memory | N=128, B=1 | memory |" in md
     assert "| Triton alpha-entmax, learned alpha | n/a (needs CUDA) | |" in md and "| HST softmax | n/a (out of memory) | |" in md
     assert json.loads((tmp_path / "long_attention_cpu.json").read_text())["meta"]["shapes"] == [[64, 2], [128, 1]]
+
+
+def test_kernel_settings_rows_change_one_kernel_constant_for_their_calls_only():
+    """Each lever row names a GPU row and a constant the Triton kernel reads at each call; inside the block it
+    has the row's value, and the kernel's default is back after it (an error inside the block included)."""
+    bench = load_script()
+    from sparse_runner.attention.kernels import entmax_attention_triton as kernel
+
+    for row, values in bench.KERNEL_SETTINGS.items():
+        assert row in bench.GPU_ROWS and bench.GPU_ROWS[row][3] == "triton"
+        for name, value in values.items():
+            default = getattr(kernel, name)
+            assert isinstance(default, bool) and value != default
+            with pytest.raises(RuntimeError):
+                with bench.kernel_settings({name: value}):
+                    assert getattr(kernel, name) == value
+                    raise RuntimeError("inside")
+            assert getattr(kernel, name) == default

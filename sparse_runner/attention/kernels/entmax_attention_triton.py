@@ -131,8 +131,11 @@ STALL = 2.0**-21
 # The kernels' MODE: per-score formulas specialised at compile time when every head has alpha 1.5 (powers
 # 2 and 1 instead of log and exp) or 2 (linear), the general ones otherwise (`_unnormalised`).
 _MODE_GENERAL, _MODE_ENTMAX15, _MODE_SPARSEMAX = 0, 15, 20
-# Backward kernels visit only the (query tile, key tile) pairs in which the forward saw some p > 0
-# (AdaSplash's block skipping).  Read at each forward; the GPU benchmark times both settings.
+# Both read at each call; the GPU benchmark (scripts/bench_long_attention.py) times each setting against
+# the other.  Whether a single alpha of 1.5 or 2 takes its MODE ...
+SPECIALISE_ALPHA = True
+# ... and whether the backward kernels visit only the (query tile, key tile) pairs in which the forward
+# saw some p > 0 (AdaSplash's block skipping).
 SKIP_EMPTY_TILES = True
 # psi(x) = (e^x - 1 - x) / x^2: series below, direct formula above (entmax_torch.py's float32 switch).
 _PSI_SWITCH = 1.0
@@ -751,7 +754,7 @@ def entmax_attention(
         key_padding_mask = key_padding_mask.to(q.device)
     rate = float(dropout_p) if training else 0.0
     backward = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, alpha_t))
-    return _EntmaxAttention.apply(q, k, v, alpha_t, float(scale), key_padding_mask, bool(causal), rate, _mode(alpha), backward)
+    return _EntmaxAttention.apply(q, k, v, alpha_t, float(scale), key_padding_mask, bool(causal), rate, _mode(alpha) if SPECIALISE_ALPHA else _MODE_GENERAL, backward)
 
 
 def _check_inputs(q, k, v, key_padding_mask) -> None:
