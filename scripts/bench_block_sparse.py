@@ -18,6 +18,22 @@ The targets, measured side by side in one run (2-core CPU):
 
 Writes <out-dir>/block_sparse.json and .md (default out-dir: outputs/bench/block_sparse).
 
+On a GPU (--device cuda) it measures the softmax block patterns' engines side by side instead
+(`device_table`; DEVICE_ROWS): dense SDPA, and local, BigBird and HST each through the tiles
+(`block_sparse.attend_tiles`, model.attention_impl=auto) and through FlexAttention (attention_impl=flex,
+attention/flex_blocks.py), one layer on x (1, N, 512), 8 heads x 64, block 64, bf16 autocast, forward +
+backward, at N = 4k, 16k, 64k (--lengths), with the issue's targets: HST and BigBird <= 1x dense SDPA at 4k,
+<= 0.5x at 16k, <= 0.1x at 64k.
+
+    python scripts/bench_block_sparse.py --device cuda
+    python scripts/bench_block_sparse.py --device cuda --lengths 65536,16384 --rows dense_sdpa,hst_softmax,hst_softmax_flex
+
+Writes <out-dir>/block_sparse_cuda.json and .md, rewritten after every length. A cell is the median of up to
+--repeats calls (at least 3; fewer once --cell-seconds are spent), each between two torch.cuda.synchronize(),
+after one warm-up call (FlexAttention compiles its kernels and the block mask there: `warmup_s`) and a
+second one unless the first took the cell's time; peak memory as in bench_long_attention.py. A failure is the
+cell "n/a (reason)"; cells not started when --time-budget is spent are "n/a (time budget spent)".
+
 Method (docs/benchmarks.md; the harness of scripts/bench_attention.py and bench_normalisers.py):
 * Every row is one whole attention layer on x (1, N, 512) float32: Q/K/V projections, attention, output
   projection (ours: `MultiHeadAttention(512, AttentionSpec(8 heads x 64, normaliser, pattern, block_size 64))`).
@@ -68,14 +84,20 @@ from sparse_runner.attention import AttentionSpec, MultiHeadAttention  # noqa: E
 from sparse_runner.attention import entmax  # noqa: E402
 from sparse_runner.attention.layout import SequenceLayout  # noqa: E402
 from benchmarking import (  # noqa: E402
+    add_device_argument,
     allocator_description,
     cpu_model,
+    device_description,
+    failed_cell,
     git_state,
     loadavg,
+    peak_device_memory_mib,
     peak_step_memory,
     profile_step,
+    require_device,
     round_robin_ms,
     run_memory_child,
+    timed_calls_ms,
     write_benchmark,
 )
 
@@ -349,6 +371,187 @@ def markdown(meta: dict, results: dict, memory: dict, rows: list[str], lengths: 
     return lines
 
 
+# ----------------------------------------------------------------------------- the device table (--device cuda)
+# name -> (label, pattern, model.attention_impl): softmax, block 64 (HST: its default two stages).
+DEVICE_ROWS = {
+    "dense_sdpa": ("dense SDPA softmax (flash)", "dense", "auto"),
+    "local_softmax": ("local softmax, tiles", "local", "auto"),
+    "local_softmax_flex": ("local softmax, FlexAttention", "local", "flex"),
+    "bigbird_softmax": ("BigBird softmax, tiles", "bigbird", "auto"),
+    "bigbird_softmax_flex": ("BigBird softmax, FlexAttention", "bigbird", "flex"),
+    "hst_softmax": ("HST softmax, tiles", "hst", "auto"),
+    "hst_softmax_flex": ("HST softmax, token step through FlexAttention", "hst", "flex"),
+    "projections": ("projections alone", "proj", "auto"),
+}
+DEVICE_LENGTHS = "4096,16384,65536"
+DEVICE_BASELINE = "dense_sdpa"
+# The issue's targets (B = 1, 8 x 64 heads, bf16): the layer's time over dense SDPA's at the same N, at most.
+DEVICE_TARGETS = {4096: 1.0, 16384: 0.5, 65536: 0.1}
+
+
+def device_unavailable_row(row: str, device: torch.device) -> str | None:
+    """Why `row` is not run on `device` (the cell reads "n/a (<this>)"), or None."""
+    if DEVICE_ROWS[row][2] == "flex" and device.type != "cuda":
+        return "FlexAttention has no backward on CPU"
+    return None
+
+
+def build_device_case(row: str, n: int, device: torch.device, seed: int = 0):
+    """(module, forward, x, g): the layer of device row `row` for x (1, N, 512) float32 on `device` (autocast
+    decides the compute dtype; HST runs on N + N/64 positions, its representatives entered untimed)."""
+    _, pattern, impl = DEVICE_ROWS[row]
+    torch.manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    x = torch.randn(1, n, D_MODEL, generator=gen, device=device)
+    mask = None
+    if pattern == "proj":
+        module = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE))
+        inner = HEADS * HEAD_SIZE
+
+        def forward(x):  # as the CPU row "projections"
+            kv = module.kv_proj(x)
+            return module.out_proj(module.q_proj(x) + kv[..., :inner] + kv[..., inner:])
+    else:
+        options = {} if pattern == "dense" else {"block_size": BLOCK}
+        module = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE, pattern=pattern, pattern_options=options, impl=impl))
+        if pattern == "hst":
+            layout = SequenceLayout(BLOCK, 0, D_MODEL, "both").to(device)
+            with torch.no_grad():
+                x, mask, _ = layout.enter(x, None)
+
+        def forward(x):
+            return module(x, key_padding_mask=mask)
+
+    module.to(device).train()
+    x = x.detach().requires_grad_()
+    return module, forward, x, torch.randn(x.shape, generator=gen, device=device)
+
+
+def make_device_step(module, forward, x, g, device: torch.device):
+    """One forward + backward of <out, g> under bf16 autocast, into x and every parameter."""
+    params = list(module.parameters())
+
+    def step():
+        for p in params:
+            p.grad = None
+        x.grad = None
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            out = forward(x)
+        out.backward(g.to(out.dtype))
+
+    return step
+
+
+def measure_device_cell(row: str, n: int, device: torch.device, args) -> dict:
+    """{"fwd_bwd_ms", "calls_ms", "warmup_s", "peak_mib", "positions"} of one row at N, or {"na": reason}."""
+    reason = device_unavailable_row(row, device)
+    if reason:
+        return {"na": reason}
+    case = step = None
+    try:
+        case = build_device_case(row, n, device)
+        step = make_device_step(*case, device)
+        t0 = time.perf_counter()
+        step()  # warm-up: FlexAttention's compilation (kernels, block mask), allocator growth
+        warmup = time.perf_counter() - t0
+        if warmup < args.cell_seconds:
+            step()
+        calls = timed_calls_ms(step, device, args.repeats, args.cell_seconds)
+        cell = {"fwd_bwd_ms": statistics.median(calls), "calls_ms": calls, "warmup_s": round(warmup, 2),
+                "peak_mib": peak_device_memory_mib(step, device), "positions": case[2].shape[1]}
+    except Exception as error:  # noqa: BLE001 -- a cell of the table, never the end of the run
+        del case, step
+        return {"na": failed_cell(error, device)[len("n/a ("):-1]}
+    del case, step
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return cell
+
+
+def device_targets(cells: dict) -> list[dict]:
+    """Every block row's ratio to dense SDPA at the target lengths, against the issue's bound there."""
+    rows = []
+    for n, bound in DEVICE_TARGETS.items():
+        for row in ("bigbird_softmax", "bigbird_softmax_flex", "hst_softmax", "hst_softmax_flex"):
+            value = cells.get(str(n), {}).get(row, {}).get("x_dense_sdpa")
+            rows.append({"name": f"{DEVICE_ROWS[row][0]} / dense SDPA at {n} (target <= {bound:g})", "value": value,
+                         "met": None if value is None else value <= bound})
+    return rows
+
+
+def device_table(args, device: torch.device) -> dict:
+    """Every row of args.rows at every N of args.lengths on `device` (meant for CUDA; it runs on the CPU at
+    small lengths too, where the flex rows are n/a). Writes <out-dir>/block_sparse_<device>.json and .md after
+    every length; returns the result."""
+    deadline = time.monotonic() + args.time_budget if args.time_budget else None
+    start = time.time()
+    meta = {**device_description(device), "lengths": args.lengths, "rows": {r: DEVICE_ROWS[r][0] for r in args.rows},
+            "baseline": DEVICE_BASELINE, "autocast": "bf16", "repeats": args.repeats, "cell_seconds": args.cell_seconds,
+            "command": " ".join(["python", "scripts/bench_block_sparse.py", *args.argv]), "git": git_state()}
+    cells: dict[str, dict] = {}
+    name = f"block_sparse_{device.type}"
+    for n in args.lengths:
+        cells[str(n)] = {}
+        for row in args.rows:
+            if deadline is not None and time.monotonic() > deadline:
+                cells[str(n)][row] = {"na": "time budget spent"}
+                continue
+            cells[str(n)][row] = measure_device_cell(row, n, device, args)
+            print(f"  N={n} {row}: {cells[str(n)][row].get('fwd_bwd_ms', cells[str(n)][row].get('na'))}", file=sys.stderr, flush=True)
+        base = cells[str(n)].get(DEVICE_BASELINE, {}).get("fwd_bwd_ms")
+        for cell in cells[str(n)].values():
+            if base and "fwd_bwd_ms" in cell:
+                cell["x_dense_sdpa"] = cell["fwd_bwd_ms"] / base
+        meta["seconds"] = round(time.time() - start, 1)
+        result = {"benchmark": "block_sparse", "meta": meta, "cells": cells, "targets": device_targets(cells)}
+        write_benchmark(args.out_dir, name, result, device_markdown(meta, cells, args.rows, args.lengths, result["targets"]),
+                        echo=n == args.lengths[-1])
+    return result
+
+
+def device_markdown(meta: dict, cells: dict, rows: list[str], lengths: list[int], target_rows: list[dict]) -> list[str]:
+    """The table: per row and N, 'ms (x dense)', the first call's seconds (compilation) and the peak memory."""
+    where = meta.get("gpu") or meta.get("cpu") or meta["device"]
+    lines = [
+        f"# Softmax block patterns: tiles vs FlexAttention, one layer forward + backward, on {where}",
+        "",
+        f"x (1, N, {D_MODEL}), {HEADS} heads x {HEAD_SIZE}, block size {BLOCK}, bf16 autocast, projections included; "
+        f"milliseconds, median of up to {meta['repeats']} synchronised calls after the warm-up; (x dense) = ratio to dense "
+        "SDPA at the same N; first call = seconds of the first call (FlexAttention compiles there); memory = peak allocated "
+        "during one call minus what was allocated before it (CUDA only). HST runs on N + N/64 positions.",
+        "",
+        "| row |" + "".join(f" N={n} | first call | memory |" for n in lengths),
+        "|---|" + "---:|---:|---:|" * len(lengths),
+    ]
+    for row in rows:
+        out = []
+        for n in lengths:
+            cell = cells.get(str(n), {}).get(row)
+            if cell is None:
+                out.append(" | | |")
+            elif "na" in cell:
+                out.append(f" n/a ({cell['na'].replace('|', '/')}) | | |")
+            else:
+                x = f" ({cell['x_dense_sdpa']:.3g}x)" if "x_dense_sdpa" in cell and row != DEVICE_BASELINE else ""
+                mem = "-" if cell.get("peak_mib") is None else f"{cell['peak_mib'] / 1024:.2f} GiB"
+                out.append(f" {cell['fwd_bwd_ms']:.3g}{x} | {cell['warmup_s']:.1f} s | {mem} |")
+        lines.append(f"| {DEVICE_ROWS[row][0]} |" + "".join(out))
+    lines += ["", "## Targets (the issue's, B = 1)", "", "| ratio | value | met |", "|---|---:|---|"]
+    for t in target_rows:
+        v = "n/a" if t["value"] is None else f"{t['value']:.3g}"
+        met = "n/a" if t["met"] is None else ("yes" if t["met"] else "**NO**")
+        lines.append(f"| {t['name']} | {v} | {met} |")
+    lines += [
+        "",
+        f"- {where}; torch {meta['torch']}" + (f", CUDA {meta.get('cuda')}, triton {meta.get('triton')}" if "gpu" in meta else "")
+        + f"; run time {meta.get('seconds', '?')} s",
+        f"- code: HEAD {meta['git']['head'][:12] or '?'}; attention files differing from it: {', '.join(meta['git']['attention_files_modified']) or 'none'}",
+        f"- command: `{meta['command']}`",
+        "",
+    ]
+    return lines
+
+
 # ----------------------------------------------------------------------------- profile
 def profile(spec: str, threads: int) -> None:
     row, n = spec.split(":")
@@ -373,7 +576,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--memory-timeout", type=float, default=600.0, help="seconds per memory subprocess")
     p.add_argument("--profile", default=None, metavar="ROW:N", help="print a torch.profiler table of ROW at N and exit")
     p.add_argument("--default-allocator", action="store_true", help="do not re-execute with the tuned glibc settings")
+    add_device_argument(p, f"cuda: softmax block patterns through the tiles and FlexAttention (DEVICE_ROWS at lengths {DEVICE_LENGTHS}, bf16 autocast)")
+    p.add_argument("--repeats", type=int, default=10, help="device table: timed calls per cell (at least 3)")
+    p.add_argument("--cell-seconds", type=float, default=2.0, help="device table: no more calls after these seconds (at least 3)")
+    p.add_argument("--time-budget", type=float, default=None, help="device table: seconds; cells not started by then are n/a")
     args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.device != "cpu":
+        args.lengths = [int(v) for v in (args.lengths or DEVICE_LENGTHS).split(",")]
+        rows = args.rows if args.rows != p.get_default("rows") else ",".join(DEVICE_ROWS)
+        args.rows = [r.strip() for r in rows.split(",") if r.strip()]
+        unknown = [r for r in args.rows if r not in DEVICE_ROWS]
+        if unknown:
+            p.error(f"unknown rows {unknown} for --device {args.device}; valid: {', '.join(DEVICE_ROWS)}")
+        return args
     if args.quick:
         args.rounds, args.min_run_time, args.inputs = 1, min(args.min_run_time, 0.1), 1
     args.lengths = [int(v) for v in (args.lengths or (QUICK_LENGTHS if args.quick else DEFAULT_LENGTHS)).split(",")]
@@ -393,8 +609,11 @@ def main(argv=None) -> dict:
         print(json.dumps(memory_child(row, n, 1)))
         return {}
     args = parse_args(argv)
+    device = require_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if device.type != "cpu":
+        return device_table(args, device)
     threads = torch.get_num_threads()
     if args.profile:
         profile(args.profile, threads)

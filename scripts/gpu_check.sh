@@ -8,8 +8,10 @@
 #                     answers; never a download attempt offline. Without such an interpreter: .venv, as scripts/setup.sh makes it (network only).
 #   2. gpu_tests      pytest -m gpu (the tests marked gpu: autocast training, decoding, the Triton/AdaSplash kernels);
 #   3. bench_layers   scripts/bench_long_attention.py --device cuda: the layer table (ms and peak memory per row and N);
-#   4. bench_training scripts/bench_training.py --device cuda: tokens/s and peak memory per model on lra_listops, bf16;
-#   5. bench_presets  scripts/bench_presets.py --device cuda: seconds per step and GPU-hours of every paper preset.
+#   4. bench_blocks   scripts/bench_block_sparse.py --device cuda: BigBird and HST softmax through the tiles and through
+#                     FlexAttention (model.attention_impl=flex) beside dense SDPA, at 64k then 16k tokens;
+#   5. bench_training scripts/bench_training.py --device cuda: tokens/s and peak memory per model on lra_listops, bf16;
+#   6. bench_presets  scripts/bench_presets.py --device cuda: seconds per step and GPU-hours of every paper preset.
 # Every step runs under `timeout` (its share of GPU_CHECK_BUDGET_S, default 470 s, clipped to what is left); the
 # benchmarks get two thirds of it as their --time-budget and rewrite their tables as they go, so a late cell is
 # "n/a (time budget spent)", never a lost table. Everything goes under ${OUT:-gpu_check_out}/: <step>.log,
@@ -179,12 +181,16 @@ if [ "$DRY" != 1 ] && [ -x "$PY" ]; then
     echo "gpu_check: $NGPU GPU(s) visible to $PY"
 fi
 
-GPU_STEPS="gpu_tests bench_layers bench_training bench_presets"
+GPU_STEPS="gpu_tests bench_layers bench_blocks bench_training bench_presets"
 if [ "$NGPU" -gt 0 ] || [ "$DRY" = 1 ]; then
-    step gpu_tests 180 "$PY" -m pytest -q -m gpu -rs -p no:cacheprovider --junitxml="$OUT/pytest_gpu.xml" tests/
-    step bench_layers 90 "$PY" scripts/bench_long_attention.py --device cuda --time-budget {budget} --out-dir "$OUT/bench"
-    step bench_training 60 "$PY" scripts/bench_training.py --device cuda --time-budget {budget} --out "$OUT/bench"
-    step bench_presets 80 "$PY" scripts/bench_presets.py --device cuda --time-budget {budget} --out "$OUT/bench" \
+    # Shares (seconds of the default budget, 465 of 470 in all). bench_blocks: the longest length first, where the
+    # targets are strictest; each FlexAttention row compiles in its first call of a length (seconds in the table).
+    step gpu_tests 175 "$PY" -m pytest -q -m gpu -rs -p no:cacheprovider --junitxml="$OUT/pytest_gpu.xml" tests/
+    step bench_layers 75 "$PY" scripts/bench_long_attention.py --device cuda --time-budget {budget} --out-dir "$OUT/bench"
+    step bench_blocks 70 "$PY" scripts/bench_block_sparse.py --device cuda --time-budget {budget} --out-dir "$OUT/bench" \
+        --lengths 65536,16384 --rows dense_sdpa,bigbird_softmax,bigbird_softmax_flex,hst_softmax,hst_softmax_flex
+    step bench_training 50 "$PY" scripts/bench_training.py --device cuda --time-budget {budget} --out "$OUT/bench"
+    step bench_presets 50 "$PY" scripts/bench_presets.py --device cuda --time-budget {budget} --out "$OUT/bench" \
         --overrides trainer.precision=bf16
 else
     for name in $GPU_STEPS; do
@@ -208,7 +214,7 @@ printf '%s\n' "${SUMMARY[@]}" | tee "$OUT/summary.txt"
     echo '```'
     printf '%s\n' "${SUMMARY[@]}"
     echo '```'
-    for table in long_attention_cuda training_cuda presets_cuda; do
+    for table in long_attention_cuda block_sparse_cuda training_cuda presets_cuda; do
         [ -f "$OUT/bench/$table.md" ] && { echo; cat "$OUT/bench/$table.md"; }
     done
 } >"$OUT/gpu_check.md"

@@ -47,3 +47,36 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     md = (out / "block_sparse.md").read_text()
     assert "| row | 128 ms | x dense | MiB | 256 ms | x dense | MiB |" in md
     assert "ours hst softmax" in md and "skipped (" in md and "## Targets" in md
+
+
+def test_device_arguments():
+    from tests.conftest import load_bench_script
+
+    bench = load_bench_script(SCRIPT)
+    args = bench.parse_args(["--device", "cuda"])
+    assert args.lengths == [4096, 16384, 65536] and args.rows == list(bench.DEVICE_ROWS)
+    assert {"bigbird_softmax_flex", "hst_softmax_flex", "local_softmax_flex"} <= set(args.rows)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--device", "cuda", "--rows", "hst_alpha_entmax"])  # a CPU row: refused, naming the valid ones
+
+
+def test_device_table_on_cpu_puts_the_engines_side_by_side(tmp_path):
+    """The GPU table's code path at a small length on the CPU: the tile rows measured with their ratio to dense
+    SDPA, the flex rows n/a (no backward on CPU), the targets read from the cells, JSON and markdown written."""
+    import torch
+
+    from tests.conftest import load_bench_script
+
+    bench = load_bench_script(SCRIPT)
+    args = bench.parse_args(["--device", "cuda", "--lengths", "256", "--rows", "dense_sdpa,bigbird_softmax,bigbird_softmax_flex,hst_softmax",
+                             "--repeats", "3", "--cell-seconds", "0.01", "--out-dir", str(tmp_path)])
+    result = bench.device_table(args, torch.device("cpu"))
+    cells = result["cells"]["256"]
+    assert cells["dense_sdpa"]["x_dense_sdpa"] == 1.0 and len(cells["dense_sdpa"]["calls_ms"]) >= 3
+    assert cells["bigbird_softmax"]["fwd_bwd_ms"] > 0 and cells["hst_softmax"]["positions"] == 256 + 256 // 64
+    assert cells["bigbird_softmax_flex"] == {"na": "FlexAttention has no backward on CPU"}
+    assert [t["value"] for t in result["targets"]] == [None] * 12  # no target length measured
+    md = (tmp_path / "block_sparse_cpu.md").read_text()
+    assert "| row | N=256 | first call | memory |" in md and "| BigBird softmax, FlexAttention | n/a (FlexAttention has no backward on CPU) | | |" in md
+    assert "| BigBird softmax, FlexAttention / dense SDPA at 65536 (target <= 0.1) | n/a | n/a |" in md
+    assert json.loads((tmp_path / "block_sparse_cpu.json").read_text())["meta"]["lengths"] == [256]

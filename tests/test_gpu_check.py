@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
-STEPS = ("setup", "gpu_tests", "bench_layers", "bench_training", "bench_presets")
+STEPS = ("setup", "gpu_tests", "bench_layers", "bench_blocks", "bench_training", "bench_presets")
 
 # A stand-in for a CUDA image's python3: it sees a GPU, lacks hydra and entmax until `pip` has run, reaches no
 # package index, and logs every call.
@@ -54,7 +54,8 @@ def test_syntax_and_executable():
 def test_every_referenced_file_exists():
     text = SCRIPT.read_text()
     paths = set(re.findall(r"\b((?:scripts|tests|conf)/[\w./-]*\w)", text))
-    assert {"scripts/gpu_check.sh", "scripts/bench_long_attention.py", "scripts/bench_training.py", "scripts/bench_presets.py"} <= paths
+    assert {"scripts/gpu_check.sh", "scripts/bench_long_attention.py", "scripts/bench_block_sparse.py", "scripts/bench_training.py",
+            "scripts/bench_presets.py"} <= paths
     missing = [p for p in paths if not (ROOT / p).exists()]
     assert not missing, missing
     assert "constraints.txt" in text and (ROOT / "constraints.txt").exists()
@@ -72,7 +73,8 @@ def test_dry_run_lists_the_steps_and_writes_the_summaries(tmp_path):
 
     commands = {s["step"]: shlex.split(s["detail"]) for s in steps}
     assert commands["gpu_tests"][1:4] == ["-m", "pytest", "-q"] and "-m" in commands["gpu_tests"][4:] and "gpu" in commands["gpu_tests"]
-    for name, script in (("bench_layers", "bench_long_attention.py"), ("bench_training", "bench_training.py"), ("bench_presets", "bench_presets.py")):
+    for name, script in (("bench_layers", "bench_long_attention.py"), ("bench_blocks", "bench_block_sparse.py"),
+                         ("bench_training", "bench_training.py"), ("bench_presets", "bench_presets.py")):
         cmd = commands[name]
         assert cmd[1] == f"scripts/{script}" and cmd[cmd.index("--device") + 1] == "cuda"
         assert 0 < float(cmd[cmd.index("--time-budget") + 1]) < 100  # two thirds of the step's timeout
@@ -123,3 +125,11 @@ def test_offline_setup_installs_the_wheel_folder_without_an_index(tmp_path):
 def test_unknown_argument_is_refused_in_one_line(tmp_path):
     proc = run(["--fast"], tmp_path)
     assert proc.returncode == 2 and proc.stderr.strip() == "gpu_check.sh: unknown argument '--fast'; valid: --dry-run, --which-python, --help"
+
+
+def test_step_shares_fit_the_default_budget():
+    """Every step's share of the default budget, summed, stays within it: the last step is not squeezed."""
+    text = SCRIPT.read_text()
+    budget = int(re.search(r"^DEFAULT_BUDGET=(\d+)$", text, re.M).group(1))
+    shares = {name: int(limit) for name, limit in re.findall(r"^\s*step (\w+) (\d+) ", text, re.M)}
+    assert set(shares) == set(STEPS) and sum(shares.values()) <= budget, shares
