@@ -228,6 +228,11 @@ if triton is not None:
         k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
         return tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale
 
+    # From this a1 (alpha >= 1.1) on, _unnormalised takes log(1 + z) as log of the rounded 1 + z: its
+    # rounding costs <= 2^-25 / (a1 w) <= 3e-7 / w relatively in pt = w^(1/a1), which is small where pt
+    # is not, and it saves _log1p's division (a special function on the GPU) per score.
+    _LOG_DIRECT_FROM = tl.constexpr(0.1)
+
     @_helper
     def _unnormalised(s, m, u, a1, is_soft, vis, MODE: tl.constexpr):
         """Unnormalised weights of a score tile: (pt, qt, log_pt, support), 0 outside the support.
@@ -257,11 +262,31 @@ if triton is not None:
         else:
             z = a1 * d
             support = vis & (z > -1.0)  # softmax heads: z = 0 keeps every visible key
-            log_w = _log1p(tl.where(support, z, 0.0))
+            if a1 >= _LOG_DIRECT_FROM:  # one special function less per score (see _LOG_DIRECT_FROM)
+                log_w = tl.log(tl.where(support, 1.0 + z, 1.0))
+            else:
+                log_w = _log1p(tl.where(support, z, 0.0))
             log_pt = tl.where(is_soft, d, log_w * (1.0 / tl.maximum(a1, 1e-30)))  # one division per tile
             pt = tl.where(support, tl.exp(log_pt), 0.0)
             qt = tl.where(support, tl.exp(log_pt - log_w), 0.0)  # softmax: log_w = 0, qt = pt
             return pt, qt, log_pt, support
+
+    @_helper
+    def _step(f, qq, n_sup, a1, MODE: tl.constexpr):
+        """The solver's step in u = t - m from sums at the current u: f = F, qq = -dF/du, n_sup = |support|.
+
+        Newton on G = F^a1 - 1: G / -G' = F (1 - F^-a1) / (a1 Q) (Q > 0 whenever F > 0: both sum the same
+        support).  MODE 15: Halley instead, on G = sqrt(F) - 1, whose second derivative comes free (d^2F/du^2
+        is half the support's size): Newton's step / (1 - L / 2) with L = G G'' / G'^2 =
+        (sqrt(F) - 1)(F |S| - Q^2) / (sqrt(F) Q^2), >= 0 left of the root (F |S| >= Q^2: Cauchy-Schwarz);
+        taken where L <= 1, Newton's step elsewhere.
+        """
+        step = f * -_expm1(-a1 * tl.log(tl.maximum(f, 1e-30))) / (a1 * tl.maximum(qq, 1e-30))
+        if MODE == 15:
+            r = tl.sqrt(tl.maximum(f, 0.0))
+            lev = (r - 1.0) * (f * n_sup - qq * qq) / tl.maximum(r * qq * qq, 1e-30)
+            step = tl.where((lev >= 0.0) & (lev <= 1.0), step / (1.0 - 0.5 * lev), step)
+        return step
 
     @triton.jit
     def _fwd_kernel(
@@ -311,7 +336,10 @@ if triton is not None:
         live = m > float("-inf")
         m = tl.where(live, m, 0.0)
 
-        # Newton on u = t - m inside [0, (1 - n^-a1) / a1]; rows that converged stay put.
+        # Newton (MODE 15: Halley) on u = t - m inside [0, (1 - n^-a1) / a1]; rows that converged stay put.
+        # (Estimating F at u = 0 during pass 1 at the running max, to save the first pass, cost passes:
+        # the entries that leave the support as the max rises stay in such sums; counted with
+        # scripts/bench_kernel_passes.py, 1.5-entmax took 7.1 passes instead of 6.6 at N = 256.)
         u = tl.zeros((BLOCK_M,), tl.float32)
         u_lo = tl.zeros((BLOCK_M,), tl.float32)
         u_hi = -_expm1(-a1_safe * tl.log(tl.maximum(n_vis, 1.0))) / a1_safe
@@ -321,19 +349,20 @@ if triton is not None:
         while (busy > 0) & (it < MAX_ITER_N):
             f = tl.zeros((BLOCK_M,), tl.float32)
             qq = tl.zeros((BLOCK_M,), tl.float32)  # sum_j qt_j = -dF/du
+            n_sup = tl.zeros((BLOCK_M,), tl.float32)  # the support's size |S| (MODE 15: d^2F/du^2 = |S| / 2)
             for start_n in range(0, n_end, BLOCK_N):
                 offs_n = start_n + arange_n
                 kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
                 s = _scores(q, k_base + offs_n[:, None] * skn + offs_d[None, :], kv_mask, scale, DOT_PRECISION)
                 vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
-                pt, qt, _, _ = _unnormalised(s, m[:, None], u[:, None], a1_eff, is_soft, vis, MODE)
+                pt, qt, _, support = _unnormalised(s, m[:, None], u[:, None], a1_eff, is_soft, vis, MODE)
                 f += tl.sum(pt, 1)
                 qq += tl.sum(qt, 1)
+                if MODE == 15:
+                    n_sup += tl.sum(support.to(tl.float32), 1)
             u_lo = tl.where(f >= 1.0, u, u_lo)
             u_hi = tl.where(f < 1.0, u, u_hi)
-            # G / -G' = F (1 - F^-a1) / (a1 Q); Q > 0 whenever F > 0 (both sum the same support).
-            step = f * -_expm1(-a1_safe * tl.log(tl.maximum(f, 1e-30))) / (a1_safe * tl.maximum(qq, 1e-30))
-            u_new = u + step
+            u_new = u + _step(f, qq, n_sup, a1_safe, MODE)
             inside = (u_new >= u_lo) & (u_new <= u_hi) & (u_new == u_new)
             u_new = tl.where(inside, u_new, 0.5 * (u_lo + u_hi))
             # Done: sum p = 1 to TOL_F, or the step moves u by at most a few ulps (a large
