@@ -86,11 +86,18 @@ def test_mask_mod_is_the_patterns_dense_mask(name, options, g, n):
 
 
 def test_mask_mod_follows_shifted_block_boundaries():
-    """SAR's shifted test moves BigBird's block boundaries (`block_shift`): the layout takes the same table."""
+    """SAR's shifted test moves BigBird's block boundaries (`block_shift`): the layout takes the same table, and
+    a pattern that has run unshifted does not reuse its unshifted layout."""
     pattern = build_pattern("bigbird", {"block_size": 16}, global_tokens=1, layer=2)
     pattern.block_shift = 5
     layout = flex_blocks.key_block_layout(pattern, 300, H, CPU)
     assert torch.equal(layout_mask(layout, H)[0], pattern.dense_mask(300, 300, heads=H))
+
+    flex = build_pattern("bigbird", {"block_size": 16}, global_tokens=1, layer=2, impl="flex")
+    q, k, v = inputs(300)
+    flex.attend(q, k, v, normaliser=Softmax())
+    flex.block_shift = pattern.block_shift = 12  # 18 blocks before the shift, not 19: other random blocks
+    torch.testing.assert_close(flex.attend(q, k, v, normaliser=Softmax())[0], pattern.attend(q, k, v, normaliser=Softmax())[0], rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("options, g", HST_CASES, ids=HST_IDS)
@@ -126,7 +133,7 @@ def test_flex_equals_the_tiles_and_masked_dense_sdpa(name, options, g, n, padded
     pad = padding(n) if padded else None
     out = flex.attend(q, k, v, normaliser=Softmax(), key_padding_mask=pad)[0]
     if name == "bigbird" and g == 0 and n == 700 and not padded:  # the kernel skips mask_mod on full tiles: exercised
-        assert flex_blocks.cached_layout(flex, ("key_blocks", n, H, CPU), None).block_mask(False)[0].full_kv_num_blocks.sum() > 0
+        assert flex_blocks.cached_layout(flex, ("key_blocks", n, flex._unshifted_tiles(n), H, CPU), None).block_mask(False)[0].full_kv_num_blocks.sum() > 0
 
     expected = tiles.attend(q, k, v, normaliser=Softmax(), key_padding_mask=pad)[0]
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)

@@ -192,7 +192,7 @@ class KeyBlockPattern(BlockPattern):
         blocks, drawn = self._tiles(n), self._unshifted_tiles(n)
         key_padding_mask = padding_or_none(key_padding_mask)
         if flex_blocks.takes(self.impl, normaliser, dropout_p, need_weights):  # model.attention_impl=flex: one call, the whole layer
-            layout = flex_blocks.cached_layout(self, ("key_blocks", n, h, q.device), lambda: flex_blocks.key_block_layout(self, n, h, q.device))
+            layout = flex_blocks.cached_layout(self, ("key_blocks", n, drawn, h, q.device), lambda: flex_blocks.key_block_layout(self, n, h, q.device))
             return flex_blocks.attend(q, k, v, layout, key_padding_mask), None, None
         keys_ok = key_padding_mask if key_padding_mask is not None else torch.ones(1, n, dtype=torch.bool, device=q.device)
         tiles_ok = mask_tiles(keys_ok, g, blocks, bs)  # (B or 1, blocks, bs)

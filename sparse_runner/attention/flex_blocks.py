@@ -3,8 +3,9 @@
 `model.attention_impl=flex` (CUDA only, opt-in): a block pattern (local, BigBird, HST's token step) with
 softmax and without the analysis' weights computes its attention with one `flex_attention` call over the
 whole sequence instead of `block_sparse.attend_tiles`' gathered key tiles, whose many small kernels were
-measured launch-bound on an H200 (docs/benchmarks.md). Whether it is faster is for a GPU measurement to
-say (scripts/bench_block_sparse.py --device cuda); until then `auto` keeps the tiles.
+reported launch-bound on an H200 (issue 40: HST and BigBird took as long at 16k tokens as at 64k). Whether
+flex is faster is for a GPU measurement to say (scripts/bench_block_sparse.py --device cuda); until then
+`auto` keeps the tiles.
 
 The pattern is given to FlexAttention as a `mask_mod` that reads small lookup tables (`BlockLayout`),
 never an n x n tensor:
@@ -15,7 +16,9 @@ never an n x n tensor:
     HST: a representative slot is seen only by its own block's tokens
 
 `create_block_mask` turns it into the `BlockMask` (which 128 x 128 tiles hold any pair; the kernel skips
-the others), compiled on CUDA so that the n x n mask is never materialised. Layouts and block masks are
+the others), compiled on CUDA so that the n x n mask is never materialised. The kernel computes whole
+128-tiles: with blocks of 64 that is ~2.5x BigBird's pairs and ~6x HST's (its tiles of 65 straddle them;
+counted from the layouts at 4k-64k tokens), e.g. 2.5% and 0.6% of the n x n scores at 64k. Layouts and block masks are
 cached on the pattern per (sequence length, heads, device): a training step at a seen length rebuilds
 nothing. With key padding the cached block mask is reused with every tile masked (`mask_mod` then reads
 the batch's padding), so padding never rebuilds it either.
@@ -93,7 +96,8 @@ class BlockLayout:
         (none is "full"), so that a mask_mod reading the key padding applies everywhere (`attend`)."""
         if padded not in self._masks:
             heads = self.allowed.shape[0]
-            make = _compiled_create_block_mask() if self.block.device.type == "cuda" else create_block_mask
+            # Compiled, mask_mod is evaluated tile by tile; eager, create_block_mask builds the (1, H', L, L) mask.
+            make = _compiled(create_block_mask) if self.block.device.type == "cuda" else create_block_mask
             mask = make(self.mask_mod(self.keys_ok(None, 1), heads), 1, heads, self.length, self.length,
                         device=self.block.device, BLOCK_SIZE=self.flex_block, separate_full_blocks=not padded)
             self._masks[padded] = mask, visited_blocks(mask) // heads  # one sync, here only
@@ -189,11 +193,6 @@ def _flex(device: torch.device) -> Callable:
     if device.type != "cuda" or torch.compiler.is_compiling():
         return flex_attention
     return _compiled(flex_attention)
-
-
-def _compiled_create_block_mask() -> Callable:
-    # Compiled, the mask_mod is evaluated tile by tile; eager, create_block_mask builds the (B, H, n, n) mask.
-    return _compiled(create_block_mask)
 
 
 # Static shapes: one compilation per sequence length and padding (with dynamic shapes, torch 2.13's CPU
