@@ -125,7 +125,7 @@ tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bi
 block_m, block_n, block_d, warps = T._blocks(64, torch.bfloat16)
 pointers = {name: "*bf16" for name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")}
 pointers.update({name: "*fp32" for name in ("OS", "M", "U", "FS", "C", "DALPHA", "ALPHA", "KPM", "SEED")})
-pointers["TILES"] = "*i8"
+pointers.update(TILES="*i8", KV_COUNT="*i32", Q_COUNT="*i32", KV_INDEX="*i16", Q_INDEX="*i16")
 counts = {}
 for mode in (T._MODE_GENERAL, T._MODE_ENTMAX15, T._MODE_SPARSEMAX):
     common = dict(HAS_KPM=False, CAUSAL=False, DROPOUT=False, MODE=mode, SKIP_TILES=T.SKIP_EMPTY_TILES, BLOCK_M=block_m,

@@ -244,6 +244,18 @@ def test_interpreter_specialised_formulas_agree_with_the_general_ones(alpha, mod
     assert torch.equal(tiles_special, tiles_general)
 
 
+def test_tile_lists_put_the_tiles_to_visit_first_in_ascending_order():
+    """The backward's loop lists from a tile table: per query tile its key tiles to visit, per key tile its query
+    tiles, each ascending, with their counts; a row with nothing to visit has count 0."""
+    tiles = torch.tensor([[[1, 0, 1], [0, 0, 0]], [[1, 1, 1], [0, 1, 0]]], dtype=torch.int8)  # (B * H, 2, 3)
+    kv_count, kv_index, q_count, q_index = T._tile_lists(tiles)
+    assert kv_count.tolist() == [2, 0, 3, 1] and kv_index.dtype == torch.int16
+    rows = [kv_index[r, :c].tolist() for r, c in enumerate(kv_count.tolist())]
+    assert rows == [[0, 2], [], [0, 1, 2], [1]]
+    assert q_count.tolist() == [1, 0, 1, 1, 2, 1]
+    assert [q_index[r, :c].tolist() for r, c in enumerate(q_count.tolist())] == [[0], [], [0], [0], [0, 1], [0]]
+
+
 def banded_inputs(B, H, N, D, band, strength):
     """q = k: query i and key j score `strength` * scale when they share a band of `band` positions, about 0
     otherwise, so that a sparse normaliser's weights lie in the diagonal blocks (a local attention pattern)."""
@@ -260,7 +272,8 @@ def banded_inputs(B, H, N, D, band, strength):
 def test_interpreter_backward_skips_the_tiles_without_weight(monkeypatch, skip):
     """Local scores (bands of 16 keys, the tile width here): the 1.6-entmax head's weights lie in the diagonal
     tiles, so the forward's tile table marks the others empty and the backward skips them; the softmax head
-    (LEARNED's first) weighs every key and skips none.  Gradients match dense attention either way."""
+    (LEARNED's first) weighs every key and skips none; without skipping every tile is visited.  Gradients match
+    dense attention either way."""
     monkeypatch.setattr(T, "SKIP_EMPTY_TILES", skip)
     q, k, v = banded_inputs(1, 2, 64, 16, band=16, strength=12.0)
     alpha = alpha_for(LEARNED, 2)
@@ -270,7 +283,7 @@ def test_interpreter_backward_skips_the_tiles_without_weight(monkeypatch, skip):
     _, tiles = _kernel_run(q, k, v, alpha.float(), T._MODE_GENERAL, grad_out)
     assert tiles.shape == (2, 4, 4)
     assert tiles[0].bool().all()  # softmax: every tile has weight
-    assert torch.equal(tiles[1].bool(), torch.eye(4, dtype=torch.bool))
+    assert torch.equal(tiles[1].bool(), torch.eye(4, dtype=torch.bool) if skip else torch.ones(4, 4, dtype=torch.bool))
 
 
 @interpreter
@@ -635,7 +648,7 @@ dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[d
 block_m, block_n, block_d, warps = T._blocks(head_dim, dtype)
 pointers = {name: "*" + dtype_name for name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")}
 pointers.update({name: "*fp32" for name in ("OS", "M", "U", "FS", "C", "DALPHA", "ALPHA")})
-pointers["TILES"] = "*i8"
+pointers.update(TILES="*i8", KV_COUNT="*i32", Q_COUNT="*i32", KV_INDEX="*i16", Q_INDEX="*i16")
 pointers["KPM"] = "*u8" if masked else "*fp32"
 pointers["SEED"] = "*i64" if masked else "*fp32"  # the masked builds carry dropout too (else a dummy pointer)
 pointers["KEEP"] = "*u8"

@@ -294,7 +294,7 @@ if triton is not None:
         sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, sosb, sosh, sosm, skpm,
         H, Nq, Nk, D, n_key_tiles, scale, drop_below, keep_scale,
         HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MODE: tl.constexpr, BACKWARD: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        SKIP_TILES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         SOFT_THRESHOLD: tl.constexpr, TOL_F: tl.constexpr, STALL: tl.constexpr, MAX_ITER_N: tl.constexpr,
         DOT_PRECISION: tl.constexpr,
     ):  # fmt: skip
@@ -402,7 +402,10 @@ if triton is not None:
                 if DROPOUT:
                     qt = qt * z
                 acc_s += tl.dot(qt.to(v.dtype), v, input_precision=DOT_PRECISION)
-                tl.store(tiles_row + start_n // BLOCK_N, (tl.sum(support.to(tl.int32)) > 0).to(tl.int8))
+                if SKIP_TILES:  # the tiles the backward visits: those with some p > 0 ...
+                    tl.store(tiles_row + start_n // BLOCK_N, (tl.sum(support.to(tl.int32)) > 0).to(tl.int8))
+                else:  # ... or every tile visited here
+                    tl.store(tiles_row + start_n // BLOCK_N, tl.full((), 1, tl.int8))
         f = tl.where(f > 0.0, f, 1.0)  # fully masked rows: acc = 0, and F = 1 keeps the backward finite
         out = acc / f[:, None]
         tl.store(O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :], out.to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
@@ -416,11 +419,11 @@ if triton is not None:
 
     @triton.jit
     def _bwd_dq_kernel(
-        Q, K, V, DO, DQ, OS, M, U, FS, C, DALPHA, TILES, ALPHA, KPM, SEED,
+        Q, K, V, DO, DQ, OS, M, U, FS, C, DALPHA, KV_COUNT, KV_INDEX, ALPHA, KPM, SEED,
         sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm, sosb, sosh, sosm, skpm,
         H, Nq, Nk, D, n_key_tiles, scale, drop_below, keep_scale,
         HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MODE: tl.constexpr, NEED_DALPHA: tl.constexpr,
-        SKIP_TILES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         SOFT_THRESHOLD: tl.constexpr, PSI_SWITCH: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ):  # fmt: skip
         pid_m = tl.program_id(0)
@@ -445,7 +448,7 @@ if triton is not None:
         k_base = K + b * skb + h * skh
         v_base = V + b * svb + h * svh
         kpm_row = KPM + b * skpm
-        tiles_row = (pid_bh.to(tl.int64) * tl.cdiv(Nq, BLOCK_M) + pid_m) * n_key_tiles
+        tile_row = pid_bh.to(tl.int64) * tl.cdiv(Nq, BLOCK_M) + pid_m  # this query tile's list of key tiles
         a1 = tl.minimum(tl.maximum(tl.load(ALPHA + h).to(tl.float32) - 1.0, 0.0), 1.0)
         is_soft = a1 < SOFT_THRESHOLD
         a1_eff = tl.where(is_soft, 0.0, a1)  # softmax heads: s = p and psi = 1/2, the alpha = 1 limits
@@ -453,9 +456,6 @@ if triton is not None:
         inv_f = tl.exp(-log_f)  # p = pt / F
         s_factor = tl.exp((a1_eff - 1.0) * log_f)  # s = p^(1 - a1) = qt F^(a1 - 1)
 
-        n_end = Nk
-        if CAUSAL:
-            n_end = tl.minimum(Nk, (pid_m + 1) * BLOCK_M + Nk - Nq)
         if DROPOUT:
             seed = tl.load(SEED)
 
@@ -468,33 +468,32 @@ if triton is not None:
         dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
         sum_a = tl.zeros((BLOCK_M,), tl.float32)
         sum_adp = tl.zeros((BLOCK_M,), tl.float32)
-        for start_n in range(0, n_end, BLOCK_N):
-            live_tile = True  # SKIP_TILES: only the tiles where the forward saw some p > 0
-            if SKIP_TILES:
-                live_tile = tl.load(TILES + tiles_row + start_n // BLOCK_N) != 0
-            if live_tile:
-                offs_n = start_n + arange_n
-                kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
-                k = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
-                s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale
-                vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
-                pt, qt, log_pt, support = _unnormalised(s, m[:, None], u[:, None], a1_eff, is_soft, vis, MODE)
-                sw = qt * s_factor[:, None]
-                v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
-                dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
-                if DROPOUT:
-                    dp = dp * _dropout_scale(seed, pid_bh, offs_m[:, None], offs_n[None, :], drop_below, keep_scale)
-                ds = sw * (dp - c[:, None])
-                dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
-                if NEED_DALPHA:  # A_j = p_j (log p_j)^2 psi(-a1 log p_j)
-                    p = pt * inv_f[:, None]
-                    log_p = log_pt - log_f[:, None]
-                    x = -a1_eff * log_p
-                    a_small = p * log_p * log_p * _psi_series(x)
-                    a_big = (sw - p - p * x) / a1_sq  # = p (e^x - 1 - x) / a1^2 without overflow
-                    a = tl.where(support, tl.where(x < PSI_SWITCH, a_small, a_big), 0.0)
-                    sum_a += tl.sum(a, 1)
-                    sum_adp += tl.sum(a * dp, 1)
+        # The key tiles the forward found some p > 0 in (every tile it visited without SKIP_EMPTY_TILES), listed
+        # in ascending order (`_tile_lists`), so that the loop has no branch and pipelines as a dense one.
+        for i in range(0, tl.load(KV_COUNT + tile_row)):
+            start_n = tl.load(KV_INDEX + tile_row * n_key_tiles + i).to(tl.int32) * BLOCK_N
+            offs_n = start_n + arange_n
+            kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
+            k = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale
+            vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
+            pt, qt, log_pt, support = _unnormalised(s, m[:, None], u[:, None], a1_eff, is_soft, vis, MODE)
+            sw = qt * s_factor[:, None]
+            v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
+            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+            if DROPOUT:
+                dp = dp * _dropout_scale(seed, pid_bh, offs_m[:, None], offs_n[None, :], drop_below, keep_scale)
+            ds = sw * (dp - c[:, None])
+            dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
+            if NEED_DALPHA:  # A_j = p_j (log p_j)^2 psi(-a1 log p_j)
+                p = pt * inv_f[:, None]
+                log_p = log_pt - log_f[:, None]
+                x = -a1_eff * log_p
+                a_small = p * log_p * log_p * _psi_series(x)
+                a_big = (sw - p - p * x) / a1_sq  # = p (e^x - 1 - x) / a1^2 without overflow
+                a = tl.where(support, tl.where(x < PSI_SWITCH, a_small, a_big), 0.0)
+                sum_a += tl.sum(a, 1)
+                sum_adp += tl.sum(a * dp, 1)
         dq = dq * scale
         tl.store(DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=qd_mask)
         if NEED_DALPHA:
@@ -502,12 +501,12 @@ if triton is not None:
 
     @triton.jit
     def _bwd_dkdv_kernel(
-        Q, K, V, DO, DK, DV, M, U, FS, C, TILES, ALPHA, KPM, SEED,
+        Q, K, V, DO, DK, DV, M, U, FS, C, Q_COUNT, Q_INDEX, ALPHA, KPM, SEED,
         sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
         sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, skpm,
         H, Nq, Nk, D, n_key_tiles, scale, drop_below, keep_scale,
         HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MODE: tl.constexpr,
-        SKIP_TILES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         SOFT_THRESHOLD: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ):  # fmt: skip
         pid_n = tl.program_id(0)
@@ -527,15 +526,12 @@ if triton is not None:
         q_base = Q + b * sqb + h * sqh
         do_base = DO + b * sdob + h * sdoh
         kpm_row = KPM + b * skpm
-        tiles_col = pid_bh.to(tl.int64) * tl.cdiv(Nq, BLOCK_M) * n_key_tiles + pid_n
+        tile_col = pid_bh.to(tl.int64) * n_key_tiles + pid_n  # this key tile's list of query tiles
+        n_query_tiles = tl.cdiv(Nq, BLOCK_M)
         a1 = tl.minimum(tl.maximum(tl.load(ALPHA + h).to(tl.float32) - 1.0, 0.0), 1.0)
         is_soft = a1 < SOFT_THRESHOLD
         a1_eff = tl.where(is_soft, 0.0, a1)
 
-        # Causal: query i sees key j iff i >= j - (Nk - Nq); start at the tile holding the first such i.
-        m_start = 0
-        if CAUSAL:
-            m_start = tl.maximum(pid_n * BLOCK_N - (Nk - Nq), 0) // BLOCK_M * BLOCK_M
         if DROPOUT:
             seed = tl.load(SEED)
 
@@ -543,35 +539,33 @@ if triton is not None:
         dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
         # The tiles here are transposed, (BLOCK_N keys, BLOCK_M queries), so that the products
         # P^T dO and dS^T Q take register tiles as they come (no transpose of p or dS).
-        for start_m in range(m_start, Nq, BLOCK_M):
-            live_tile = True  # SKIP_TILES: only the tiles where the forward saw some p > 0
-            if SKIP_TILES:
-                live_tile = tl.load(TILES + tiles_col + start_m // BLOCK_M * n_key_tiles) != 0
-            if live_tile:
-                offs_m = start_m + arange_m
-                row_ok = offs_m < Nq
-                q_t = tl.load(q_base + offs_m[None, :] * sqm + offs_d[:, None], mask=row_ok[None, :] & d_ok[:, None], other=0.0)
-                do = tl.load(do_base + offs_m[:, None] * sdom + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-                stat = pid_bh * Nq + offs_m
-                m = tl.load(M + stat, mask=row_ok, other=0.0)
-                u = tl.load(U + stat, mask=row_ok, other=0.0)
-                log_f = tl.log(tl.load(FS + stat, mask=row_ok, other=1.0))
-                c = tl.load(C + stat, mask=row_ok, other=0.0)
-                s_t = tl.dot(k, q_t, input_precision=DOT_PRECISION) * scale
-                # Queries past Nq were loaded as 0 (scores 0): drop them explicitly.
-                vis = _visible(offs_m[None, :], offs_n[:, None], Nq, Nk, kpm_row, HAS_KPM, CAUSAL) & row_ok[None, :]
-                pt, qt, _, _ = _unnormalised(s_t, m[None, :], u[None, :], a1_eff, is_soft, vis, MODE)
-                p_t = pt * tl.exp(-log_f)[None, :]
-                sw_t = qt * tl.exp((a1_eff - 1.0) * log_f)[None, :]
-                if DROPOUT:  # dV takes the dropped weights p z, dS the dropped dP z
-                    z_t = _dropout_scale(seed, pid_bh, offs_m[None, :], offs_n[:, None], drop_below, keep_scale)
-                    p_t = p_t * z_t
-                dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)
-                dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
-                if DROPOUT:
-                    dp_t = dp_t * z_t
-                ds_t = sw_t * (dp_t - c[None, :])
-                dk += tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), input_precision=DOT_PRECISION)
+        # The query tiles that the forward found some p > 0 in with this key tile (causal: none that cannot see it).
+        for i in range(0, tl.load(Q_COUNT + tile_col)):
+            start_m = tl.load(Q_INDEX + tile_col * n_query_tiles + i).to(tl.int32) * BLOCK_M
+            offs_m = start_m + arange_m
+            row_ok = offs_m < Nq
+            q_t = tl.load(q_base + offs_m[None, :] * sqm + offs_d[:, None], mask=row_ok[None, :] & d_ok[:, None], other=0.0)
+            do = tl.load(do_base + offs_m[:, None] * sdom + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+            stat = pid_bh * Nq + offs_m
+            m = tl.load(M + stat, mask=row_ok, other=0.0)
+            u = tl.load(U + stat, mask=row_ok, other=0.0)
+            log_f = tl.log(tl.load(FS + stat, mask=row_ok, other=1.0))
+            c = tl.load(C + stat, mask=row_ok, other=0.0)
+            s_t = tl.dot(k, q_t, input_precision=DOT_PRECISION) * scale
+            # Queries past Nq were loaded as 0 (scores 0): drop them explicitly.
+            vis = _visible(offs_m[None, :], offs_n[:, None], Nq, Nk, kpm_row, HAS_KPM, CAUSAL) & row_ok[None, :]
+            pt, qt, _, _ = _unnormalised(s_t, m[None, :], u[None, :], a1_eff, is_soft, vis, MODE)
+            p_t = pt * tl.exp(-log_f)[None, :]
+            sw_t = qt * tl.exp((a1_eff - 1.0) * log_f)[None, :]
+            if DROPOUT:  # dV takes the dropped weights p z, dS the dropped dP z
+                z_t = _dropout_scale(seed, pid_bh, offs_m[None, :], offs_n[:, None], drop_below, keep_scale)
+                p_t = p_t * z_t
+            dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)
+            dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+            if DROPOUT:
+                dp_t = dp_t * z_t
+            ds_t = sw_t * (dp_t - c[None, :])
+            dk += tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), input_precision=DOT_PRECISION)
         dk = dk * scale
         tl.store(DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=kv_mask)
         tl.store(DV + b * sdvb + h * sdvh + offs_n[:, None] * sdvn + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
@@ -643,6 +637,20 @@ def dropout_keep_mask(seed: torch.Tensor, batch: int, heads: int, n_queries: int
     return keep.bool()
 
 
+def _tile_lists(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward's loops from the forward's tile table (B * H, query tiles, key tiles), 1 = visit:
+    (kv_count, kv_index) per query tile, the number of key tiles to visit and their indices, ascending, first
+    in each row; (q_count, q_index) the same per key tile.  FlexAttention's BlockMask keeps its blocks in this
+    form (kv_num_blocks, kv_indices).  int16 indices while tiles fit (32-key tiles: up to 1M keys)."""
+    index_dtype = torch.int16 if max(tiles.shape[1:]) < 2**15 else torch.int32
+
+    def lists(table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        table = table.reshape(-1, table.shape[-1])
+        return table.sum(-1, dtype=torch.int32), torch.argsort(table, dim=-1, descending=True, stable=True).to(index_dtype)
+
+    return (*lists(tiles), *lists(tiles.transpose(1, 2)))
+
+
 def _row_stride_ok(x: torch.Tensor) -> torch.Tensor:
     """x with a contiguous last dimension (the kernels index it with stride 1)."""
     return x if x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
@@ -681,7 +689,7 @@ class _EntmaxAttention(Function):
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *o_s.stride()[:3],
                 kpm.stride(0) if has_kpm else 0,
                 H, Nq, Nk, D, n_key_tiles, float(scale), *dropout_args,
-                HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout, MODE=mode, BACKWARD=bool(backward),
+                HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout, MODE=mode, BACKWARD=bool(backward), SKIP_TILES=SKIP_EMPTY_TILES,
                 BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
                 SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, TOL_F=TOL, STALL=STALL, MAX_ITER_N=MAX_ITER,
                 DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
@@ -694,7 +702,6 @@ class _EntmaxAttention(Function):
         ctx.save_for_backward(q, k, v, o_s, alpha32, kpm, m, u, f, seed, tiles)
         ctx.scale, ctx.has_kpm, ctx.causal, ctx.mode = float(scale), has_kpm, bool(causal), mode
         ctx.dropout, ctx.dropout_args = dropout, dropout_args
-        ctx.skip_tiles = SKIP_EMPTY_TILES
         ctx.alpha_dtype = alpha.dtype
         return out
 
@@ -715,15 +722,16 @@ class _EntmaxAttention(Function):
         dalpha_rows = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device) if need_dalpha else c  # c: unused pointer
         block_m, block_n, block_d, warps = _blocks(D, q.dtype)
         n_key_tiles = tiles.shape[2]
+        kv_count, kv_index, q_count, q_index = _tile_lists(tiles)
         common = dict(
-            HAS_KPM=ctx.has_kpm, CAUSAL=ctx.causal, DROPOUT=ctx.dropout, MODE=ctx.mode, SKIP_TILES=ctx.skip_tiles,
+            HAS_KPM=ctx.has_kpm, CAUSAL=ctx.causal, DROPOUT=ctx.dropout, MODE=ctx.mode,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
             SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
         )  # fmt: skip
         skpm = kpm.stride(0) if ctx.has_kpm else 0
         # Runs first even when only k or v need gradients: it writes c, which the key tiles read.
         _bwd_dq_kernel[(triton.cdiv(Nq, block_m), B * H)](
-            q, k, v, do, dq, o_s, m, u, f, c, dalpha_rows, tiles, alpha32, kpm, seed,
+            q, k, v, do, dq, o_s, m, u, f, c, dalpha_rows, kv_count, kv_index, alpha32, kpm, seed,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3], *o_s.stride()[:3], skpm,
             H, Nq, Nk, D, n_key_tiles, ctx.scale, *ctx.dropout_args, NEED_DALPHA=need_dalpha, PSI_SWITCH=_PSI_SWITCH, **common,
         )  # fmt: skip
@@ -732,7 +740,7 @@ class _EntmaxAttention(Function):
             dk = torch.empty_like(k)
             dv = torch.empty_like(v)
             _bwd_dkdv_kernel[(triton.cdiv(Nk, block_n), B * H)](
-                q, k, v, do, dk, dv, m, u, f, c, tiles, alpha32, kpm, seed,
+                q, k, v, do, dk, dv, m, u, f, c, q_count, q_index, alpha32, kpm, seed,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
                 *dk.stride()[:3], *dv.stride()[:3], skpm,
                 H, Nq, Nk, D, n_key_tiles, ctx.scale, *ctx.dropout_args, **common,
