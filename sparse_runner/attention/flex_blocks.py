@@ -2,8 +2,8 @@
 
 `model.attention_impl=flex` (CUDA only, opt-in): a block pattern (local, BigBird, HST's token step) with
 softmax and without the analysis' weights computes its attention with one `flex_attention` call over the
-whole sequence instead of `block_sparse.attend_tiles`' gathered key tiles, whose many small kernels were
-reported launch-bound on an H200 (issue 40: HST and BigBird took as long at 16k tokens as at 64k). Whether
+whole sequence instead of `block_sparse.attend_tiles`' gathered key tiles, many small kernels per layer
+(on an H200 the tiles' HST and BigBird layers took as long at 16k tokens as at 64k: launch-bound). Whether
 flex is faster is for a GPU measurement to say (scripts/bench_block_sparse.py --device cuda); until then
 `auto` keeps the tiles.
 

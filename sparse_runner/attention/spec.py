@@ -94,7 +94,8 @@ def check_attention_impl(m: Any, patterns: Iterable[str], *, cross_attention: bo
     and dense for a decoder's layers); cross_attention: whether a layer's queries and keys may differ in
     number (a decoder's context attention, incremental decoding). Refused: an impl that no layer reads
     (block patterns compute their own blocks: auto or explicit, and flex with softmax; flex computes
-    nothing else), a memory-efficient impl for a normaliser without a threshold form, and what the fused kernels cannot do (`memory_efficient.GPU_IMPLS`,
+    nothing else), a memory-efficient impl for a normaliser without a threshold form, and what the fused
+    kernels cannot do (`memory_efficient.GPU_IMPLS`,
     `CPU_IMPLS`: a mask besides padding and causality; AdaSplash: attention dropout, a learned alpha or
     alpha 1, other numbers of queries and keys). `auto` always works: it only picks what can. What depends on the
     device is checked once it is known (`check_attention_impl_device`).
@@ -164,8 +165,7 @@ def _check_flex(m: Any, classes: list) -> None:
     others = [cls.name for cls in classes if not getattr(cls, "flex_engine", "")]
     if others:
         blocks = ", ".join(sorted(name for name, cls in PATTERNS.items() if getattr(cls, "flex_engine", "")))
-        layers = f"pattern {others[0]!r}" + (" (a decoder's layers are causal and dense)" if others[0] != m.pattern else "")
-        _refuse("model.attention_impl", f"'flex' computes block patterns ({blocks}) only, and {layers} is not one", others[0],
+        _refuse("model.attention_impl", f"'flex' computes block patterns ({blocks}) only, not the model's {others[0]!r} layers", others[0],
                 ", ".join(i for i in ATTENTION_IMPLS if i != "flex"))
     if not _flex_applies(m, classes):
         _refuse("model.attention_impl", f"'flex' computes softmax only (FlexAttention), and model.normaliser is {m.normaliser!r}", m.normaliser, "auto, explicit")
