@@ -6,8 +6,9 @@ with alpha fixed (a float: 1 = softmax, 1.5-entmax, 2 = sparsemax) or learned pe
 tensor that requires grad; Correia et al. 2019).  Memory is O(N): scores are produced tile by tile
 (BLOCK_M query rows x BLOCK_N keys) and never stored; per query row only the threshold t and the
 normaliser F are kept for the backward (AdaSplash, Goncalves et al. 2025, does the same), with os
-(float32, the size of the output) and one byte per (BLOCK_M x BLOCK_N) tile (Nq Nk / 2048 bytes per
-head with 16-bit inputs: 2 MiB at 64k x 64k; the only term that is not linear in N).  t is kept
+(float32, the size of the output) and one byte per (BLOCK_M x BLOCK_N) tile, which the backward turns
+into lists of 2-byte tile indices (`_tile_lists`): 5 bytes per tile in all, Nq Nk / 400 bytes per head
+with 16-bit inputs (10 MiB at 64k x 64k), the only terms that are not linear in N.  t is kept
 as two float32 numbers, t = m + u (row max m, offset u): rounding t to one float32 costs up to
 ulp(m) in 1 + a1 (s - t), which near the threshold is the whole of it (simulated in float32: a
 sparsemax row with |m| = 100 over 65536 near-tied keys has a max error of 1.5e-5 with t rounded,
