@@ -570,6 +570,26 @@ def test_interpreter_block_pattern_tiles_through_the_kernel(monkeypatch, pattern
         torch.testing.assert_close(results["triton"][1][name], grad, rtol=1e-3, atol=1e-5, msg=name)
 
 
+@interpreter
+@pytest.mark.parametrize("normaliser, mode", [("entmax15", 15), ("sparsemax", 20), ("alpha_entmax", 0)])
+def test_interpreter_a_block_patterns_tiles_take_the_formulas_of_their_alpha(monkeypatch, normaliser, mode):
+    """HST tiles of 1.5-entmax and sparsemax reach the kernel with one float alpha, so it compiles their own
+    formulas; learned alphas take the general ones."""
+    from sparse_runner.attention import block_sparse
+    from sparse_runner.models import build_classifier
+    from sparse_runner.models.config import default_model
+
+    monkeypatch.setattr(block_sparse, "tile_kernel", lambda device, normaliser: "triton")
+    modes = []
+    apply = T._EntmaxAttention.apply
+    monkeypatch.setattr(T._EntmaxAttention, "apply", lambda *args: modes.append(args[-2]) or apply(*args))
+    m = default_model(d_model=32, num_layers=1, num_heads=2, ffn_dim=32, dropout=0.0, pattern="hst",
+                      pattern_options={"block_size": 8}, normaliser=normaliser)
+    model = build_classifier(m, vocab_size=20, num_classes=3, max_length=40, pad_id=0)
+    model(torch.randint(1, 20, (1, 30), generator=torch.Generator().manual_seed(1)), torch.tensor([30]))
+    assert modes and set(modes) == {mode}
+
+
 def test_a_block_patterns_tiles_take_the_triton_kernel_only_where_every_head_and_query_sees_the_same_keys():
     from sparse_runner.attention.block_sparse import triton_takes
 
