@@ -182,11 +182,15 @@ if [ "$DRY" != 1 ] && [ -x "$PY" ]; then
 fi
 
 GPU_STEPS="gpu_tests bench_layers bench_blocks bench_training bench_presets"
+LAYER_ROWS=sdpa_softmax,triton_alpha_entmax,triton_entmax15,triton_entmax15_general,triton_alpha_entmax_all_tiles,adasplash_entmax15,hst_softmax,hst_alpha_entmax,bigbird_softmax
 if [ "$NGPU" -gt 0 ] || [ "$DRY" = 1 ]; then
     # Shares (seconds of the default budget, 465 of 470 in all). bench_blocks: the longest length first, where the
     # targets are strictest; each FlexAttention row compiles in its first call of a length (seconds in the table).
     step gpu_tests 175 "$PY" -m pytest -q -m gpu -rs -p no:cacheprovider --junitxml="$OUT/pytest_gpu.xml" tests/
-    step bench_layers 75 "$PY" scripts/bench_long_attention.py --device cuda --time-budget {budget} --out-dir "$OUT/bench"
+    # bench_layers: the Triton kernel with and without each lever, its peers and the block layers, 4k first (the
+    # issue's targets start there); the other rows (torch paths, entmax_bisect, HF BigBird) by the script alone.
+    step bench_layers 75 "$PY" scripts/bench_long_attention.py --device cuda --time-budget {budget} --out-dir "$OUT/bench" \
+        --shapes 4096:4,16384:1,1024:16,65536:1 --rows "$LAYER_ROWS"
     step bench_blocks 70 "$PY" scripts/bench_block_sparse.py --device cuda --time-budget {budget} --out-dir "$OUT/bench" \
         --lengths 65536,16384 --rows dense_sdpa,bigbird_softmax,bigbird_softmax_flex,hst_softmax,hst_softmax_flex
     step bench_training 50 "$PY" scripts/bench_training.py --device cuda --time-budget {budget} --out "$OUT/bench"

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.conftest import load_bench_script
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 STEPS = ("setup", "gpu_tests", "bench_layers", "bench_blocks", "bench_training", "bench_presets")
@@ -82,6 +84,10 @@ def test_dry_run_lists_the_steps_and_writes_the_summaries(tmp_path):
         helptext = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--help"], capture_output=True, text=True, cwd=ROOT).stdout
         for flag in (a for a in cmd if a.startswith("--")):
             assert flag in helptext, (script, flag)
+    layers = load_bench_script(ROOT / "scripts" / "bench_long_attention.py")
+    cmd = commands["bench_layers"]
+    assert set(cmd[cmd.index("--rows") + 1].split(",")) <= set(layers.GPU_ROWS)
+    assert layers.parse_shapes(cmd[cmd.index("--shapes") + 1])[0] == (4096, 4)
 
 
 def test_interpreter_with_cuda_torch_is_used_as_it_is(tmp_path):
