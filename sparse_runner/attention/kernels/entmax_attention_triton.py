@@ -594,9 +594,10 @@ def _blocks(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
     of the sm_90 (H100/H200) builds, compiled here with Triton's bundled ptxas: the smallest tiles
     that keep every kernel (nearly) free of register spills.  16-bit inputs: 64 x 32 tiles, no spills
     at D = 64; at D = 128 (8 warps) up to 40 bytes per thread with dropout, 8 in 1.5-entmax's dQ.
-    float32 inputs (IEEE dots run on the FMA units, their operands all in registers): 32 x 32 tiles,
-    spills of up to 664 bytes per thread (the forward's second accumulator, os, added to them; 64 x 64
-    tiles spill kilobytes).  Counted with cuobjdump -res-usage on the builds of 20ddb32.
+    float32 inputs (IEEE dots run on the FMA units, their operands all in registers): 32 x 32 tiles on
+    8 warps, which spill 48 bytes per thread in the general dQ with dropout and nothing elsewhere at D = 64
+    (on 4 warps up to 664: the forward's second accumulator, os, added to them; 64 x 64 tiles spill
+    kilobytes).  Counted with cuobjdump -res-usage on the builds of 20ddb32.
     The interpreter gets 16 x 16 tiles so that small test shapes cross tile borders (tl.dot needs
     dimensions >= 16).
     """
@@ -604,7 +605,7 @@ def _blocks(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
     if _interpreting():
         return (*_INTERPRETER_TILES, block_d, 1)
     if dtype == torch.float32:
-        return 32, 32, block_d, (4 if block_d <= 64 else 8)
+        return 32, 32, block_d, 8
     return 64, 32, block_d, (4 if block_d <= 64 else 8)
 
 
