@@ -515,7 +515,7 @@ def test_interpreter_attend_long_passes_dropout_to_the_kernel():
 
     q, k, v = (x.float() for x in random_inputs(1, 2, 20, 20, 16, seed=6))
     alphas = torch.tensor([1.2, 1.7])
-    normaliser = SimpleNamespace(name="alpha_entmax", alphas=lambda: alphas)
+    normaliser = SimpleNamespace(name="alpha_entmax", kernel_alpha=lambda: alphas)
     torch.manual_seed(0)
     out, _, _ = attend_long(q, k, v, "triton", normaliser=normaliser, dropout_p=0.4)
     torch.manual_seed(0)

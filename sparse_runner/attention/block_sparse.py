@@ -198,7 +198,6 @@ def _attend_tiles_triton(q: torch.Tensor, sources: list[KeySource], valid: torch
     sources copied into every tile, as for SDPA), the tile's valid keys as that entry's key padding mask, so
     that each head's alpha applies (`triton_takes` says when the mask allows it)."""
     from sparse_runner.attention.kernels import entmax_attention_triton
-    from sparse_runner.attention.memory_efficient import normaliser_alpha  # a float for one alpha: the kernel specialises it
 
     b, h, r, t, d = q.shape
     k = torch.cat([s.k.expand(b, h, r, -1, d) for s in sources], dim=-2)
@@ -208,7 +207,7 @@ def _attend_tiles_triton(q: torch.Tensor, sources: list[KeySource], valid: torch
         return x.transpose(1, 2).reshape(b * r, h, *x.shape[3:])
 
     keys = valid.expand(b, 1, r, 1, -1).reshape(b * r, -1)     # (B * R, S): one mask per tile
-    out = entmax_attention_triton.entmax_attention(fold(q), fold(k), fold(v), normaliser_alpha(normaliser),
+    out = entmax_attention_triton.entmax_attention(fold(q), fold(k), fold(v), normaliser.kernel_alpha(),
                                                    key_padding_mask=keys, dropout_p=dropout_p)
     return out.view(b, r, h, t, -1).transpose(1, 2)
 

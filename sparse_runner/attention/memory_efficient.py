@@ -331,7 +331,7 @@ def attend_long(
     weights (when asked for) is an iterable of `block_sparse.RowGroup`s, one per query block, each
     computed when it is reached, so the analysis never holds the (Nq, Nk) matrix either."""
     record_scores(q.shape[0] * q.shape[1] * q.shape[-2] * k.shape[-2])
-    alpha = normaliser_alpha(normaliser)
+    alpha = normaliser.kernel_alpha()
     if impl == "cpp":
         out = cpu_kernel().entmax_attention(q, k, v, alpha, key_padding_mask=key_padding_mask, causal=causal, dropout_p=dropout_p)
     elif impl == "triton":
@@ -345,16 +345,6 @@ def attend_long(
     if not need_weights:
         return out, None, None
     return out, _RowGroups(q, k, alpha, key_padding_mask, mask, causal), None
-
-
-def normaliser_alpha(normaliser) -> Alpha:
-    """The normaliser as alpha-entmax: a float (softmax 1, 1.5-entmax, sparsemax 2) or its (H,) alphas."""
-    alphas = normaliser.alphas()
-    if alphas is None:
-        raise ValueError(f"normaliser {normaliser.name!r} is not an alpha-entmax; use model.attention_impl=explicit")
-    if alphas.numel() == 1 and not alphas.requires_grad:
-        return float(alphas)
-    return alphas
 
 
 class _RowGroups:

@@ -70,6 +70,17 @@ class Normaliser(nn.Module):
         """(H,) alpha of each head, or None when alpha is not a notion of this normaliser."""
         return None
 
+    def kernel_alpha(self) -> float | torch.Tensor:
+        """The normaliser as the fused kernels take alpha: a float when one alpha serves every head and takes
+        no gradient (softmax 1, 1.5-entmax, sparsemax 2, a fixed alpha_entmax), which lets them specialise;
+        otherwise its (H,) alphas."""
+        alphas = self.alphas()
+        if alphas is None:
+            raise ValueError(f"normaliser {self.name!r} is not an alpha-entmax; use model.attention_impl=explicit")
+        if alphas.numel() == 1 and not alphas.requires_grad:
+            return float(alphas)
+        return alphas
+
     @classmethod
     def has_threshold_form(cls) -> bool:
         """Whether it is an alpha-entmax (it gives `alphas`): the memory-efficient path and the GPU
