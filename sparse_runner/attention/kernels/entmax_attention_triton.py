@@ -40,7 +40,9 @@ Threshold, per row (forward kernel, one program per (batch, head, BLOCK_M query 
      row is done when |F - 1| <= TOL (2e-6, the torch backend's float32 tolerance) or when a step
      moves u by <= STALL * u (4 ulps: float32 cannot place t better); the rows of a program stop
      together when all are done, after MAX_ITER (40) passes at the latest.  A float32 simulation of
-     this solver needed at most 8 passes (N up to 64k; random, peaked, tied rows, alpha 1+1e-6..2);
+     this solver needed at most 8 passes (N up to 64k; random, peaked, tied rows, alpha 1+1e-6..2).
+     MODE 15 (below) takes Halley's steps instead where they are at most twice Newton's (`_step`);
+     they may overshoot, which the bracket catches, and take fewer passes (scripts/bench_kernel_passes.py);
   4. a last pass accumulating p v and F; out = acc / F.  When a backward may follow, the same pass
      also accumulates os = sum_j s_j v_j / sum_j s_j (see Backward) and marks, per (query tile, key
      tile), whether the tile holds any p > 0.
@@ -50,7 +52,8 @@ Per score, a pass evaluates w = 1 + a1 (s - t) and its powers w^(1/a1) (F, p) an
 (-dF/du, s).  For any alpha that takes a log and two exps per score, and the GPU's special-function
 units, not its tensor cores, then bound the pass (16 such operations per clock per SM on Hopper).  When
 every head has alpha 1.5 or 2, the kernels are compiled with those powers written out (MODE: w^2 and
-w, or w and 1), which needs no special function per score (AdaSplash specialises 1.5-entmax in the same way).
+w, or w and 1), which needs no special function per score.  In the general case, from alpha 1.1 on,
+log w is taken directly instead of through _log1p, whose division is one more special function.
 
 Backward (p recomputed per tile from (m, u, F); s_j = p_j^(2 - alpha) on the support, 0 elsewhere;
 dP_j = dO . v_j):
