@@ -601,7 +601,7 @@ EVIDENCE_VERDICTS = [
     HELD, HELD,                                                           # Theorem 1's cliff, the LM trend
     HELD, INCONCLUSIVE,                                                   # pre-training, head size
     INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE,  # ERNIE-Sparse
-    NOT_RUN,                                                              # ERNIE-Sparse: the confirmatory SAR study
+    HELD,                                                                 # ERNIE-Sparse: the confirmatory SAR study (24 runs)
 ]
 
 
@@ -633,11 +633,15 @@ def test_every_claim_has_a_full_design_and_the_kept_runs_regenerate_the_table(tm
     softmax_arms = [row["shared arm"] for row in table[:4]]
     assert all("softmax: also claims" in mark for mark in softmax_arms)        # the softmax arm feeds 4 claims
     # The pilot runs record only the commit of their last process: none reads as one commit run throughout. The
-    # confirmatory density study's five runs record every process, all on its pre-registration commit.
-    confirmatory = table[6]
+    # confirmatory studies' runs record every process, each study's on one commit (the density study's on its
+    # pre-registration commit, the SAR study's on a later one, 99d0f04, from a clean checkout).
+    confirmatory, sar_confirmatory = table[6], table[16]
     assert confirmatory["claim"].endswith("confirmatory study, fresh seeds") and confirmatory["commits"] == ""
     assert (confirmatory["result"].lstrip("'"), confirmatory["p"], confirmatory["Holm p"]) == ("+3.04 [+0.94, +5.14]", "0.00797", "0.00797")
-    ran = [row for row in table if row["verdict"] != NOT_RUN and row is not confirmatory]
+    assert sar_confirmatory["claim"].endswith("mean over shifts 1–7, fresh seeds") and sar_confirmatory["commits"] == ""
+    assert (sar_confirmatory["treatment"], sar_confirmatory["baseline"]) == ("ERNIE-Sparse: 0.23 ± 0.77 (n=12)", "w/o SAR: -0.75 ± 0.76 (n=12)")
+    assert (sar_confirmatory["result"].lstrip("'"), sar_confirmatory["p"], sar_confirmatory["Holm p"]) == ("+0.98 [+0.33, +1.63]", "0.00237", "0.00237")
+    ran = [row for row in table if row["verdict"] != NOT_RUN and row not in (confirmatory, sar_confirmatory)]
     assert all(row["commits"].startswith(("unknown: ", "mixed: ")) for row in ran), [row["commits"] for row in ran]
     assert all(not row["commits"] for row in table if row["verdict"] == NOT_RUN)
     assert all(row["test"] for row in table)
