@@ -85,6 +85,7 @@ from sparse_runner.attention import entmax  # noqa: E402
 from sparse_runner.attention.layout import SequenceLayout  # noqa: E402
 from benchmarking import (  # noqa: E402
     add_device_argument,
+    device_footer,
     allocator_description,
     cpu_model,
     device_description,
@@ -541,15 +542,7 @@ def device_markdown(meta: dict, cells: dict, rows: list[str], lengths: list[int]
         v = "n/a" if t["value"] is None else f"{t['value']:.3g}"
         met = "n/a" if t["met"] is None else ("yes" if t["met"] else "**NO**")
         lines.append(f"| {t['name']} | {v} | {met} |")
-    lines += [
-        "",
-        f"- {where}; torch {meta['torch']}" + (f", CUDA {meta.get('cuda')}, triton {meta.get('triton')}" if "gpu" in meta else "")
-        + f"; run time {meta.get('seconds', '?')} s",
-        f"- code: HEAD {meta['git']['head'][:12] or '?'}; attention files differing from it: {', '.join(meta['git']['attention_files_modified']) or 'none'}",
-        f"- command: `{meta['command']}`",
-        "",
-    ]
-    return lines
+    return lines + device_footer(meta)
 
 
 # ----------------------------------------------------------------------------- profile

@@ -96,6 +96,7 @@ from sparse_runner.attention import entmax  # noqa: E402
 from sparse_runner.attention.memory_efficient import count_skipped_blocks  # noqa: E402
 from benchmarking import (  # noqa: E402
     add_device_argument,
+    device_footer,
     allocator_description,
     device_description,
     failed_cell,
@@ -695,15 +696,7 @@ def device_markdown(meta: dict, cells: dict, rows: list[str], shapes: list[tuple
                 ms = cell["fwd_bwd_ms"]
                 out.append(f" {ms:.3g}{x} | {mem} |" if ms < 1000 else f" {ms:.0f}{x} | {mem} |")
         lines.append(f"| {GPU_ROWS[row][0]} |" + "".join(out))
-    lines += [
-        "",
-        f"- {where}; torch {meta['torch']}" + (f", CUDA {meta.get('cuda')}, triton {meta.get('triton')}" if "gpu" in meta else "")
-        + f"; run time {meta.get('seconds', '?')} s",
-        f"- code: HEAD {meta['git']['head'][:12] or '?'}; attention files differing from it: {', '.join(meta['git']['attention_files_modified']) or 'none'}",
-        f"- command: `{meta['command']}`",
-        "",
-    ]
-    return lines
+    return lines + device_footer(meta)
 
 
 # ----------------------------------------------------------------------------- main

@@ -391,6 +391,19 @@ def git_state(paths: tuple[str, ...] = ("sparse_runner/attention",)) -> dict:
     return {"head": git("rev-parse", "HEAD"), "attention_files_modified": git("status", "--porcelain", "--", *paths).splitlines()}
 
 
+def device_footer(meta: dict) -> list[str]:
+    """The last lines of a device table: where it ran, the code measured (`git_state`) and the command."""
+    where = meta.get("gpu") or meta.get("cpu") or meta["device"]
+    return [
+        "",
+        f"- {where}; torch {meta['torch']}" + (f", CUDA {meta.get('cuda')}, triton {meta.get('triton')}" if "gpu" in meta else "")
+        + f"; run time {meta.get('seconds', '?')} s",
+        f"- code: HEAD {meta['git']['head'][:12] or '?'}; attention files differing from it: {', '.join(meta['git']['attention_files_modified']) or 'none'}",
+        f"- command: `{meta['command']}`",
+        "",
+    ]
+
+
 def status_kib(field: str) -> int | None:
     """A field of /proc/self/status in KiB (VmRSS, VmHWM, VmSize, ...), or None."""
     try:
