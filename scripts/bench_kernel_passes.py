@@ -1,15 +1,18 @@
 #!/usr/bin/env python
 """How much work the Triton alpha-entmax kernel does, counted (not timed): passes over the keys and tiles visited.
 
-The kernel's forward reads every key tile once for the row max, once per solver iteration for the threshold,
-and once for p v; its backward reads the (query tile, key tile) pairs where the forward saw some p > 0. Both
+The kernel's forward makes one pass over the key tiles for the row max, one per solver iteration for the
+threshold, and one for p v; from its first solver pass on it drops the tiles that can hold no p > 0 (with
+SKIP_EMPTY_TILES). Its backward reads the (query tile, key tile) pairs where the forward saw some p > 0. These
 numbers are properties of the algorithm and of the input, not of the machine, so they are counted here on a
 CPU with Triton's interpreter running the same kernels (TRITON_INTERPRET=1), with the GPU's bf16 tiles
 (64 queries x 32 keys). Times need a GPU (scripts/bench_long_attention.py --device cuda).
 
 Per case (alpha, scores, N), one forward + backward of entmax_attention on q, k, v (1, H, N, 64):
-* passes: key-tile reads of the forward per query tile (= 2 + solver iterations, averaged over the tiles;
-  a tile's rows stop together, so a tile counts its slowest row);
+* passes: the forward's passes per query tile (= 2 + solver iterations, averaged over the tiles; a tile's rows
+  stop together, so a tile counts its slowest row);
+* reads: the key tiles those passes read, per query tile, in whole passes' worth of tiles (= passes without
+  skipping; the work that scales with N);
 * tiles visited: the fraction of (query tile, key tile) pairs the backward visits (1.0 without skipping).
 Scores: "random" q, k ~ N(0, spread^2) (no structure: what an untrained layer sees), "local": q = k with a
 bump in a band of 32 positions, so that a sparse normaliser's weights stay near the diagonal.
@@ -78,35 +81,40 @@ def inputs(scores: str, n: int, spread: float, seed: int = 0):
 
 
 def count_case(kernel, row: str, scores: str, n: int, spread: float) -> dict:
-    """{"passes", "tiles_visited", "seconds"} of one forward + backward."""
+    """{"passes", "reads", "tiles_visited", "seconds"} of one forward + backward."""
     _, alpha, settings = ROWS[row]
     q, k, v = (x.requires_grad_() for x in inputs(scores, n, spread))
     if alpha == "learned":
         alpha = torch.linspace(1.1, 1.9, HEADS).requires_grad_()
-    calls = [0]
-    scores_fn = kernel._scores
+    # Under the interpreter the kernels' helpers are plain functions, looked up at each call: counted here.
+    calls = {"_scores": 0, "_step": 0}  # key tiles read (forward only), solver steps (one per pass and program)
+    originals = {name: getattr(kernel, name) for name in calls}
 
-    def counted(*args, **kwargs):
-        calls[0] += 1
-        return scores_fn(*args, **kwargs)
+    def counter(name):
+        def counted(*args, **kwargs):
+            calls[name] += 1
+            return originals[name](*args, **kwargs)
+
+        return counted
 
     saved = {name: getattr(kernel, name) for name in settings}
     start = time.perf_counter()
     try:
         for name, value in settings.items():
             setattr(kernel, name, value)
-        kernel._scores = counted
+        for name in calls:
+            setattr(kernel, name, counter(name))
         out = kernel.entmax_attention(q, k, v, alpha)
     finally:
-        kernel._scores = scores_fn
-        for name, value in saved.items():
+        for name, value in {**originals, **saved}.items():
             setattr(kernel, name, value)
     tiles = out.grad_fn.saved_tensors[-1]
     out.backward(torch.randn_like(out))
     block_m, block_n = GPU_TILES
     programs = math.ceil(n / block_m) * HEADS
     return {
-        "passes": calls[0] / (programs * math.ceil(n / block_n)),
+        "passes": 2 + calls["_step"] / programs,
+        "reads": calls["_scores"] / (programs * math.ceil(n / block_n)),
         "tiles_visited": tiles.float().mean().item(),
         "seconds": round(time.perf_counter() - start, 2),
     }
@@ -179,14 +187,16 @@ def markdown(meta: dict, cells: dict) -> list[str]:
         "# The Triton kernel's work, counted under Triton's interpreter",
         "",
         f"q, k, v (1, {HEADS}, N, {HEAD_DIM}), tiles {GPU_TILES[0]} queries x {GPU_TILES[1]} keys. "
-        "passes = key-tile reads of the forward per query tile (2 + solver iterations); "
+        "passes = the forward's passes over the key tiles per query tile (2 + solver iterations); "
+        "reads = the key tiles they read, in whole passes (less than passes where tiles are skipped); "
         "visited = fraction of (query tile, key tile) pairs the backward visits.",
         "",
-        "| row |" + "".join(f" {c}: passes | visited |" for c in cases),
-        "|---|" + "---:|---:|" * len(cases),
+        "| row |" + "".join(f" {c}: passes | reads | visited |" for c in cases),
+        "|---|" + "---:|---:|---:|" * len(cases),
     ]
     for row, by_case in cells.items():
-        lines.append(f"| {ROWS[row][0]} |" + "".join(f" {by_case[c]['passes']:.2f} | {by_case[c]['tiles_visited']:.2f} |" for c in cases))
+        lines.append(f"| {ROWS[row][0]} |" + "".join(
+            f" {by_case[c]['passes']:.2f} | {by_case[c]['reads']:.2f} | {by_case[c]['tiles_visited']:.2f} |" for c in cases))
     lines += ["", f"- code: HEAD {meta['git']['head'][:12] or '?'}; attention files differing from it: "
               f"{', '.join(meta['git']['attention_files_modified']) or 'none'}; run time {meta['seconds']} s",
               f"- command: `{meta['command']}`", ""]

@@ -1,8 +1,9 @@
-"""scripts/bench_kernel_passes.py: it counts the Triton kernel's passes and visited tiles under the interpreter.
+"""scripts/bench_kernel_passes.py: it counts the Triton kernel's passes, tile reads and visited tiles under the
+interpreter.
 
 The counts are deterministic (no timing), so they can be held to what the solver and the tile skipping promise:
 Halley's steps (1.5-entmax's own formulas) take fewer passes than Newton's on the same rows, and on local scores
-the backward visits only the diagonal band of tiles.
+the forward's later passes and the backward visit only the diagonal band of tiles.
 """
 
 from __future__ import annotations
@@ -33,8 +34,12 @@ def test_counts_passes_and_visited_tiles(tmp_path):
     for case in (random, local):
         assert 3 <= halley[case]["passes"] < newton[case]["passes"] <= 2 + 40
     assert halley[random]["tiles_visited"] == newton[random]["tiles_visited"] == 1.0
-    # local scores: bands of 32 positions, tiles of 64 queries x 32 keys: 2 of the 4 key tiles per query tile
-    assert halley[local]["tiles_visited"] == pytest.approx(0.5)
+    assert halley[random]["reads"] == halley[random]["passes"]  # every tile holds weight: none skipped
+    # local scores: bands of 32 positions, tiles of 64 queries x 32 keys: 2 of the 4 key tiles per query tile.
+    # The max pass and the first solver pass read all 4; the first drops the 2 others for every later pass.
+    for row in (halley, newton):
+        assert row[local]["tiles_visited"] == pytest.approx(0.5)
+        assert row[local]["reads"] == pytest.approx(2 + 0.5 * (row[local]["passes"] - 2))
     assert "| 1.5-entmax, its own formulas (Halley) |" in (tmp_path / "kernel_passes.md").read_text()
 
 

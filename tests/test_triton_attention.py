@@ -220,12 +220,18 @@ def test_one_alpha_for_every_head_selects_the_specialised_formulas():
 
 
 def _kernel_run(q, k, v, alpha, mode, grad_out, **kwargs):
-    """Output, gradients and the forward's tile table of one kernel call in a given MODE."""
+    """Output, gradients and the forward's tile table of one kernel call in a given MODE.  Also checks the
+    forward's list of key tiles per query tile (the dQ kernel's loop) against that table: the same tiles,
+    ascending."""
     leaves = [x.detach().float().requires_grad_() for x in (q, k, v)]
     alpha_t = T._alpha_tensor(alpha, q.shape[1], q.device)
     out = T._EntmaxAttention.apply(*leaves, alpha_t, 1.0 / math.sqrt(q.shape[-1]), kwargs.get("key_padding_mask"),
                                    kwargs.get("causal", False), 0.0, mode, True)
-    tiles = out.grad_fn.saved_tensors[-1].clone()
+    *_, kv_count, kv_index, tiles = (x.clone() for x in out.grad_fn.saved_tensors)
+    table = tiles.reshape(-1, tiles.shape[-1])
+    assert kv_count.tolist() == table.sum(-1).tolist()
+    for row, count, listed in zip(table, kv_count.tolist(), kv_index):
+        assert listed[:count].tolist() == row.nonzero().flatten().tolist()
     grads = torch.autograd.grad((out * grad_out).sum(), leaves)
     return [out.detach(), *grads], tiles
 
@@ -244,16 +250,14 @@ def test_interpreter_specialised_formulas_agree_with_the_general_ones(alpha, mod
     assert torch.equal(tiles_special, tiles_general)
 
 
-def test_tile_lists_put_the_tiles_to_visit_first_in_ascending_order():
-    """The backward's loop lists from a tile table: per query tile its key tiles to visit, per key tile its query
-    tiles, each ascending, with their counts; a row with nothing to visit has count 0."""
+def test_query_tile_lists_put_the_tiles_to_visit_first_in_ascending_order():
+    """The dK/dV kernel's loop lists from a tile table: per key tile its query tiles to visit, ascending, with
+    their counts; a key tile with nothing to visit has count 0."""
     tiles = torch.tensor([[[1, 0, 1], [0, 0, 0]], [[1, 1, 1], [0, 1, 0]]], dtype=torch.int8)  # (B * H, 2, 3)
-    kv_count, kv_index, q_count, q_index = T._tile_lists(tiles)
-    assert kv_count.tolist() == [2, 0, 3, 1] and kv_index.dtype == torch.int16
-    rows = [kv_index[r, :c].tolist() for r, c in enumerate(kv_count.tolist())]
-    assert rows == [[0, 2], [], [0, 1, 2], [1]]
-    assert q_count.tolist() == [1, 0, 1, 1, 2, 1]
+    q_count, q_index = T._query_tile_lists(tiles)
+    assert q_count.tolist() == [1, 0, 1, 1, 2, 1] and q_index.dtype == torch.int16
     assert [q_index[r, :c].tolist() for r, c in enumerate(q_count.tolist())] == [[0], [], [0], [0], [0, 1], [0]]
+    assert T._index_dtype(2**15 - 1) == torch.int16 and T._index_dtype(2**15) == torch.int32
 
 
 def banded_inputs(B, H, N, D, band, strength):
@@ -284,6 +288,61 @@ def test_interpreter_backward_skips_the_tiles_without_weight(monkeypatch, skip):
     assert tiles.shape == (2, 4, 4)
     assert tiles[0].bool().all()  # softmax: every tile has weight
     assert torch.equal(tiles[1].bool(), torch.eye(4, dtype=torch.bool) if skip else torch.ones(4, 4, dtype=torch.bool))
+
+
+@interpreter
+@pytest.mark.parametrize("alpha, mode", [(1.5, 15), (2.0, 20), (LEARNED, 0)])
+def test_interpreter_solver_passes_skip_tiles_and_change_nothing(monkeypatch, alpha, mode):
+    """Local scores, padded and causal: the forward's solver passes drop the key tiles with no p > 0 at the
+    threshold's proven lower bound, so they read fewer tiles, and every output and gradient is bitwise the
+    one without skipping (a dropped tile adds exact zeros to every later sum)."""
+    q, k, v = banded_inputs(2, 2, 64, 16, band=16, strength=12.0)
+    q, k, v = q.float(), k.float(), v.float()
+    kpm = padding(2, 64, seed=4)
+    grad_out = torch.randn(2, 2, 64, 16, generator=torch.Generator().manual_seed(5))
+    scores = T._scores
+    runs = {}
+    for skip in (True, False):
+        calls = [0]
+
+        def counted(*args, **kwargs):
+            calls[0] += 1
+            return scores(*args, **kwargs)
+
+        monkeypatch.setattr(T, "SKIP_EMPTY_TILES", skip)
+        monkeypatch.setattr(T, "_scores", counted)
+        runs[skip] = (*_kernel_run(q, k, v, alpha_for(alpha, 2), mode, grad_out, key_padding_mask=kpm, causal=True), calls[0])
+    (got, tiles, reads), (want, _, reads_all) = runs[True], runs[False]
+    for x, y in zip(got, want):
+        assert torch.equal(x, y)
+    # Causal leaves 10 of the 16 tiles per head, 4 of which hold weight (the softmax head's: all 10).  The max pass and
+    # the first solver pass (u_lo = 0) read every visible tile, the later passes about half: 0.82-0.85 of the reads.
+    assert tiles.float().mean() < 0.6 and reads < 0.9 * reads_all
+
+
+@interpreter
+def test_interpreter_solver_passes_keep_the_tiles_a_halley_step_overshoots(monkeypatch):
+    """1.5-entmax rows with a key tile of scores just inside the support at t = m (2 - 1.95 below the max), which
+    leave it as t rises: Halley's first step carries t past the threshold, where that tile holds no p > 0, but the
+    tile still has weight at the threshold.  Skipping decides at the proven lower bound (u_lo), so the tile stays
+    and the result is bitwise the one without skipping (decided at the iterate, outputs differed by up to 0.3)."""
+    D, Nk = 16, 64
+    g = torch.Generator().manual_seed(188)
+    row = -torch.rand(Nk, generator=g) * 8.5
+    row[48:] = -1.99 + 0.05 * torch.rand(16, generator=g)
+    row[0] = 0.0
+    q = torch.zeros(1, 1, 16, D)
+    q[..., 0] = math.sqrt(D)  # scores = scale q . k = k[..., 0]: every query row is `row`
+    k = torch.zeros(1, 1, Nk, D)
+    k[..., 0] = row
+    v = torch.randn(1, 1, Nk, D, generator=g)
+    outputs = {}
+    for skip in (False, True):
+        monkeypatch.setattr(T, "SKIP_EMPTY_TILES", skip)
+        outputs[skip] = T.entmax_attention(q, k, v, 1.5)
+    assert torch.equal(outputs[True], outputs[False])
+    got, want = run_both(q.double(), k.double(), v.double(), 1.5)  # with skipping: outputs and gradients
+    assert_matches(got, want, TOL32)
 
 
 @interpreter

@@ -6,9 +6,10 @@ with alpha fixed (a float: 1 = softmax, 1.5-entmax, 2 = sparsemax) or learned pe
 tensor that requires grad; Correia et al. 2019).  Memory is O(N): scores are produced tile by tile
 (BLOCK_M query rows x BLOCK_N keys) and never stored; per query row only the threshold t and the
 normaliser F are kept for the backward (AdaSplash, Goncalves et al. 2025, does the same), with os
-(float32, the size of the output) and one byte per (BLOCK_M x BLOCK_N) tile, which the backward turns
-into lists of 2-byte tile indices (`_tile_lists`): 5 bytes per tile in all, Nq Nk / 400 bytes per head
-with 16-bit inputs (10 MiB at 64k x 64k), the only terms that are not linear in N.  t is kept
+(float32, the size of the output).  Per (BLOCK_M x BLOCK_N) tile the forward keeps a 2-byte entry of its
+query tile's list of key tiles, and for the backward one byte (whether the tile holds some p > 0), which
+the backward turns into 2-byte lists per key tile (`_query_tile_lists`): 5 bytes per tile, Nq Nk / 400
+bytes per head with 16-bit inputs (10 MiB at 64k x 64k), the only terms that are not linear in N.  t is kept
 as two float32 numbers, t = m + u (row max m, offset u): rounding t to one float32 costs up to
 ulp(m) in 1 + a1 (s - t), which near the threshold is the whole of it (simulated in float32: a
 sparsemax row with |m| = 100 over 65536 near-tied keys has a max error of 1.5e-5 with t rounded,
@@ -41,6 +42,10 @@ Threshold, per row (forward kernel, one program per (batch, head, BLOCK_M query 
      moves u by <= STALL * u (4 ulps: float32 cannot place t better); the rows of a program stop
      together when all are done, after MAX_ITER (40) passes at the latest.  A float32 simulation of
      this solver needed at most 8 passes (N up to 64k; random, peaked, tied rows, alpha 1+1e-6..2).
+     Each pass drops from the program's list of key tiles those in which no row has p > 0 at its proven
+     lower bound u_lo (SKIP_EMPTY_TILES, AdaSplash's block skipping): such a tile has none at the root
+     or at any later iterate (all >= u_lo), so skipping it changes no sum, and the later passes read
+     only the tiles near the support.
      MODE 15 (below) takes Halley's steps instead where they are at most twice Newton's (`_step`);
      they may overshoot, which the bracket catches, and take fewer passes (scripts/bench_kernel_passes.py);
   4. a last pass accumulating p v and F; out = acc / F.  When a backward may follow, the same pass
@@ -138,8 +143,8 @@ _MODE_GENERAL, _MODE_ENTMAX15, _MODE_SPARSEMAX = 0, 15, 20
 # Both read at each call; the GPU benchmark (scripts/bench_long_attention.py) times each setting against
 # the other.  Whether a single alpha of 1.5 or 2 takes its MODE ...
 SPECIALISE_ALPHA = True
-# ... and whether the backward kernels visit only the (query tile, key tile) pairs in which the forward
-# saw some p > 0 (AdaSplash's block skipping).
+# ... and whether the forward's later passes and the backward visit only the key tiles that can hold some p > 0
+# (AdaSplash's block skipping; exact: the others add zeros).
 SKIP_EMPTY_TILES = True
 # psi(x) = (e^x - 1 - x) / x^2: series below, direct formula above (entmax_torch.py's float32 switch).
 _PSI_SWITCH = 1.0
@@ -238,6 +243,17 @@ if triton is not None:
     _LOG_DIRECT_FROM = tl.constexpr(0.1)
 
     @_helper
+    def _support(d, a1, vis, MODE: tl.constexpr):
+        """Bool tile: the visible keys with p > 0 at the threshold t = m + u, d = (s - m) - u, i.e. 1 + a1 d > 0
+        (a1 = 0.5 in MODE 15, 1 in MODE 20, the head's a1 otherwise: 0 for softmax, which keeps every visible key)."""
+        if MODE == 15:
+            return vis & (0.5 * d > -1.0)
+        elif MODE == 20:
+            return vis & (d > -1.0)
+        else:
+            return vis & (a1 * d > -1.0)
+
+    @_helper
     def _unnormalised(s, m, u, a1, is_soft, vis, MODE: tl.constexpr):
         """Unnormalised weights of a score tile: (pt, qt, log_pt, support), 0 outside the support.
 
@@ -254,18 +270,14 @@ if triton is not None:
         s - t is formed as (s - m) - u: s - m is exact near the max, and u keeps its own precision.
         """
         d = (s - m) - u
+        support = _support(d, a1, vis, MODE)
         if MODE == 15:
-            w = 1.0 + 0.5 * d
-            support = vis & (w > 0.0)
-            w = tl.where(support, w, 0.0)
+            w = tl.where(support, 1.0 + 0.5 * d, 0.0)
             return w * w, w, d, support
         elif MODE == 20:
-            w = 1.0 + d
-            support = vis & (w > 0.0)
-            return tl.where(support, w, 0.0), support.to(tl.float32), d, support
+            return tl.where(support, 1.0 + d, 0.0), support.to(tl.float32), d, support
         else:
             z = a1 * d
-            support = vis & (z > -1.0)  # softmax heads: z = 0 keeps every visible key
             if a1 >= _LOG_DIRECT_FROM:  # one special function less per score (see _LOG_DIRECT_FROM)
                 log_w = tl.log(tl.where(support, 1.0 + z, 1.0))
             else:
@@ -294,7 +306,7 @@ if triton is not None:
 
     @triton.jit
     def _fwd_kernel(
-        Q, K, V, O, OS, M, U, FS, TILES, ALPHA, KPM, SEED,
+        Q, K, V, O, OS, M, U, FS, TILES, KV_COUNT, KV_INDEX, ALPHA, KPM, SEED,
         sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, sosb, sosh, sosm, skpm,
         H, Nq, Nk, D, n_key_tiles, scale, drop_below, keep_scale,
         HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MODE: tl.constexpr, BACKWARD: tl.constexpr,
@@ -326,17 +338,26 @@ if triton is not None:
         n_end = Nk
         if CAUSAL:
             n_end = tl.minimum(Nk, (pid_m + 1) * BLOCK_M + Nk - Nq)
+        # The key tiles the passes after the first visit, listed in ascending order: every tile at first; each
+        # solver pass keeps those that can still hold p > 0 (SKIP_TILES); the last pass leaves the backward's
+        # list.  Passes write entries no later read of their own pass reaches (entry `kept` <= i); the barrier
+        # after each pass makes the writes visible to all of the program's threads before the next one reads.
+        tile_row = pid_bh.to(tl.int64) * tl.cdiv(Nq, BLOCK_M) + pid_m
+        list_row = KV_INDEX + tile_row * n_key_tiles
+        n_listed = tl.cdiv(n_end, BLOCK_N)
 
         # Pass 1: row max and number of visible keys.
         m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
         n_vis = tl.zeros((BLOCK_M,), tl.float32)
-        for start_n in range(0, n_end, BLOCK_N):
-            offs_n = start_n + arange_n
+        for j in range(0, n_listed):
+            offs_n = j * BLOCK_N + arange_n
             kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
             s = _scores(q, k_base + offs_n[:, None] * skn + offs_d[None, :], kv_mask, scale, DOT_PRECISION)
             vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
             m = tl.maximum(m, tl.max(tl.where(vis, s, float("-inf")), 1))
             n_vis += tl.sum(vis.to(tl.float32), 1)
+            tl.store(list_row + j, j)  # cast to the list's int16 or int32 by the store
+        tl.debug_barrier()
         live = m > float("-inf")
         m = tl.where(live, m, 0.0)
 
@@ -354,8 +375,10 @@ if triton is not None:
             f = tl.zeros((BLOCK_M,), tl.float32)
             qq = tl.zeros((BLOCK_M,), tl.float32)  # sum_j qt_j = -dF/du
             n_sup = tl.zeros((BLOCK_M,), tl.float32)  # the support's size |S| (MODE 15: d^2F/du^2 = |S| / 2)
-            for start_n in range(0, n_end, BLOCK_N):
-                offs_n = start_n + arange_n
+            kept = tl.zeros((), tl.int32)
+            for i in range(0, n_listed):
+                j = tl.load(list_row + i).to(tl.int32)
+                offs_n = j * BLOCK_N + arange_n
                 kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
                 s = _scores(q, k_base + offs_n[:, None] * skn + offs_d[None, :], kv_mask, scale, DOT_PRECISION)
                 vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
@@ -364,6 +387,18 @@ if triton is not None:
                 qq += tl.sum(qt, 1)
                 if MODE == 15:
                     n_sup += tl.sum(support.to(tl.float32), 1)
+                # AdaSplash's skipping: a tile none of whose keys has p > 0 at a proven lower bound of the threshold,
+                # t = m + u_lo (F >= 1 there), has none at the threshold itself or at any later iterate (u >= u_lo),
+                # so it is dropped from the list.  Not at u, which Halley's steps may carry past the threshold.
+                if SKIP_TILES:
+                    reach = _support((s - m[:, None]) - u_lo[:, None], a1_eff, vis & row_ok[:, None], MODE)
+                    keep = tl.max(reach.to(tl.int32))
+                    tl.store(list_row + kept, j, mask=keep > 0)
+                    kept += keep
+                else:
+                    kept += 1
+            tl.debug_barrier()
+            n_listed = kept
             u_lo = tl.where(f >= 1.0, u, u_lo)
             u_hi = tl.where(f < 1.0, u, u_hi)
             u_new = u + _step(f, qq, n_sup, a1_safe, MODE)
@@ -380,17 +415,20 @@ if triton is not None:
         # dropout), out = acc / F.  For the backward also os = sum_j qt_j z_j v_j / sum_j qt_j, so that
         # its c = sum_j s_j dP_j / sum_j s_j is dO . os (s_j = qt_j F^(a1 - 1): the factor cancels),
         # as FlashAttention's D = dO . O, and whether the tile (this query tile, key tile) holds any
-        # p > 0: the backward skips the tiles that do not (exactly: their p, s and dS are all 0).
+        # p > 0: the backward skips the tiles that do not (exactly: their p, s and dS are all 0), from
+        # the table (the key tiles' lists) and from this pass's list (the query tile's).
         acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
         f = tl.zeros((BLOCK_M,), tl.float32)
         if BACKWARD:
             acc_s = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
             sum_s = tl.zeros((BLOCK_M,), tl.float32)
-            tiles_row = TILES + (pid_bh.to(tl.int64) * tl.cdiv(Nq, BLOCK_M) + pid_m) * n_key_tiles
+            tiles_row = TILES + tile_row * n_key_tiles
+            kept = tl.zeros((), tl.int32)
         if DROPOUT:
             seed = tl.load(SEED)
-        for start_n in range(0, n_end, BLOCK_N):
-            offs_n = start_n + arange_n
+        for i in range(0, n_listed):
+            j = tl.load(list_row + i).to(tl.int32)
+            offs_n = j * BLOCK_N + arange_n
             kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
             s = _scores(q, k_base + offs_n[:, None] * skn + offs_d[None, :], kv_mask, scale, DOT_PRECISION)
             vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
@@ -407,9 +445,12 @@ if triton is not None:
                     qt = qt * z
                 acc_s += tl.dot(qt.to(v.dtype), v, input_precision=DOT_PRECISION)
                 if SKIP_TILES:  # the tiles the backward visits: those with some p > 0 ...
-                    tl.store(tiles_row + start_n // BLOCK_N, (tl.sum(support.to(tl.int32)) > 0).to(tl.int8))
+                    keep = tl.max((support & row_ok[:, None]).to(tl.int32))
                 else:  # ... or every tile visited here
-                    tl.store(tiles_row + start_n // BLOCK_N, tl.full((), 1, tl.int8))
+                    keep = tl.full((), 1, tl.int32)
+                tl.store(tiles_row + j, keep.to(tl.int8))
+                tl.store(list_row + kept, j, mask=keep > 0)
+                kept += keep
         f = tl.where(f > 0.0, f, 1.0)  # fully masked rows: acc = 0, and F = 1 keeps the backward finite
         out = acc / f[:, None]
         tl.store(O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :], out.to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
@@ -418,6 +459,7 @@ if triton is not None:
         tl.store(U + stat, u, mask=row_ok)
         tl.store(FS + stat, f, mask=row_ok)
         if BACKWARD:
+            tl.store(KV_COUNT + tile_row, kept)
             o_s = acc_s / tl.where(sum_s > 0.0, sum_s, 1.0)[:, None]
             tl.store(OS + b * sosb + h * sosh + offs_m[:, None] * sosm + offs_d[None, :], o_s, mask=row_ok[:, None] & d_ok[None, :])
 
@@ -473,7 +515,7 @@ if triton is not None:
         sum_a = tl.zeros((BLOCK_M,), tl.float32)
         sum_adp = tl.zeros((BLOCK_M,), tl.float32)
         # The key tiles the forward found some p > 0 in (every tile it visited without SKIP_EMPTY_TILES), listed
-        # in ascending order (`_tile_lists`), so that the loop has no branch and pipelines as a dense one.
+        # in ascending order by the forward's last pass, so that the loop has no branch and pipelines as a dense one.
         for i in range(0, tl.load(KV_COUNT + tile_row)):
             start_n = tl.load(KV_INDEX + tile_row * n_key_tiles + i).to(tl.int32) * BLOCK_N
             offs_n = start_n + arange_n
@@ -644,18 +686,19 @@ def dropout_keep_mask(seed: torch.Tensor, batch: int, heads: int, n_queries: int
     return keep.bool()
 
 
-def _tile_lists(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The backward's loops from the forward's tile table (B * H, query tiles, key tiles), 1 = visit:
-    (kv_count, kv_index) per query tile, the number of key tiles to visit and their indices, ascending, first
-    in each row; (q_count, q_index) the same per key tile.  FlexAttention's BlockMask keeps its blocks in this
-    form (kv_num_blocks, kv_indices).  int16 indices while tiles fit (32-key tiles: up to 1M keys)."""
-    index_dtype = torch.int16 if max(tiles.shape[1:]) < 2**15 else torch.int32
+def _index_dtype(n_tiles: int) -> torch.dtype:
+    """The tile lists' index dtype: int16 while tile indices fit (32-key tiles: up to 1M keys), int32 beyond."""
+    return torch.int16 if n_tiles < 2**15 else torch.int32
 
-    def lists(table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        table = table.reshape(-1, table.shape[-1])
-        return table.sum(-1, dtype=torch.int32), torch.argsort(table, dim=-1, descending=True, stable=True).to(index_dtype)
 
-    return (*lists(tiles), *lists(tiles.transpose(1, 2)))
+def _query_tile_lists(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The dK/dV kernel's loops from the forward's tile table (B * H, query tiles, key tiles), 1 = visit:
+    per key tile, the number of query tiles to visit (q_count) and their indices, ascending, first in each row
+    (q_index).  FlexAttention's BlockMask keeps its blocks in this form (kv_num_blocks, kv_indices); the
+    forward leaves the query tiles' lists of key tiles in it too (kv_count, kv_index)."""
+    table = tiles.transpose(1, 2).reshape(-1, tiles.shape[1])
+    q_index = torch.argsort(table, dim=-1, descending=True, stable=True).to(_index_dtype(tiles.shape[1]))
+    return table.sum(-1, dtype=torch.int32), q_index
 
 
 def _row_stride_ok(x: torch.Tensor) -> torch.Tensor:
@@ -686,13 +729,16 @@ class _EntmaxAttention(Function):
         f = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
         # For the backward: os = sum_j s_j z_j v_j / sum_j s_j (float32: its c = dO . os is a difference
         # the gradients hinge on), and per (query tile, key tile) whether the tile holds some p > 0.
-        n_key_tiles = triton.cdiv(Nk, block_n)
+        # kv_index: per query tile, the key tiles its passes visit (the forward's scratch, then the backward's list).
+        n_query_tiles, n_key_tiles = triton.cdiv(Nq, block_m), triton.cdiv(Nk, block_n)
         o_s = torch.zeros((B, H, Nq, D) if backward else (1, 1, 1, 1), dtype=torch.float32, device=q.device)
-        tiles = torch.zeros((B * H, triton.cdiv(Nq, block_m), n_key_tiles) if backward else (1, 1, 1), dtype=torch.int8, device=q.device)
+        tiles = torch.zeros((B * H, n_query_tiles, n_key_tiles) if backward else (1, 1, 1), dtype=torch.int8, device=q.device)
+        kv_count = torch.zeros(B * H * n_query_tiles if backward else 1, dtype=torch.int32, device=q.device)
+        kv_index = torch.empty((B * H * n_query_tiles, n_key_tiles), dtype=_index_dtype(n_key_tiles), device=q.device)
         if out.numel() and Nk:
-            grid = (triton.cdiv(Nq, block_m), B * H)
+            grid = (n_query_tiles, B * H)
             _fwd_kernel[grid](
-                q, k, v, out, o_s, m, u, f, tiles, alpha32, kpm, seed,
+                q, k, v, out, o_s, m, u, f, tiles, kv_count, kv_index, alpha32, kpm, seed,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *o_s.stride()[:3],
                 kpm.stride(0) if has_kpm else 0,
                 H, Nq, Nk, D, n_key_tiles, float(scale), *dropout_args,
@@ -706,7 +752,7 @@ class _EntmaxAttention(Function):
             m.zero_()
             u.zero_()
             f.fill_(1.0)
-        ctx.save_for_backward(q, k, v, o_s, alpha32, kpm, m, u, f, seed, tiles)
+        ctx.save_for_backward(q, k, v, o_s, alpha32, kpm, m, u, f, seed, kv_count, kv_index, tiles)
         ctx.scale, ctx.has_kpm, ctx.causal, ctx.mode = float(scale), has_kpm, bool(causal), mode
         ctx.dropout, ctx.dropout_args = dropout, dropout_args
         ctx.alpha_dtype = alpha.dtype
@@ -714,7 +760,7 @@ class _EntmaxAttention(Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, o_s, alpha32, kpm, m, u, f, seed, tiles = ctx.saved_tensors
+        q, k, v, o_s, alpha32, kpm, m, u, f, seed, kv_count, kv_index, tiles = ctx.saved_tensors
         B, H, Nq, D = q.shape
         Nk = k.shape[2]
         need_dalpha = ctx.needs_input_grad[3]
@@ -729,7 +775,7 @@ class _EntmaxAttention(Function):
         dalpha_rows = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device) if need_dalpha else c  # c: unused pointer
         block_m, block_n, block_d, warps = _blocks(D, q.dtype)
         n_key_tiles = tiles.shape[2]
-        kv_count, kv_index, q_count, q_index = _tile_lists(tiles)
+        q_count, q_index = _query_tile_lists(tiles)
         common = dict(
             HAS_KPM=ctx.has_kpm, CAUSAL=ctx.causal, DROPOUT=ctx.dropout, MODE=ctx.mode,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
