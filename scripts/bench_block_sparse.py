@@ -20,17 +20,19 @@ Writes <out-dir>/block_sparse.json and .md (default out-dir: outputs/bench/block
 
 On a GPU (--device cuda) it measures the softmax block patterns' engines side by side instead
 (`device_table`; DEVICE_ROWS): dense SDPA, and local, BigBird and HST each through the tiles
-(`block_sparse.attend_tiles`, model.attention_impl=auto) and through FlexAttention (attention_impl=flex,
+(`block_sparse.attend_tiles`, model.attention_impl=auto), the tiles compiled with torch.compile (`_compiled`, as
+trainer.compile=true runs them) and through FlexAttention (attention_impl=flex,
 attention/flex_blocks.py), one layer on x (1, N, 512), 8 heads x 64, block 64, bf16 autocast, forward +
 backward, at N = 4k, 16k, 64k (--lengths), with the issue's targets: HST and BigBird <= 1x dense SDPA at 4k,
 <= 0.5x at 16k, <= 0.1x at 64k.
 
     python scripts/bench_block_sparse.py --device cuda
     python scripts/bench_block_sparse.py --device cuda --lengths 65536,16384 --rows dense_sdpa,hst_softmax,hst_softmax_flex
+    python scripts/bench_block_sparse.py --device cuda --rows dense_sdpa,hst_softmax,hst_softmax_compiled   # the launch floor
 
 Writes <out-dir>/block_sparse_cuda.json and .md, rewritten after every length. A cell is the median of up to
 --repeats calls (at least 3; fewer once --cell-seconds are spent), each between two torch.cuda.synchronize(),
-after one warm-up call (FlexAttention compiles its kernels and the block mask there: `warmup_s`) and a
+after one warm-up call (FlexAttention, and torch.compile in the `_compiled` rows, compile there: `warmup_s`) and a
 second one unless the first took the cell's time; peak memory as in bench_long_attention.py. A failure is the
 cell "n/a (reason)"; cells not started when --time-budget is spent are "n/a (time budget spent)".
 
@@ -373,16 +375,22 @@ def markdown(meta: dict, results: dict, memory: dict, rows: list[str], lengths: 
 
 
 # ----------------------------------------------------------------------------- the device table (--device cuda)
-# name -> (label, pattern, model.attention_impl): softmax, block 64 (HST: its default two stages).
+# name -> (label, pattern, model.attention_impl, compiled): softmax, block 64 (HST: its default two stages).
+# compiled: the layer's call through torch.compile (Inductor, default mode), as trainer.compile=true runs a
+# model: one graph for the tiles' gathers, masks and SDPA calls (tests/test_compile.py), against the
+# launch-bound floor of the eager tiles; its compilation is the first call's time.
 DEVICE_ROWS = {
-    "dense_sdpa": ("dense SDPA softmax (flash)", "dense", "auto"),
-    "local_softmax": ("local softmax, tiles", "local", "auto"),
-    "local_softmax_flex": ("local softmax, FlexAttention", "local", "flex"),
-    "bigbird_softmax": ("BigBird softmax, tiles", "bigbird", "auto"),
-    "bigbird_softmax_flex": ("BigBird softmax, FlexAttention", "bigbird", "flex"),
-    "hst_softmax": ("HST softmax, tiles", "hst", "auto"),
-    "hst_softmax_flex": ("HST softmax, token step through FlexAttention", "hst", "flex"),
-    "projections": ("projections alone", "proj", "auto"),
+    "dense_sdpa": ("dense SDPA softmax (flash)", "dense", "auto", False),
+    "local_softmax": ("local softmax, tiles", "local", "auto", False),
+    "local_softmax_flex": ("local softmax, FlexAttention", "local", "flex", False),
+    "local_softmax_compiled": ("local softmax, tiles, torch.compile", "local", "auto", True),
+    "bigbird_softmax": ("BigBird softmax, tiles", "bigbird", "auto", False),
+    "bigbird_softmax_flex": ("BigBird softmax, FlexAttention", "bigbird", "flex", False),
+    "bigbird_softmax_compiled": ("BigBird softmax, tiles, torch.compile", "bigbird", "auto", True),
+    "hst_softmax": ("HST softmax, tiles", "hst", "auto", False),
+    "hst_softmax_flex": ("HST softmax, token step through FlexAttention", "hst", "flex", False),
+    "hst_softmax_compiled": ("HST softmax, tiles, torch.compile", "hst", "auto", True),
+    "projections": ("projections alone", "proj", "auto", False),
 }
 DEVICE_LENGTHS = "4096,16384,65536"
 DEVICE_BASELINE = "dense_sdpa"
@@ -400,7 +408,7 @@ def device_unavailable_row(row: str, device: torch.device) -> str | None:
 def build_device_case(row: str, n: int, device: torch.device, seed: int = 0):
     """(module, forward, x, g): the layer of device row `row` for x (1, N, 512) float32 on `device` (autocast
     decides the compute dtype; HST runs on N + N/64 positions, its representatives entered untimed)."""
-    _, pattern, impl = DEVICE_ROWS[row]
+    _, pattern, impl, compiled = DEVICE_ROWS[row]
     torch.manual_seed(seed)
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     x = torch.randn(1, n, D_MODEL, generator=gen, device=device)
@@ -424,6 +432,10 @@ def build_device_case(row: str, n: int, device: torch.device, seed: int = 0):
             return module(x, key_padding_mask=mask)
 
     module.to(device).train()
+    if compiled:  # the block tables first (numpy, once per length), so that one graph is compiled, not two
+        with torch.no_grad():
+            forward(x)
+        forward = torch.compile(forward)
     x = x.detach().requires_grad_()
     return module, forward, x, torch.randn(x.shape, generator=gen, device=device)
 
@@ -473,7 +485,7 @@ def device_targets(cells: dict) -> list[dict]:
     """Every block row's ratio to dense SDPA at the target lengths, against the issue's bound there."""
     rows = []
     for n, bound in DEVICE_TARGETS.items():
-        for row in ("bigbird_softmax", "bigbird_softmax_flex", "hst_softmax", "hst_softmax_flex"):
+        for row in (r for r in DEVICE_ROWS if r.startswith(("bigbird_", "hst_"))):
             value = cells.get(str(n), {}).get(row, {}).get("x_dense_sdpa")
             rows.append({"name": f"{DEVICE_ROWS[row][0]} / dense SDPA at {n} (target <= {bound:g})", "value": value,
                          "met": None if value is None else value <= bound})
@@ -514,11 +526,11 @@ def device_markdown(meta: dict, cells: dict, rows: list[str], lengths: list[int]
     """The table: per row and N, 'ms (x dense)', the first call's seconds (compilation) and the peak memory."""
     where = meta.get("gpu") or meta.get("cpu") or meta["device"]
     lines = [
-        f"# Softmax block patterns: tiles vs FlexAttention, one layer forward + backward, on {where}",
+        f"# Softmax block patterns: tiles, compiled tiles, FlexAttention, one layer forward + backward, on {where}",
         "",
         f"x (1, N, {D_MODEL}), {HEADS} heads x {HEAD_SIZE}, block size {BLOCK}, bf16 autocast, projections included; "
         f"milliseconds, median of up to {meta['repeats']} synchronised calls after the warm-up; (x dense) = ratio to dense "
-        "SDPA at the same N; first call = seconds of the first call (FlexAttention compiles there); memory = peak allocated "
+        "SDPA at the same N; first call = seconds of the first call (FlexAttention and torch.compile compile there); memory = peak allocated "
         "during one call minus what was allocated before it (CUDA only). HST runs on N + N/64 positions.",
         "",
         "| row |" + "".join(f" N={n} | first call | memory |" for n in lengths),

@@ -8,8 +8,9 @@
 #                     answers; never a download attempt offline. Without such an interpreter: .venv, as scripts/setup.sh makes it (network only).
 #   2. gpu_tests      pytest -m gpu (the tests marked gpu: autocast training, decoding, the Triton/AdaSplash kernels);
 #   3. bench_layers   scripts/bench_long_attention.py --device cuda: the layer table (ms and peak memory per row and N);
-#   4. bench_blocks   scripts/bench_block_sparse.py --device cuda: BigBird and HST softmax through the tiles and through
-#                     FlexAttention (model.attention_impl=flex) beside dense SDPA, at 64k then 16k tokens;
+#   4. bench_blocks   scripts/bench_block_sparse.py --device cuda: BigBird and HST softmax through the tiles, through
+#                     FlexAttention (model.attention_impl=flex) and through the tiles under torch.compile beside dense
+#                     SDPA, at 64k then 16k tokens;
 #   5. bench_training scripts/bench_training.py --device cuda: tokens/s and peak memory per model on lra_listops, bf16;
 #   6. bench_presets  scripts/bench_presets.py --device cuda: seconds per step and GPU-hours of every paper preset.
 # Every step runs under `timeout` (its share of GPU_CHECK_BUDGET_S, default 470 s, clipped to what is left); the
@@ -192,7 +193,7 @@ if [ "$NGPU" -gt 0 ] || [ "$DRY" = 1 ]; then
     step bench_layers 75 "$PY" scripts/bench_long_attention.py --device cuda --time-budget {budget} --out-dir "$OUT/bench" \
         --shapes 4096:4,16384:1,1024:16,65536:1 --rows "$LAYER_ROWS"
     step bench_blocks 70 "$PY" scripts/bench_block_sparse.py --device cuda --time-budget {budget} --out-dir "$OUT/bench" \
-        --lengths 65536,16384 --rows dense_sdpa,bigbird_softmax,bigbird_softmax_flex,hst_softmax,hst_softmax_flex
+        --lengths 65536,16384 --rows dense_sdpa,bigbird_softmax,bigbird_softmax_flex,hst_softmax,hst_softmax_flex,hst_softmax_compiled,bigbird_softmax_compiled
     step bench_training 50 "$PY" scripts/bench_training.py --device cuda --time-budget {budget} --out "$OUT/bench"
     step bench_presets 50 "$PY" scripts/bench_presets.py --device cuda --time-budget {budget} --out "$OUT/bench" \
         --overrides trainer.precision=bf16

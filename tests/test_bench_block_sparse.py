@@ -75,8 +75,22 @@ def test_device_table_on_cpu_puts_the_engines_side_by_side(tmp_path):
     assert cells["dense_sdpa"]["x_dense_sdpa"] == 1.0 and len(cells["dense_sdpa"]["calls_ms"]) >= 3
     assert cells["bigbird_softmax"]["fwd_bwd_ms"] > 0 and cells["hst_softmax"]["positions"] == 256 + 256 // 64
     assert cells["bigbird_softmax_flex"] == {"na": "FlexAttention has no backward on CPU"}
-    assert [t["value"] for t in result["targets"]] == [None] * 12  # no target length measured
+    assert [t["value"] for t in result["targets"]] == [None] * 18  # BigBird's and HST's three engines: no target length measured
     md = (tmp_path / "block_sparse_cpu.md").read_text()
     assert "| row | N=256 | first call | memory |" in md and "| BigBird softmax, FlexAttention | n/a (FlexAttention has no backward on CPU) | | |" in md
     assert "| BigBird softmax, FlexAttention / dense SDPA at 65536 (target <= 0.1) | n/a | n/a |" in md
     assert json.loads((tmp_path / "block_sparse_cpu.json").read_text())["meta"]["lengths"] == [256]
+
+
+@pytest.mark.slow  # torch.compile's first call on the CPU: ~15 s
+def test_device_table_compiled_rows_run_the_layer_through_torch_compile(tmp_path):
+    import torch
+
+    from tests.conftest import load_bench_script
+
+    bench = load_bench_script(SCRIPT)
+    args = bench.parse_args(["--device", "cuda", "--lengths", "128", "--rows", "hst_softmax,hst_softmax_compiled",
+                             "--repeats", "3", "--cell-seconds", "0.01", "--out-dir", str(tmp_path)])
+    cells = bench.device_table(args, torch.device("cpu"))["cells"]["128"]
+    assert cells["hst_softmax_compiled"]["fwd_bwd_ms"] > 0 and cells["hst_softmax_compiled"]["positions"] == cells["hst_softmax"]["positions"]
+    assert cells["hst_softmax_compiled"]["warmup_s"] > cells["hst_softmax"]["warmup_s"]  # the compilation

@@ -96,20 +96,24 @@ class BlockPattern(Pattern):
         head gathers the same key blocks, else (heads, blocks, K); ok: index's shape. own_only: every block
         sees only itself. union (heads that differ): every head gathers, for each query block, the union of
         the heads' key blocks, index (blocks, K'), and ok (heads, blocks, K') keeps each head's own, so that
-        a slot holds the same key in every head (the weights' `RowGroup`s)."""
-        differ = self.heads_differ(drawn)
-        key = ("gather", blocks, drawn, heads if differ else None, union and differ, device)
+        a slot holds the same key in every head (the weights' `RowGroup`s).
+        A compiled model (trainer.compile) reads the cached table and traces nothing of its making."""
+        key = ("gather", blocks, drawn, heads, union, device)
         if key not in self._tables:
-            if differ:
-                index, ok = self.key_blocks(blocks, heads=heads, drawn=drawn)
-                if union:
-                    index, ok = _union_table(index, ok)
-                own_only = False
-            else:
-                index, ok = self.key_blocks(blocks, drawn=drawn)
-                own_only = index.shape[1] == 1 and bool(ok.all()) and bool((index[:, 0] == np.arange(blocks)).all())
-            self._tables[key] = (torch.tensor(index, device=device), torch.tensor(ok, device=device), own_only)
+            self._tables[key] = self._make_gather_table(blocks, drawn, heads, device, union)
         return self._tables[key]
+
+    @torch.compiler.disable  # numpy, once per shape: a graph break the first time only (the cache then holds it)
+    def _make_gather_table(self, blocks: int, drawn: int, heads: int, device: torch.device, union: bool) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        if self.heads_differ(drawn):
+            index, ok = self.key_blocks(blocks, heads=heads, drawn=drawn)
+            if union:
+                index, ok = _union_table(index, ok)
+            own_only = False
+        else:
+            index, ok = self.key_blocks(blocks, drawn=drawn)
+            own_only = index.shape[1] == 1 and bool(ok.all()) and bool((index[:, 0] == np.arange(blocks)).all())
+        return torch.tensor(index, device=device), torch.tensor(ok, device=device), own_only
 
     def sequence_layout(self, d_model: int) -> SequenceLayout:
         return SequenceLayout(self.options.block_size, self.global_tokens, d_model, self.representatives)

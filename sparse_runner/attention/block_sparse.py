@@ -121,7 +121,7 @@ def attend_tiles(
     masks = [s.valid for s in sources if s.valid is not None]
     # (batch, heads, queries per tile) of the widest mask: a mask the same for every query of a tile (T 1)
     # stays so, and broadcasts over the tile's queries below.
-    lead = tuple(max((m.shape[i] for m in masks), default=1) for i in (0, 1, 3))
+    lead = tuple(max([m.shape[i] for m in masks]) if masks else 1 for i in (0, 1, 3))  # (no `default=`: torch.compile)
     valid = torch.cat([_valid(s, lead, r) for s in sources], dim=-1)  # (B or 1, 1 or H, R, T or 1, S)
     record_scores(b * h * r * t * sum(sizes))
 
@@ -284,10 +284,14 @@ def _weighted(w: torch.Tensor, s: KeySource) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- tiling helpers
 def padding_or_none(key_padding_mask: torch.Tensor | None) -> torch.Tensor | None:
-    """The key padding mask, or None where it pads nothing (the encoder passes its layout's mask either way):
-    the tiles then need no mask, SDPA runs unmasked, and no output row is zeroed after it. Reads the mask on
-    the host: one sync on an accelerator."""
-    return None if key_padding_mask is None or bool(key_padding_mask.all()) else key_padding_mask
+    """The key padding mask, or None where it pads nothing: the tiles then need no mask, SDPA runs unmasked,
+    and no output row is zeroed after it. Looked at on the CPU only: on an accelerator reading the mask would
+    make the host wait for the device once per layer, and a compiled model could not trace it. (The tasks and
+    the layout already pass None when nothing is padded, decided on the host, so a mask that reaches a layer
+    nearly always pads something.)"""
+    if key_padding_mask is None or key_padding_mask.device.type != "cpu" or torch.compiler.is_compiling():
+        return key_padding_mask
+    return None if bool(key_padding_mask.all()) else key_padding_mask
 
 
 def to_tiles(x: torch.Tensor, start: int, tiles: int, size: int) -> torch.Tensor:

@@ -95,6 +95,7 @@ log = logging.getLogger(__name__)
 _told_triton_missing = False
 
 
+@torch.compiler.assume_constant_result  # a compiled model reads it once, at tracing, not through os.sysconf each call
 def device_memory_bytes(device: torch.device) -> int:
     """Total memory of `device`: the GPU's, or the machine's physical memory for the CPU."""
     if device.type == "cuda":

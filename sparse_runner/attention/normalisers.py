@@ -71,14 +71,16 @@ class Normaliser(nn.Module):
         return None
 
     def kernel_alpha(self) -> float | torch.Tensor:
-        """The normaliser as the fused kernels take alpha: a float when one alpha serves every head and takes
-        no gradient (softmax 1, 1.5-entmax, sparsemax 2, a fixed alpha_entmax), which lets them specialise;
+        """The normaliser as the fused kernels take alpha: a float when one alpha serves every head (softmax 1,
+        1.5-entmax, sparsemax 2, a fixed alpha_entmax: `constant_alpha` of its options), which lets them
+        specialise, and is read without a tensor (no device sync, nothing for a compiled model to trace);
         otherwise its (H,) alphas."""
+        constant = self.constant_alpha(getattr(self, "options", None))
+        if constant is not None:
+            return constant
         alphas = self.alphas()
         if alphas is None:
             raise ValueError(f"normaliser {self.name!r} is not an alpha-entmax; use model.attention_impl=explicit")
-        if alphas.numel() == 1 and not alphas.requires_grad:
-            return float(alphas)
         return alphas
 
     @classmethod
@@ -180,7 +182,7 @@ class AlphaEntmax(Normaliser):
     def __init__(self, num_heads: int, options: AlphaEntmaxOptions | None = None) -> None:
         super().__init__()
         options = options if options is not None else AlphaEntmaxOptions()
-        self.num_heads = num_heads
+        self.num_heads, self.options = num_heads, options
         if options.alpha is not None:
             self.register_buffer("fixed_alpha", torch.full((num_heads,), float(options.alpha)))
             self.alpha_logit = None

@@ -1,0 +1,105 @@
+"""torch.compile traces the block-sparse layers and the models built on them as one graph (trainer.compile).
+
+On a GPU the block patterns' many small kernels and the host's waits bound a layer's time (launches, not
+arithmetic); compiled as one graph, Inductor fuses the gathers and masks and CUDA graphs can replay it. A graph
+break anywhere (numpy in the forward, a tensor read on the host) splits that graph and brings a sync back, so
+these tests compile with fullgraph=True, which raises on the first break. Backend "aot_eager": Dynamo and
+AOTAutograd trace forward and backward exactly as for Inductor, then run the traced ops eagerly, so the check
+costs seconds, and the results must equal the eager layer's.
+
+The first call of a shape is eager here: it builds the pattern's block tables (numpy, once per shape), which a
+compiled model meets as one graph break on its first step only (`BlockPattern._make_gather_table`).
+
+Not here: on CPU the fused C++ kernel (a threshold-form normaliser's tiles, and softmax tiles of one query, as in
+HST's one-stage layer) is a pybind call, which Dynamo cannot trace: a graph break there. On CUDA those tiles go
+through the Triton kernel instead, which Dynamo takes as a user-defined Triton kernel (untested without a GPU).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from sparse_runner.attention import AttentionSpec, MultiHeadAttention, build_normaliser
+from sparse_runner.attention.layout import SequenceLayout
+
+D_MODEL, HEADS, BLOCK = 32, 2, 8
+
+CASES = {
+    "local": ("local", {"block_size": BLOCK}),
+    "bigbird, random blocks per head": ("bigbird", {"block_size": BLOCK, "random_blocks": 1}),
+    "hst, two stages": ("hst", {"block_size": BLOCK}),
+    "hst, two stages, bigbird tokens": ("hst", {"block_size": BLOCK, "local": "bigbird", "random_blocks": 1}),
+}
+
+
+def _compiled_matches_eager(fn, inputs: list[torch.Tensor], params: list[torch.nn.Parameter]) -> None:
+    """fn(*inputs) compiled with fullgraph=True (no graph break) gives eager's output and gradients."""
+    leaves = [x for x in [*inputs, *params] if x.requires_grad]
+    results = []
+    for step in (fn, torch.compile(fn, backend="aot_eager", fullgraph=True)):
+        for x in leaves:
+            x.grad = None
+        out = step(*inputs)
+        out.square().sum().backward()
+        results.append([out.detach(), *(x.grad.clone() for x in leaves)])
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_block_sparse_layer_compiles_to_one_graph(case):
+    pattern, options = CASES[case]
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=16, pattern=pattern, pattern_options=options)).train()
+    x = torch.randn(2, 45, D_MODEL, requires_grad=True)  # 45: the last block part padding
+    lengths = torch.tensor([45, 30])
+    mask = torch.arange(45)[None] < lengths[:, None]
+    if pattern == "hst":
+        x, mask, _ = SequenceLayout(BLOCK, 0, D_MODEL, "both").enter(x, mask)
+        x = x.detach().requires_grad_()
+
+    def layer_out(x):
+        return layer(x, key_padding_mask=mask)
+
+    with torch.no_grad():
+        layer_out(x)  # builds the block tables
+    torch.manual_seed(1)  # the layer's dropout is 0: nothing random left, the seed only pins that
+    _compiled_matches_eager(layer_out, [x], list(layer.parameters()))
+
+
+@pytest.mark.parametrize("model", ["ernie_sparse", "bigbird_sar", "softmax"])
+def test_a_models_training_loss_compiles_to_one_graph(tiny_config, model):
+    """The ListOps classifier's loss, forward and backward, as the trainer's step runs it with trainer.compile:
+    ERNIE-Sparse (HST with SAR's representatives), BigBird, dense softmax."""
+    from sparse_runner.tasks import build_task
+
+    cfg = tiny_config("experiment=lra_listops_cpu", f"model={model}")
+    task = build_task(cfg)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    net = task.build_model(cfg.model).train()
+    for module in net.modules():  # dropout would draw differently in the two runs compared below
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    batch = task.make_batch("train", np.arange(4), torch.device("cpu"))
+    assert batch["lengths"] is not None  # ListOps pads: the masked path is the one traced
+
+    def loss(tokens):
+        return task.forward_loss(net, {**batch, "tokens": tokens}).loss
+
+    with torch.no_grad():
+        loss(batch["tokens"])
+    _compiled_matches_eager(loss, [batch["tokens"]], [p for p in net.parameters() if p.requires_grad])
+
+
+def test_the_fused_kernels_read_a_constant_alpha_as_a_float():
+    """A float alpha lets the kernels specialise (1.5-entmax, sparsemax) and is read without a tensor: no device
+    sync per layer, nothing for a compiled model to trace. Learned alphas stay a tensor (they take gradients)."""
+    assert build_normaliser("entmax15", 4).kernel_alpha() == 1.5
+    assert build_normaliser("sparsemax", 4).kernel_alpha() == 2.0
+    assert build_normaliser("alpha_entmax", 4, {"alpha": 1.5}).kernel_alpha() == 1.5
+    learned = build_normaliser("alpha_entmax", 4).kernel_alpha()
+    assert torch.is_tensor(learned) and learned.shape == (4,) and learned.requires_grad
