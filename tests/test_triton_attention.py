@@ -58,10 +58,12 @@ interpreter = pytest.mark.skipif(not _INTERPRETED, reason="kernels not interpret
 
 
 def visible_keys(B, Nq, Nk, key_padding_mask=None, causal=False, device="cpu"):
-    """(B, 1, Nq, Nk) bool: the keys each query may attend to (the kernel's masking rules)."""
+    """(B, 1 or H, Nq, Nk) bool: the keys each query may attend to (the kernel's masking rules); a (B, H, Nk)
+    key_padding_mask is one per head."""
     vis = torch.ones(B, 1, Nq, Nk, dtype=torch.bool, device=device)
     if key_padding_mask is not None:
-        vis = vis & key_padding_mask[:, None, None, :].to(device)
+        per_head = key_padding_mask if key_padding_mask.dim() == 3 else key_padding_mask[:, None]
+        vis = vis & per_head[:, :, None, :].to(device)
     if causal:
         i = torch.arange(Nq, device=device)[:, None]
         j = torch.arange(Nk, device=device)[None, :]
@@ -346,6 +348,21 @@ def test_interpreter_solver_passes_keep_the_tiles_a_halley_step_overshoots(monke
 
 
 @interpreter
+@pytest.mark.parametrize("causal", [False, True])
+def test_interpreter_per_head_key_padding_masks(causal):
+    """A (B, H, Nk) mask, one per head (a block pattern's tiles whose heads gather different key blocks): each
+    head sees its own keys, and a head that sees none gives zeros; outputs and gradients match dense attention."""
+    B, H, Nq, Nk = 2, 2, 23, 37
+    q, k, v = random_inputs(B, H, Nq, Nk, 16, seed=8)
+    kpm = torch.rand(B, H, Nk, generator=torch.Generator().manual_seed(2)) < 0.6
+    kpm[1, 0] = False  # batch 1, head 0: no key at all
+    kpm[1, 1, 0] = True
+    got, want = run_both(q, k, v, alpha_for(LEARNED, H), key_padding_mask=kpm, causal=causal)
+    assert_matches(got, want, TOL32)
+    assert got[0][1, 0].abs().max() == 0
+
+
+@interpreter
 def test_interpreter_fully_masked_rows_are_zero():
     """A batch element with no real key, and causal rows before the first key: zero outputs and
     zero gradients (no NaN), the other rows unaffected."""
@@ -587,12 +604,13 @@ def test_interpreter_attend_long_passes_dropout_to_the_kernel():
     pytest.param("local", {"block_size": 8}, marks=pytest.mark.slow),
     ("hst", {"block_size": 8}),
     pytest.param("bigbird", {"block_size": 4, "random_blocks": 1, "random_per_head": False}, marks=pytest.mark.slow),
-    ("bigbird", {"block_size": 4, "random_blocks": 1}),   # random blocks per head: those tiles stay explicit
+    ("bigbird", {"block_size": 4, "random_blocks": 1}),   # random blocks per head: one key mask per head
 ])
 def test_interpreter_block_pattern_tiles_through_the_kernel(monkeypatch, pattern, options):
     """On CUDA, `auto` sends a block pattern's alpha-entmax tiles through the Triton kernel, each tile a batch
     entry with its keys as the padding mask: outputs and gradients (the learned alphas' too) are the explicit
-    tiles'. Here the kernel runs in the interpreter, standing in for CUDA."""
+    tiles'. Here the kernel runs in the interpreter, standing in for CUDA. BigBird's random blocks drawn per head
+    reach it with one mask per head."""
     from sparse_runner.attention import block_sparse
     from sparse_runner.models import build_classifier
     from sparse_runner.models.config import default_model
@@ -608,9 +626,9 @@ def test_interpreter_block_pattern_tiles_through_the_kernel(monkeypatch, pattern
     calls = []
     kernel_path = block_sparse._attend_tiles_triton
 
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return kernel_path(*args, **kwargs)
+    def counted(q, sources, valid, *args, **kwargs):
+        calls.append(valid.shape[1])  # 1: one key mask for every head
+        return kernel_path(q, sources, valid, *args, **kwargs)
 
     results = {}
     for kernel in ("triton", None):
@@ -622,6 +640,7 @@ def test_interpreter_block_pattern_tiles_through_the_kernel(monkeypatch, pattern
         grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
         results[kernel] = (out.detach(), grads)
     assert calls, "the kernel computed no tile"
+    assert max(calls) == (2 if options.get("random_per_head", True) and pattern == "bigbird" else 1)
     torch.testing.assert_close(results["triton"][0], results[None][0], rtol=1e-4, atol=1e-5)
     assert results["triton"][1].keys() == results[None][1].keys()
     assert any("alpha" in name for name in results[None][1])
@@ -649,12 +668,12 @@ def test_interpreter_a_block_patterns_tiles_take_the_formulas_of_their_alpha(mon
     assert modes and set(modes) == {mode}
 
 
-def test_a_block_patterns_tiles_take_the_triton_kernel_only_where_every_head_and_query_sees_the_same_keys():
+def test_a_block_patterns_tiles_take_the_triton_kernel_only_where_every_query_of_a_tile_sees_the_same_keys():
     from sparse_runner.attention.block_sparse import triton_takes
 
     q = torch.zeros(2, 4, 3, 8, 64)
     assert triton_takes(torch.ones(2, 1, 3, 1, 24, dtype=torch.bool), q)
-    assert not triton_takes(torch.ones(2, 4, 3, 1, 24, dtype=torch.bool), q)       # per head (BigBird's random)
+    assert triton_takes(torch.ones(2, 4, 3, 1, 24, dtype=torch.bool), q)           # per head (BigBird's random)
     assert not triton_takes(torch.ones(1, 1, 3, 8, 24, dtype=torch.bool), q)       # per query
     assert not triton_takes(torch.ones(2, 1, 3, 1, 24, dtype=torch.bool), q.double())
     assert not triton_takes(torch.ones(2, 1, 3, 1, 24, dtype=torch.bool), torch.zeros(2, 4, 3, 8, T.MAX_HEAD_DIM + 1))

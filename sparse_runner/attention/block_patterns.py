@@ -97,13 +97,14 @@ class BlockPattern(Pattern):
         sees only itself. union (heads that differ): every head gathers, for each query block, the union of
         the heads' key blocks, index (blocks, K'), and ok (heads, blocks, K') keeps each head's own, so that
         a slot holds the same key in every head (the weights' `RowGroup`s).
-        A compiled model (trainer.compile) reads the cached table and traces nothing of its making."""
+        A compiled model (trainer.compile) meets the making (numpy) at its first step only, as a graph break;
+        after it the table is a cached constant and the layer one graph. (Not `torch.compiler.disable`: that
+        would import torch._dynamo, and with it triton, whenever this module is imported.)"""
         key = ("gather", blocks, drawn, heads, union, device)
         if key not in self._tables:
             self._tables[key] = self._make_gather_table(blocks, drawn, heads, device, union)
         return self._tables[key]
 
-    @torch.compiler.disable  # numpy, once per shape: a graph break the first time only (the cache then holds it)
     def _make_gather_table(self, blocks: int, drawn: int, heads: int, device: torch.device, union: bool) -> tuple[torch.Tensor, torch.Tensor, bool]:
         if self.heads_differ(drawn):
             index, ok = self.key_blocks(blocks, heads=heads, drawn=drawn)

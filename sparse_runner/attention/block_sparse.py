@@ -184,19 +184,20 @@ def tile_kernel(device: torch.device, normaliser: Normaliser) -> str | None:
 
 
 def triton_takes(valid: torch.Tensor, q: torch.Tensor) -> bool:
-    """Whether the Triton kernel can take tiles with this mask: it masks keys per batch entry only, so every head
-    and every query of a tile must see the same keys (BigBird's random blocks drawn per head do not), and it
+    """Whether the Triton kernel can take tiles with this mask: it masks keys per batch entry and head, so every
+    query of a tile must see the same keys (its heads may differ: BigBird's random blocks drawn per head), and it
     takes heads up to its MAX_HEAD_DIM in half or single precision."""
     from sparse_runner.attention.kernels import entmax_attention_triton
 
-    return (valid.shape[1] == 1 and valid.shape[3] == 1 and q.shape[-1] <= entmax_attention_triton.MAX_HEAD_DIM
+    return (valid.shape[3] == 1 and q.shape[-1] <= entmax_attention_triton.MAX_HEAD_DIM
             and q.dtype in (torch.float16, torch.bfloat16, torch.float32))
 
 
 def _attend_tiles_triton(q: torch.Tensor, sources: list[KeySource], valid: torch.Tensor, normaliser: Normaliser, dropout_p: float) -> torch.Tensor:
     """`attend_tiles` through the Triton kernel: each tile a batch entry of the kernel over its keys (shared
-    sources copied into every tile, as for SDPA), the tile's valid keys as that entry's key padding mask, so
-    that each head's alpha applies (`triton_takes` says when the mask allows it)."""
+    sources copied into every tile, as for SDPA), the tile's valid keys as that entry's key padding mask (one
+    per head where the heads gather different keys), so that each head's alpha applies (`triton_takes` says
+    when the mask allows it)."""
     from sparse_runner.attention.kernels import entmax_attention_triton
 
     b, h, r, t, d = q.shape
@@ -206,7 +207,9 @@ def _attend_tiles_triton(q: torch.Tensor, sources: list[KeySource], valid: torch
     def fold(x: torch.Tensor) -> torch.Tensor:  # (B, H, R, ...) -> (B * R, H, ...)
         return x.transpose(1, 2).reshape(b * r, h, *x.shape[3:])
 
-    keys = valid.expand(b, 1, r, 1, -1).reshape(b * r, -1)     # (B * R, S): one mask per tile
+    heads = valid.shape[1]  # 1: every head sees the tile's keys; H: each its own
+    keys = valid.expand(b, heads, r, 1, -1).transpose(1, 2).reshape(b * r, heads, -1)  # (B * R, 1 or H, S)
+    keys = keys[:, 0] if heads == 1 else keys
     out = entmax_attention_triton.entmax_attention(fold(q), fold(k), fold(v), normaliser.kernel_alpha(),
                                                    key_padding_mask=keys, dropout_p=dropout_p)
     return out.view(b, r, h, t, -1).transpose(1, 2)

@@ -95,12 +95,19 @@ log = logging.getLogger(__name__)
 _told_triton_missing = False
 
 
-@torch.compiler.assume_constant_result  # a compiled model reads it once, at tracing, not through os.sysconf each call
+_memory_bytes: dict[str, int] = {}
+
+
 def device_memory_bytes(device: torch.device) -> int:
-    """Total memory of `device`: the GPU's, or the machine's physical memory for the CPU."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    """Total memory of `device`: the GPU's, or the machine's physical memory for the CPU. Read once per device:
+    a compiled model then finds a constant here, not a call it cannot trace (os.sysconf)."""
+    key = str(device)
+    if key not in _memory_bytes:
+        if device.type == "cuda":
+            _memory_bytes[key] = torch.cuda.get_device_properties(device).total_memory
+        else:
+            _memory_bytes[key] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return _memory_bytes[key]
 
 
 def explicit_fits(n_scores: int, element_size: int, device: torch.device) -> bool:

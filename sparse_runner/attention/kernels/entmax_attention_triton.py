@@ -89,7 +89,8 @@ Shapes and masks:
 * q (B, H, Nq, D); k, v (B, H, Nk, D); any Nq, Nk >= 0 (no multiple of the tile needed); D <= 128
   (tiles are padded to a power of two >= 16: D in {16, 32, 64, 128} wastes nothing).  The last
   dimension must be contiguous; other strides are free (no copy of a transposed (B, N, H, D) view).
-* key_padding_mask: (B, Nk) bool, True = a real key.  causal: query i sees keys j <= i + Nk - Nq
+* key_padding_mask: (B, Nk) bool, True = a real key, or (B, H, Nk), one mask per head (a block pattern's
+  tiles whose heads gather different keys).  causal: query i sees keys j <= i + Nk - Nq
   (the last query sees every key, as for a decoder with a cache).  A row that sees no key gives a
   zero output and zero gradients.
 * dtypes: float32, bfloat16 or float16 (q, k, v alike); the output has q's dtype.  Everything
@@ -307,7 +308,7 @@ if triton is not None:
     @triton.jit
     def _fwd_kernel(
         Q, K, V, O, OS, M, U, FS, TILES, KV_COUNT, KV_INDEX, ALPHA, KPM, SEED,
-        sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, sosb, sosh, sosm, skpm,
+        sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, sosb, sosh, sosm, skpmb, skpmh,
         H, Nq, Nk, D, n_key_tiles, scale, drop_below, keep_scale,
         HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MODE: tl.constexpr, BACKWARD: tl.constexpr,
         SKIP_TILES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -328,7 +329,7 @@ if triton is not None:
         q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
         k_base = K + b * skb + h * skh
         v_base = V + b * svb + h * svh
-        kpm_row = KPM + b * skpm
+        kpm_row = KPM + b * skpmb + h * skpmh  # skpmh = 0: one mask for every head
         a1 = tl.minimum(tl.maximum(tl.load(ALPHA + h).to(tl.float32) - 1.0, 0.0), 1.0)
         is_soft = a1 < SOFT_THRESHOLD
         a1_eff = tl.where(is_soft, 0.0, a1)  # what _unnormalised takes: 0 for softmax heads
@@ -466,7 +467,7 @@ if triton is not None:
     @triton.jit
     def _bwd_dq_kernel(
         Q, K, V, DO, DQ, OS, M, U, FS, C, DALPHA, KV_COUNT, KV_INDEX, ALPHA, KPM, SEED,
-        sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm, sosb, sosh, sosm, skpm,
+        sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm, sosb, sosh, sosm, skpmb, skpmh,
         H, Nq, Nk, D, n_key_tiles, scale, drop_below, keep_scale,
         HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MODE: tl.constexpr, NEED_DALPHA: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -493,7 +494,7 @@ if triton is not None:
         log_f = tl.log(tl.load(FS + stat, mask=row_ok, other=1.0))
         k_base = K + b * skb + h * skh
         v_base = V + b * svb + h * svh
-        kpm_row = KPM + b * skpm
+        kpm_row = KPM + b * skpmb + h * skpmh  # skpmh = 0: one mask for every head
         tile_row = pid_bh.to(tl.int64) * tl.cdiv(Nq, BLOCK_M) + pid_m  # this query tile's list of key tiles
         a1 = tl.minimum(tl.maximum(tl.load(ALPHA + h).to(tl.float32) - 1.0, 0.0), 1.0)
         is_soft = a1 < SOFT_THRESHOLD
@@ -549,7 +550,7 @@ if triton is not None:
     def _bwd_dkdv_kernel(
         Q, K, V, DO, DK, DV, M, U, FS, C, Q_COUNT, Q_INDEX, ALPHA, KPM, SEED,
         sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
-        sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, skpm,
+        sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, skpmb, skpmh,
         H, Nq, Nk, D, n_key_tiles, scale, drop_below, keep_scale,
         HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MODE: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -571,7 +572,7 @@ if triton is not None:
         v = tl.load(V + b * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
         q_base = Q + b * sqb + h * sqh
         do_base = DO + b * sdob + h * sdoh
-        kpm_row = KPM + b * skpm
+        kpm_row = KPM + b * skpmb + h * skpmh  # skpmh = 0: one mask for every head
         tile_col = pid_bh.to(tl.int64) * n_key_tiles + pid_n  # this key tile's list of query tiles
         n_query_tiles = tl.cdiv(Nq, BLOCK_M)
         a1 = tl.minimum(tl.maximum(tl.load(ALPHA + h).to(tl.float32) - 1.0, 0.0), 1.0)
@@ -719,6 +720,8 @@ class _EntmaxAttention(Function):
         alpha32 = alpha.detach().to(torch.float32).contiguous()
         has_kpm = key_padding_mask is not None
         kpm = key_padding_mask.to(torch.uint8).contiguous() if has_kpm else alpha32  # dummy pointer when absent
+        # (batch, head) strides of the mask: (B, Nk) serves every head, (B, H, Nk) one mask per head.
+        kpm_strides = (kpm.stride(0), kpm.stride(1) if kpm.dim() == 3 else 0) if has_kpm else (0, 0)
         dropout = dropout_p > 0.0
         seed = dropout_seed(q.device) if dropout else alpha32  # dummy pointer without dropout
         dropout_args = (_drop_below(dropout_p), 1.0 / (1.0 - dropout_p)) if dropout else (0, 1.0)
@@ -740,7 +743,7 @@ class _EntmaxAttention(Function):
             _fwd_kernel[grid](
                 q, k, v, out, o_s, m, u, f, tiles, kv_count, kv_index, alpha32, kpm, seed,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *o_s.stride()[:3],
-                kpm.stride(0) if has_kpm else 0,
+                *kpm_strides,
                 H, Nq, Nk, D, n_key_tiles, float(scale), *dropout_args,
                 HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout, MODE=mode, BACKWARD=bool(backward), SKIP_TILES=SKIP_EMPTY_TILES,
                 BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
@@ -753,7 +756,7 @@ class _EntmaxAttention(Function):
             u.zero_()
             f.fill_(1.0)
         ctx.save_for_backward(q, k, v, o_s, alpha32, kpm, m, u, f, seed, kv_count, kv_index, tiles)
-        ctx.scale, ctx.has_kpm, ctx.causal, ctx.mode = float(scale), has_kpm, bool(causal), mode
+        ctx.scale, ctx.has_kpm, ctx.kpm_strides, ctx.causal, ctx.mode = float(scale), has_kpm, kpm_strides, bool(causal), mode
         ctx.dropout, ctx.dropout_args = dropout, dropout_args
         ctx.alpha_dtype = alpha.dtype
         return out
@@ -781,11 +784,10 @@ class _EntmaxAttention(Function):
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
             SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
         )  # fmt: skip
-        skpm = kpm.stride(0) if ctx.has_kpm else 0
         # Runs first even when only k or v need gradients: it writes c, which the key tiles read.
         _bwd_dq_kernel[(triton.cdiv(Nq, block_m), B * H)](
             q, k, v, do, dq, o_s, m, u, f, c, dalpha_rows, kv_count, kv_index, alpha32, kpm, seed,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3], *o_s.stride()[:3], skpm,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3], *o_s.stride()[:3], *ctx.kpm_strides,
             H, Nq, Nk, D, n_key_tiles, ctx.scale, *ctx.dropout_args, NEED_DALPHA=need_dalpha, PSI_SWITCH=_PSI_SWITCH, **common,
         )  # fmt: skip
         dk = dv = None
@@ -795,7 +797,7 @@ class _EntmaxAttention(Function):
             _bwd_dkdv_kernel[(triton.cdiv(Nk, block_n), B * H)](
                 q, k, v, do, dk, dv, m, u, f, c, q_count, q_index, alpha32, kpm, seed,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-                *dk.stride()[:3], *dv.stride()[:3], skpm,
+                *dk.stride()[:3], *dv.stride()[:3], *ctx.kpm_strides,
                 H, Nq, Nk, D, n_key_tiles, ctx.scale, *ctx.dropout_args, **common,
             )  # fmt: skip
         dalpha = dalpha_rows.sum((0, 2)).to(ctx.alpha_dtype) if need_dalpha else None
@@ -823,7 +825,7 @@ def entmax_attention(
 
     alpha: float in [1, 2] or a tensor of shape (H,), (1, H, 1, 1) or () (gradients flow to it).
     scale: score scale, default 1 / sqrt(D).
-    key_padding_mask: (B, Nk) bool, True = real key.  causal: query i sees keys j <= i + Nk - Nq.
+    key_padding_mask: (B, Nk) bool, True = real key, or (B, H, Nk), per head.  causal: query i sees keys j <= i + Nk - Nq.
     dropout_p: attention dropout rate in [0, 1), applied when `training` (as F.dropout); each such
     call draws its seed from torch's generator for the device (module docstring: Attention dropout).
     Autograd for q, k, v and a tensor alpha.  See the module docstring for dtypes and devices.
@@ -870,10 +872,10 @@ def _check_inputs(q, k, v, key_padding_mask) -> None:
     elif q.device.type != "cuda":
         raise ValueError(f"entmax_attention: needs CUDA tensors, got {q.device} (the dense path handles CPU)")
     if key_padding_mask is not None:
-        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (B, k.shape[2]):
+        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) not in ((B, k.shape[2]), (B, H, k.shape[2])):
             raise ValueError(
-                f"entmax_attention: key_padding_mask must be a bool (B, Nk) = ({B}, {k.shape[2]}) tensor, "
-                f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
+                f"entmax_attention: key_padding_mask must be a bool (B, Nk) = ({B}, {k.shape[2]}) or (B, H, Nk) = "
+                f"({B}, {H}, {k.shape[2]}) tensor, got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
             )
 
 
