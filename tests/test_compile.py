@@ -103,3 +103,16 @@ def test_the_fused_kernels_read_a_constant_alpha_as_a_float():
     assert build_normaliser("alpha_entmax", 4, {"alpha": 1.5}).kernel_alpha() == 1.5
     learned = build_normaliser("alpha_entmax", 4).kernel_alpha()
     assert torch.is_tensor(learned) and learned.shape == (4,) and learned.requires_grad
+
+
+def test_importing_the_runner_imports_neither_dynamo_nor_triton():
+    """torch._dynamo imports triton when it is installed; before Triton's interpreter is chosen
+    (TRITON_INTERPRET, read at triton's import) that would fix it for the process, and the kernel tests would
+    run in a subprocess instead. So nothing in the runner calls into torch.compiler at import time."""
+    import subprocess
+    import sys
+
+    code = ("import sys, sparse_runner.run, sparse_runner.attention.block_patterns, sparse_runner.attention.hst; "
+            "print(sorted(m for m in ('torch._dynamo', 'triton') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.strip() == "[]"
