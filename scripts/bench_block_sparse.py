@@ -375,22 +375,24 @@ def markdown(meta: dict, results: dict, memory: dict, rows: list[str], lengths: 
 
 
 # ----------------------------------------------------------------------------- the device table (--device cuda)
-# name -> (label, pattern, model.attention_impl, compiled): softmax, block 64 (HST: its default two stages).
-# compiled: the layer's call through torch.compile (Inductor, default mode), as trainer.compile=true runs a
-# model: one graph for the tiles' gathers, masks and SDPA calls (tests/test_compile.py), against the
-# launch-bound floor of the eager tiles; its compilation is the first call's time.
+# name -> (label, pattern, model.attention_impl, torch.compile mode): softmax, block 64 (HST: its default two
+# stages). A mode runs the layer's call through torch.compile, as trainer.compile=true runs a model ("default"):
+# one graph for the tiles' gathers, masks and SDPA calls (tests/test_compile.py), against the launch-bound floor
+# of the eager tiles; "reduce-overhead" also replays it as a CUDA graph (no launch per kernel). The compilation
+# is the first call's time.
 DEVICE_ROWS = {
-    "dense_sdpa": ("dense SDPA softmax (flash)", "dense", "auto", False),
-    "local_softmax": ("local softmax, tiles", "local", "auto", False),
-    "local_softmax_flex": ("local softmax, FlexAttention", "local", "flex", False),
-    "local_softmax_compiled": ("local softmax, tiles, torch.compile", "local", "auto", True),
-    "bigbird_softmax": ("BigBird softmax, tiles", "bigbird", "auto", False),
-    "bigbird_softmax_flex": ("BigBird softmax, FlexAttention", "bigbird", "flex", False),
-    "bigbird_softmax_compiled": ("BigBird softmax, tiles, torch.compile", "bigbird", "auto", True),
-    "hst_softmax": ("HST softmax, tiles", "hst", "auto", False),
-    "hst_softmax_flex": ("HST softmax, token step through FlexAttention", "hst", "flex", False),
-    "hst_softmax_compiled": ("HST softmax, tiles, torch.compile", "hst", "auto", True),
-    "projections": ("projections alone", "proj", "auto", False),
+    "dense_sdpa": ("dense SDPA softmax (flash)", "dense", "auto", None),
+    "local_softmax": ("local softmax, tiles", "local", "auto", None),
+    "local_softmax_flex": ("local softmax, FlexAttention", "local", "flex", None),
+    "local_softmax_compiled": ("local softmax, tiles, torch.compile", "local", "auto", "default"),
+    "bigbird_softmax": ("BigBird softmax, tiles", "bigbird", "auto", None),
+    "bigbird_softmax_flex": ("BigBird softmax, FlexAttention", "bigbird", "flex", None),
+    "bigbird_softmax_compiled": ("BigBird softmax, tiles, torch.compile", "bigbird", "auto", "default"),
+    "hst_softmax": ("HST softmax, tiles", "hst", "auto", None),
+    "hst_softmax_flex": ("HST softmax, token step through FlexAttention", "hst", "flex", None),
+    "hst_softmax_compiled": ("HST softmax, tiles, torch.compile", "hst", "auto", "default"),
+    "hst_softmax_cudagraphs": ("HST softmax, tiles, torch.compile with CUDA graphs", "hst", "auto", "reduce-overhead"),
+    "projections": ("projections alone", "proj", "auto", None),
 }
 DEVICE_LENGTHS = "4096,16384,65536"
 DEVICE_BASELINE = "dense_sdpa"
@@ -402,13 +404,15 @@ def device_unavailable_row(row: str, device: torch.device) -> str | None:
     """Why `row` is not run on `device` (the cell reads "n/a (<this>)"), or None."""
     if DEVICE_ROWS[row][2] == "flex" and device.type != "cuda":
         return "FlexAttention has no backward on CPU"
+    if DEVICE_ROWS[row][3] == "reduce-overhead" and device.type != "cuda":
+        return "CUDA graphs need CUDA"
     return None
 
 
 def build_device_case(row: str, n: int, device: torch.device, seed: int = 0):
     """(module, forward, x, g): the layer of device row `row` for x (1, N, 512) float32 on `device` (autocast
     decides the compute dtype; HST runs on N + N/64 positions, its representatives entered untimed)."""
-    _, pattern, impl, compiled = DEVICE_ROWS[row]
+    _, pattern, impl, compile_mode = DEVICE_ROWS[row]
     torch.manual_seed(seed)
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     x = torch.randn(1, n, D_MODEL, generator=gen, device=device)
@@ -432,10 +436,10 @@ def build_device_case(row: str, n: int, device: torch.device, seed: int = 0):
             return module(x, key_padding_mask=mask)
 
     module.to(device).train()
-    if compiled:  # the block tables first (numpy, once per length), so that one graph is compiled, not two
+    if compile_mode:  # the block tables first (numpy, once per length), so that one graph is compiled, not two
         with torch.no_grad():
             forward(x)
-        forward = torch.compile(forward)
+        forward = torch.compile(forward, mode=compile_mode)
     x = x.detach().requires_grad_()
     return module, forward, x, torch.randn(x.shape, generator=gen, device=device)
 

@@ -193,7 +193,7 @@ if [ "$NGPU" -gt 0 ] || [ "$DRY" = 1 ]; then
     step bench_layers 75 "$PY" scripts/bench_long_attention.py --device cuda --time-budget {budget} --out-dir "$OUT/bench" \
         --shapes 4096:4,16384:1,1024:16,65536:1 --rows "$LAYER_ROWS"
     step bench_blocks 70 "$PY" scripts/bench_block_sparse.py --device cuda --time-budget {budget} --out-dir "$OUT/bench" \
-        --lengths 65536,16384 --rows dense_sdpa,bigbird_softmax,bigbird_softmax_flex,hst_softmax,hst_softmax_flex,hst_softmax_compiled,bigbird_softmax_compiled
+        --lengths 65536,16384 --rows dense_sdpa,bigbird_softmax,bigbird_softmax_flex,hst_softmax,hst_softmax_flex,hst_softmax_compiled,bigbird_softmax_compiled,hst_softmax_cudagraphs
     step bench_training 50 "$PY" scripts/bench_training.py --device cuda --time-budget {budget} --out "$OUT/bench"
     step bench_presets 50 "$PY" scripts/bench_presets.py --device cuda --time-budget {budget} --out "$OUT/bench" \
         --overrides trainer.precision=bf16
