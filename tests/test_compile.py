@@ -116,3 +116,15 @@ def test_importing_the_runner_imports_neither_dynamo_nor_triton():
             "print(sorted(m for m in ('torch._dynamo', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_padding_mask_off_the_cpu_is_never_read_on_the_host():
+    """On an accelerator, reading whether a mask pads anything would make the host wait for the device once per
+    layer (and a compiled model could not trace it): the mask is passed on as it is. A meta tensor, which has no
+    values to read, stands in for a CUDA one."""
+    from sparse_runner.attention.block_sparse import padding_or_none
+
+    mask = torch.ones(2, 5, dtype=torch.bool, device="meta")
+    assert padding_or_none(mask) is mask
+    assert padding_or_none(torch.ones(2, 5, dtype=torch.bool)) is None  # on the CPU it is read, for free
+    assert padding_or_none(None) is None
