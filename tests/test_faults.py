@@ -22,11 +22,13 @@ import torch
 
 from sparse_runner import checkpoint as ckpt
 from sparse_runner.checks import ConfigError, DataError
-from sparse_runner.run import directory_lock, run
+from sparse_runner.cli import preflight
+from sparse_runner.config import validate
+from sparse_runner.run import DirectoryInUse, directory_lock, run
 from sparse_runner.tasks.listops import ListOpsTask
 from sparse_runner.training.stopping import Preempted
 from sparse_runner.training.trainer import Diverged, Trainer
-from tests.conftest import TINY, on_train_batch, sparse_run
+from tests.conftest import TINY, compose_config, on_train_batch, sparse_run
 
 
 def read_metrics(run_dir: Path) -> dict:
@@ -312,10 +314,18 @@ def test_unusable_directories_are_refused_in_one_line(tmp_path, cache_dir):
         ([f"hydra.run.dir={a_file}"], "hydra.run.dir", "is a file"),
         ([f"paths.output_dir={a_file}"], "paths.output_dir", "is a file"),
     ]
-    for overrides, key, problem in cases:
-        result = sparse_run([*TINY, *overrides], cwd=tmp_path, cache_dir=cache_dir)
-        assert result.returncode == 2, result.stderr
-        line = one_error_line(result)
+    # The first through the real command line; the others from `preflight`, the check that the command line
+    # runs first and prints as its one line (exit status 2), in this process.
+    for i, (overrides, key, problem) in enumerate(cases):
+        if i == 0:
+            result = sparse_run([*TINY, *overrides], cwd=tmp_path, cache_dir=cache_dir)
+            assert result.returncode == 2, result.stderr
+            line = one_error_line(result)
+        else:
+            with pytest.raises(ConfigError) as info:
+                preflight([*TINY, *overrides], multirun=False)
+            line = str(info.value)
+            assert "\n" not in line, line
         assert key in line and problem in line, line
     assert a_file.read_text() == "x"
 
@@ -492,6 +502,35 @@ def refused_for_its_data(tmp_path: Path, cache_dir: Path, *args: str) -> str:
     return line
 
 
+def refused_in_process(tmp_path: Path, cache_dir: Path, monkeypatch, *args: str) -> str:
+    """The refusal of `refused_for_its_data` from `run` in this process, in tmp_path/work: a ConfigError (the
+    DataError that the command line prints as its one line, exit status 2) in one line, and nothing of a run
+    written. The command line's own part (that line, the status, no run directory kept) is the same for every
+    file a task refuses; the first fault of each kind below (FAULTS_THROUGH_THE_CLI) checks it there."""
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    cfg = validate(compose_config([*args, *SMALL], cache_dir=cache_dir, tiny=False))
+    with pytest.raises(ConfigError) as info:
+        run(cfg, cwd / "run")
+    line = str(info.value)
+    assert "\n" not in line and not isinstance(info.value, DirectoryInUse), line
+    assert {p.name for p in (cwd / "run").iterdir()} <= {".lock"}, list((cwd / "run").iterdir())
+    assert not list(cwd.rglob("metrics.json"))
+    return line
+
+
+# One fault of each kind runs through the real command line; the others, which differ only in what the task's
+# reader finds wrong, run in-process (refused_in_process).
+FAULTS_THROUGH_THE_CLI = {"cifar_runs_code", "label_2", "directory_named_txt", "latin1_line", "label_not_a_number"}
+
+
+def refused(tmp_path: Path, cache_dir: Path, monkeypatch, fault: str, *args: str) -> str:
+    if fault in FAULTS_THROUGH_THE_CLI:
+        return refused_for_its_data(tmp_path, cache_dir, *args)
+    return refused_in_process(tmp_path, cache_dir, monkeypatch, *args)
+
+
 def idx_file(path: Path, array: np.ndarray, *, magic: int | None = None, gz: bool = True) -> None:
     data = struct.pack(f">I{array.ndim}I", 0x0800 | array.ndim if magic is None else magic, *array.shape) + array.astype(np.uint8).tobytes()
     path.write_bytes(gzip.compress(data, mtime=0) if gz else data)
@@ -550,11 +589,11 @@ IMAGE_FAULTS = {
 
 
 @pytest.mark.parametrize("fault", list(IMAGE_FAULTS))
-def test_a_bad_image_file_is_refused_in_one_line(tmp_path, cache_dir, fault):
+def test_a_bad_image_file_is_refused_in_one_line(tmp_path, cache_dir, monkeypatch, fault):
     file_format, spoil, expected = IMAGE_FAULTS[fault]
     data = idx_dataset(tmp_path / "data") if file_format == "idx" else cifar_batches(tmp_path / "data")
     spoil(data)
-    line = refused_for_its_data(tmp_path, cache_dir, "task=lra_image", "task.source=files", f"task.file_format={file_format}", f"task.data_dir={data}")
+    line = refused(tmp_path, cache_dir, monkeypatch, fault, "task=lra_image", "task.source=files", f"task.file_format={file_format}", f"task.data_dir={data}")
     assert expected in line, line
     assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()  # nothing of the crafted batch ran
 
@@ -598,11 +637,11 @@ PATHFINDER_FAULTS = {
 
 
 @pytest.mark.parametrize("fault", list(PATHFINDER_FAULTS))
-def test_a_bad_pathfinder_release_is_refused_in_one_line(tmp_path, cache_dir, fault):
+def test_a_bad_pathfinder_release_is_refused_in_one_line(tmp_path, cache_dir, monkeypatch, fault):
     spoil, expected = PATHFINDER_FAULTS[fault]
     root = pathfinder_release(tmp_path / "pathfinder32")
     spoil(root / "curv_contour_length_14")
-    line = refused_for_its_data(tmp_path, cache_dir, "task=pathfinder", f"task.data_dir={root}")
+    line = refused(tmp_path, cache_dir, monkeypatch, fault, "task=pathfinder", f"task.data_dir={root}")
     assert expected in line, line
 
 
@@ -629,11 +668,11 @@ TEXT_FAULTS = {
 
 
 @pytest.mark.parametrize("fault", list(TEXT_FAULTS))
-def test_bad_lra_text_files_are_refused_in_one_line(tmp_path, cache_dir, fault):
+def test_bad_lra_text_files_are_refused_in_one_line(tmp_path, cache_dir, monkeypatch, fault):
     spoil, expected = TEXT_FAULTS[fault]
     root = class_folders(tmp_path / "imdb")
     spoil(root)
-    line = refused_for_its_data(tmp_path, cache_dir, "task=lra_text", "task.source=files", f"task.data_dir={root}", "task.max_length=64")
+    line = refused(tmp_path, cache_dir, monkeypatch, fault, "task=lra_text", "task.source=files", f"task.data_dir={root}", "task.max_length=64")
     assert expected in line, line
 
 
@@ -647,14 +686,14 @@ LM_FAULTS = {
 
 
 @pytest.mark.parametrize("fault", list(LM_FAULTS))
-def test_bad_lm_text_files_are_refused_in_one_line(tmp_path, cache_dir, fault):
+def test_bad_lm_text_files_are_refused_in_one_line(tmp_path, cache_dir, monkeypatch, fault):
     spoil, expected = LM_FAULTS[fault]
     root = tmp_path / "corpus"
     root.mkdir()
     for name in ("train", "valid", "test"):
         (root / f"{name}.txt").write_text("".join(f"line {i} of the {name} text\n" for i in range(5)))
     spoil(root)
-    line = refused_for_its_data(tmp_path, cache_dir, "task=lm_files", f"task.data_dir={root}", "task.block_size=16")
+    line = refused(tmp_path, cache_dir, monkeypatch, fault, "task=lm_files", f"task.data_dir={root}", "task.block_size=16")
     assert expected in line and "task.vocab_size" not in line, line
 
 
@@ -673,9 +712,14 @@ AAN_FAULTS = {
 
 
 @pytest.mark.parametrize("fault", list(AAN_FAULTS))
-def test_bad_lra_retrieval_files_are_refused_in_one_line(tmp_path, cache_dir, fault):
+def test_bad_lra_retrieval_files_are_refused_in_one_line(tmp_path, cache_dir, monkeypatch, fault):
     spoil, expected = AAN_FAULTS[fault]
     root = aan_files(tmp_path / "aan")
     spoil(root)
-    line = refused_for_its_data(tmp_path, cache_dir, "task=lra_retrieval", "task.source=files", f"task.data_dir={root}", "task.max_length=32")
+    line = refused(tmp_path, cache_dir, monkeypatch, fault, "task=lra_retrieval", "task.source=files", f"task.data_dir={root}", "task.max_length=32")
     assert expected in line, line
+
+
+def test_each_kind_of_bad_file_has_one_fault_through_the_cli():
+    kinds = (IMAGE_FAULTS, PATHFINDER_FAULTS, TEXT_FAULTS, LM_FAULTS, AAN_FAULTS)
+    assert [len(FAULTS_THROUGH_THE_CLI & set(kind)) for kind in kinds] == [1] * len(kinds)

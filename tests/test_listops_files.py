@@ -103,7 +103,9 @@ def cli(tmp_path: Path, *overrides: str):
     return sparse_run([*TINY, *overrides], cwd=tmp_path, cache_dir=tmp_path / "cache")
 
 
-@pytest.mark.parametrize("case", ["header_only", "out_of_range_label", "unknown_token", "malformed_row"])
+# Every case's message is checked in-process above (test_task_refuses_broken_release_file); through the command
+# line, which prints any of them the same way, one refusal of the whole file and one of a row.
+@pytest.mark.parametrize("case", ["header_only", "malformed_row"])
 def test_cli_refuses_broken_release_file_in_one_line(tmp_path, case):
     text, line, needles = BROKEN_TRAIN[case]
     data_dir = release_dir(tmp_path / "lra", text)
