@@ -3,7 +3,9 @@ bad destination is one line (the claims it regenerates: tests/test_claims.py).""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import subprocess
 import sys
@@ -15,8 +17,22 @@ import pytest
 SCRIPT = Path(__file__).parent.parent / "scripts" / "keep_results.py"
 
 
-def keep(*args: object) -> subprocess.CompletedProcess:
+def keep_in_a_process(*args: object) -> subprocess.CompletedProcess:
+    """`python scripts/keep_results.py ARGS`, as a user runs it."""
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True)
+
+
+def keep(*args: object) -> subprocess.CompletedProcess:
+    """The script's `main(ARGS)` in this process (its `__main__` exits with what `main` returns: see
+    keep_in_a_process, which the first test runs), its output and exit status as a process would give them."""
+    module = keep_results_module()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = module.main(list(map(str, args)))
+        except SystemExit as exc:
+            code = exc.code
+    return subprocess.CompletedProcess(["keep_results.py", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 
 def keep_results_module():
@@ -48,7 +64,7 @@ def lines(result: subprocess.CompletedProcess) -> list[str]:
 def test_runs_sharing_a_folder_name_are_refused_before_anything_is_written(tmp_path):
     first, second, other = a_run(tmp_path / "a" / "x", acc=0.1), a_run(tmp_path / "b" / "x", acc=0.2), a_run(tmp_path / "b" / "y")
     dest = tmp_path / "kept"
-    result = keep(dest, other, first, second)
+    result = keep_in_a_process(dest, other, first, second)
     assert result.returncode == 2
     (line,) = lines(result)
     assert line.startswith("keep_results: error: ") and str(first) in line and str(second) in line and "'x'" in line, line
