@@ -13,7 +13,10 @@ from tests.conftest import sparse_run
 from tests.test_docs import ROOT, example_files
 
 STEPS = ["trainer.max_steps=4", "trainer.eval_every=2", "trainer.batch_size=8", "trainer.warmup_steps=1",
-         "trainer.analysis=false", "model.d_model=32", "model.num_layers=1", "model.num_heads=2", "model.ffn_dim=64"]
+         "trainer.analysis=false", "model.d_model=32", "model.num_layers=1", "model.num_heads=2", "model.ffn_dim=64",
+         "trainer.num_threads=1"]
+# The example task's own keys, set to a few batches: its 1,000 validation and test examples took most of the run.
+SMALL_SPLITS = ["task.num_train=256", "task.num_val=64", "task.num_test=64"]
 
 
 def install_examples(root: Path) -> dict[str, str]:
@@ -49,7 +52,7 @@ def test_the_extending_examples_train_as_an_installed_package(tmp_path, cache_di
     assert set(installed) == {"sparse_runner.tasks", "sparse_runner.patterns", "sparse_runner.normalisers", "sparse_runner.regularisers"}, installed
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'site'}:{ROOT}")
     result = sparse_run(["task=match_ends", "pattern=strided", "normaliser=temp_softmax", "geometry=fixed_head", "regulariser=z_loss",
-                         "model.head_size=16", *STEPS, "trainer.log_every=1", "hydra.searchpath=[pkg://my_package.conf]"],
+                         "model.head_size=16", *STEPS, *SMALL_SPLITS, "trainer.log_every=1", "hydra.searchpath=[pkg://my_package.conf]"],
                         cwd=tmp_path, cache_dir=cache_dir)
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
