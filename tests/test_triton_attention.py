@@ -221,11 +221,11 @@ def test_one_alpha_for_every_head_selects_the_specialised_formulas():
         assert T._mode(T._known_alpha(alpha)) == T._MODE_GENERAL
 
 
-def _kernel_run(q, k, v, alpha, mode, grad_out, **kwargs):
-    """Output, gradients and the forward's tile table of one kernel call in a given MODE.  Also checks the
-    forward's list of key tiles per query tile (the dQ kernel's loop) against that table: the same tiles,
-    ascending."""
-    leaves = [x.detach().float().requires_grad_() for x in (q, k, v)]
+def _kernel_run(q, k, v, alpha, mode, grad_out, dtype=torch.float32, **kwargs):
+    """Output, gradients and the forward's tile table of one kernel call in a given MODE, on `dtype` copies of
+    q, k, v.  Also checks the forward's list of key tiles per query tile (the dQ kernel's loop) against that
+    table: the same tiles, ascending."""
+    leaves = [x.detach().to(dtype).requires_grad_() for x in (q, k, v)]
     alpha_t = T._alpha_tensor(alpha, q.shape[1], q.device)
     out = T._EntmaxAttention.apply(*leaves, alpha_t, 1.0 / math.sqrt(q.shape[-1]), kwargs.get("key_padding_mask"),
                                    kwargs.get("causal", False), 0.0, mode, True)
@@ -840,6 +840,39 @@ def test_gpu_head_dims(head_dim):
     q, k, v = random_inputs(1, 2, 700, 900, head_dim, seed=head_dim, device="cuda")
     got, want = run_both(q, k, v, alpha_for(LEARNED, 2, "cuda"), key_padding_mask=padding(1, 900, device="cuda"), causal=True)
     assert_matches(got, want, TOL32)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA or T._interpreting(), reason="needs a CUDA device (and TRITON_INTERPRET unset)")
+@pytest.mark.parametrize("dtype, alpha", [(torch.bfloat16, 1.5), (torch.bfloat16, LEARNED), (torch.float32, 2.0)])
+def test_gpu_tile_skipping_is_bitwise_and_repeatable(monkeypatch, dtype, alpha):
+    """Local scores at 4,096 keys: the forward's passes drop most key tiles from their lists, written and read
+    back by one program between barriers, which Triton's interpreter cannot test for races. With skipping,
+    three runs give bitwise the same outputs and gradients, and those of the kernel without skipping."""
+    q, k, v = (x.to("cuda") for x in banded_inputs(1, 4, 4096, 64, band=64, strength=12.0))
+    kpm = padding(1, 4096, device="cuda")
+    grad_out = torch.randn(1, 4, 4096, 64, generator=torch.Generator().manual_seed(5)).to("cuda", dtype)
+    alpha = alpha_for(alpha, 4, "cuda")  # LEARNED: 1.0 (a softmax head, which weighs every visible tile) to 1.6
+    mode = T._MODE_GENERAL if torch.is_tensor(alpha) else T._mode(alpha)
+    runs = []
+    for skip in (True, True, True, False):
+        monkeypatch.setattr(T, "SKIP_EMPTY_TILES", skip)
+        runs.append(_kernel_run(q, k, v, alpha, mode, grad_out, dtype=dtype, key_padding_mask=kpm, causal=True))
+    (first, tiles), *others = runs
+    assert tiles[-1].float().mean() < 0.1  # skipping happened (the last head, alpha 1.6 or the fixed one)
+    for results, _ in others:
+        for x, y in zip(first, results):
+            assert torch.equal(x, y)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA or T._interpreting(), reason="needs a CUDA device (and TRITON_INTERPRET unset)")
+def test_gpu_per_head_key_padding_masks():
+    B, H, N = 2, 4, 1000
+    q, k, v = random_inputs(B, H, N, N, 64, seed=3, spread=1.5, device="cuda")
+    kpm = torch.rand(B, H, N, generator=torch.Generator().manual_seed(2)).lt(0.6).to("cuda")
+    got, want = run_both(q, k, v, alpha_for(LEARNED, H, "cuda"), dtype=torch.bfloat16, key_padding_mask=kpm, causal=True)
+    assert_matches(got, want, 3e-2)
 
 
 @pytest.mark.gpu
