@@ -128,3 +128,39 @@ def test_a_padding_mask_off_the_cpu_is_never_read_on_the_host():
     assert padding_or_none(mask) is mask
     assert padding_or_none(torch.ones(2, 5, dtype=torch.bool)) is None  # on the CPU it is read, for free
     assert padding_or_none(None) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("model, fullgraph", [("ernie_sparse", True), ("bigbird", True), ("entmax", False), ("entmax15", False)])
+def test_gpu_a_compiled_training_loss_matches_eager(tiny_config, model, fullgraph):
+    """On CUDA with Inductor, as trainer.compile=true runs the step: the block-sparse models as one graph; the
+    alpha-entmax models through the Triton kernel inside the graph if Dynamo takes it (fullgraph=False: a break
+    there is allowed, a wrong result is not)."""
+    from sparse_runner.tasks import build_task
+
+    cfg = tiny_config("experiment=lra_listops_cpu", f"model={model}")
+    task = build_task(cfg)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    net = task.build_model(cfg.model).to("cuda").train()
+    for module in net.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    batch = task.make_batch("train", np.arange(4), torch.device("cuda"))
+    params = [p for p in net.parameters() if p.requires_grad]
+
+    def loss(tokens):
+        return task.forward_loss(net, {**batch, "tokens": tokens}).loss
+
+    with torch.no_grad():
+        loss(batch["tokens"])
+    results = []
+    for step in (loss, torch.compile(loss, fullgraph=fullgraph)):
+        for p in params:
+            p.grad = None
+        value = step(batch["tokens"])
+        value.backward()
+        results.append([value.detach(), *(p.grad.clone() for p in params)])
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-5)
