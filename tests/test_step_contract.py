@@ -108,12 +108,20 @@ def _write_rank_metrics(rank: int, overrides: list[str], cache_dir: str, out_dir
 def test_sharded_evaluation_adds_up_to_the_single_process_metrics(tiny_config, cache_dir, tmp_path):
     overrides = ["trainer.batch_size=8"]
     tiny_config(*overrides)  # generates the data once, in this process
-    for world in (1, 2):
-        out = tmp_path / f"world{world}"
-        out.mkdir()
-        mp.spawn(_evaluate_on_rank, args=(world, str(out / "init"), overrides, str(cache_dir), str(out)), nprocs=world, join=True)
-    single = json.loads((tmp_path / "world1" / "rank0.json").read_text())
-    ranks = [json.loads((tmp_path / "world2" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    # The single process: this one, without a process group (as a run without torchrun), on one thread as each rank.
+    single_dir = tmp_path / "single"
+    single_dir.mkdir()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _write_rank_metrics(0, overrides, str(cache_dir), str(single_dir))
+    finally:
+        torch.set_num_threads(threads)
+    out = tmp_path / "world2"
+    out.mkdir()
+    mp.spawn(_evaluate_on_rank, args=(2, str(out / "init"), overrides, str(cache_dir), str(out)), nprocs=2, join=True)
+    single = json.loads((single_dir / "rank0.json").read_text())
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["shard"] + ranks[1]["shard"] == single["shard"] and ranks[1]["shard"] > 0
     for rank in ranks:  # every rank ends with the same, whole-split metrics
         assert rank["metrics"]["val/accuracy"] == single["metrics"]["val/accuracy"]
