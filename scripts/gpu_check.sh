@@ -6,7 +6,8 @@
 #                     of $DISTRIBUTIONS, fetched where there is network with `pip wheel --no-deps -w .whl` and
 #                     copied along) with `pip install --no-index --target`, or from the package index when one
 #                     answers; never a download attempt offline. Without such an interpreter: .venv, as scripts/setup.sh makes it (network only).
-#   2. gpu_tests      pytest -m gpu (the tests marked gpu: autocast training, decoding, the Triton/AdaSplash kernels);
+#   2. gpu_tests      pytest -m "gpu and not slow" (autocast training, decoding, the Triton/AdaSplash kernels; the
+#                     compiled-model tests, gpu and slow, need `bash scripts/test.sh -m gpu`);
 #   3. bench_layers   scripts/bench_long_attention.py --device cuda: the layer table (ms and peak memory per row and N);
 #   4. bench_blocks   scripts/bench_block_sparse.py --device cuda: BigBird and HST softmax through the tiles, through
 #                     FlexAttention (model.attention_impl=flex) and through the tiles under torch.compile beside dense
@@ -150,10 +151,15 @@ step() {
     [ "$limit" -gt $((left - 10)) ] && limit=$((left - 10))
     local args=() arg
     for arg in "$@"; do args+=("${arg//\{budget\}/$((limit * 2 / 3))}"); done
+    local shown=""  # the command as a shell reads it back: an argument with spaces quoted (-m 'gpu and not slow')
+    for arg in "${args[@]}"; do
+        if [[ $arg == *" "* ]]; then shown+=" '$arg'"; else shown+=" $arg"; fi
+    done
+    shown=${shown# }
     echo
-    echo "=== $name (timeout ${limit}s): ${args[*]}"
+    echo "=== $name (timeout ${limit}s): $shown"
     if [ "$DRY" = 1 ]; then
-        record "$name" DRY "${args[*]}"
+        record "$name" DRY "$shown"
         return
     fi
     local t0 rc secs
@@ -187,7 +193,7 @@ LAYER_ROWS=sdpa_softmax,triton_alpha_entmax,triton_entmax15,triton_entmax15_gene
 if [ "$NGPU" -gt 0 ] || [ "$DRY" = 1 ]; then
     # Shares (seconds of the default budget, 465 of 470 in all). bench_blocks: the longest length first, where the
     # targets are strictest; each FlexAttention row compiles in its first call of a length (seconds in the table).
-    step gpu_tests 175 "$PY" -m pytest -q -m gpu -rs -p no:cacheprovider --junitxml="$OUT/pytest_gpu.xml" tests/
+    step gpu_tests 175 "$PY" -m pytest -q -m "gpu and not slow" -rs -p no:cacheprovider --junitxml="$OUT/pytest_gpu.xml" tests/
     # bench_layers: the Triton kernel with and without each lever, its peers and the block layers, 4k first (the
     # issue's targets start there); the other rows (torch paths, entmax_bisect, HF BigBird) by the script alone.
     step bench_layers 75 "$PY" scripts/bench_long_attention.py --device cuda --time-budget {budget} --out-dir "$OUT/bench" \

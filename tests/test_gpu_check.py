@@ -74,7 +74,7 @@ def test_dry_run_lists_the_steps_and_writes_the_summaries(tmp_path):
     assert (tmp_path / "out" / "gpu_check.md").read_text().startswith("# GPU check")
 
     commands = {s["step"]: shlex.split(s["detail"]) for s in steps}
-    assert commands["gpu_tests"][1:4] == ["-m", "pytest", "-q"] and "-m" in commands["gpu_tests"][4:] and "gpu" in commands["gpu_tests"]
+    assert commands["gpu_tests"][1:4] == ["-m", "pytest", "-q"] and "-m" in commands["gpu_tests"][4:] and "gpu and not slow" in commands["gpu_tests"]
     for name, script in (("bench_layers", "bench_long_attention.py"), ("bench_blocks", "bench_block_sparse.py"),
                          ("bench_training", "bench_training.py"), ("bench_presets", "bench_presets.py")):
         cmd = commands[name]
