@@ -249,15 +249,19 @@ def test_init_from_a_run_that_is_running_now_is_refused_in_one_line(pretrained, 
     """A source being re-run may be rewriting its checkpoints and tokenizer: its lock (held by another
     process, as a running sparse-run holds it) is respected, for the directory and a .pt inside it."""
     holder = _hold_lock(pretrained)
+    in_use = f"model.init_from: {pretrained} is in use by a running sparse-run (pid {holder.pid})"
     try:
-        for source in (pretrained, pretrained / "checkpoints" / "best.pt"):
-            out = tmp_path / source.name
-            result = sparse_run([*MODEL, *TRAINER, *mnli_args(data), f"model.init_from={source}", f"paths.output_dir={out}"],
-                                cwd=tmp_path, cache_dir=cache_dir)
-            assert result.returncode == 2, result.stderr[-2000:]
-            line = one_error_line(result)
-            assert line.startswith(f"sparse-run: error: model.init_from: {pretrained} is in use by a running sparse-run (pid {holder.pid})"), line
-            assert not list(out.rglob("metrics.json")) and not list(out.rglob("*.pt"))
+        out = tmp_path / pretrained.name
+        result = sparse_run([*MODEL, *TRAINER, *mnli_args(data), f"model.init_from={pretrained}", f"paths.output_dir={out}"],
+                            cwd=tmp_path, cache_dir=cache_dir)
+        assert result.returncode == 2, result.stderr[-2000:]
+        line = one_error_line(result)
+        assert line.startswith(f"sparse-run: error: {in_use}"), line
+        assert not list(out.rglob("metrics.json")) and not list(out.rglob("*.pt"))
+        # A .pt inside it: the same refusal (the command line prints it as above), from the task that reads the source.
+        with pytest.raises(ConfigError) as info:
+            build_task(config(cache_dir, *mnli_args(data), f"model.init_from={pretrained / 'checkpoints' / 'best.pt'}"))
+        assert str(info.value).startswith(in_use) and "\n" not in str(info.value), str(info.value)
     finally:
         holder.kill()
         holder.wait()
