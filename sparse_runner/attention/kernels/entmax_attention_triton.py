@@ -636,14 +636,13 @@ if triton is not None:
 def _blocks(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, BLOCK_D, num_warps).
 
-    Chosen without timings on hardware, from the register use
-    of the sm_90 (H100/H200) builds, compiled here with Triton's bundled ptxas: the smallest tiles
-    that keep every kernel (nearly) free of register spills.  16-bit inputs: 64 x 32 tiles, no spills
-    at D = 64; at D = 128 (8 warps) up to 40 bytes per thread with dropout, 8 in 1.5-entmax's dQ.
-    float32 inputs (IEEE dots run on the FMA units, their operands all in registers): 32 x 32 tiles on
-    8 warps, which spill 48 bytes per thread in the general dQ with dropout and nothing elsewhere at D = 64
-    (on 4 warps up to 664: the forward's second accumulator, os, added to them; 64 x 64 tiles spill
-    kilobytes).  Counted with cuobjdump -res-usage on the builds of 20ddb32.
+    Chosen without timings on hardware, from the register use of the sm_90 (H100/H200) builds as the JIT
+    specialises a launch (16-byte-aligned pointers and strides: vectorised, pipelined loads), compiled here
+    with Triton's bundled ptxas: the smallest tiles that keep every kernel free of register spills.  16-bit
+    inputs: 64 x 32 tiles on 4 warps at D <= 64 (at most 234 registers, with dropout), 8 warps at D = 128
+    (at most 230).  float32 inputs (IEEE dots run on the FMA units, their operands all in registers): 32 x 32
+    tiles on 8 warps, no spills at D = 64 with dropout (on 4 warps the forward spills 608 bytes per thread).
+    Counted with cuobjdump -res-usage on the builds of commit 2d58689's kernels.
     The interpreter gets 16 x 16 tiles so that small test shapes cross tile borders (tl.dot needs
     dimensions >= 16).
     """
