@@ -341,8 +341,11 @@ if triton is not None:
             n_end = tl.minimum(Nk, (pid_m + 1) * BLOCK_M + Nk - Nq)
         # The key tiles the passes after the first visit, listed in ascending order: every tile at first; each
         # solver pass keeps those that can still hold p > 0 (SKIP_TILES); the last pass leaves the backward's
-        # list.  Passes write entries no later read of their own pass reaches (entry `kept` <= i); the barrier
-        # after each pass makes the writes visible to all of the program's threads before the next one reads.
+        # list.  Passes write entries no later read of their own pass reaches (entry `kept` <= i), and one thread
+        # writes entry i' only after `keep`, a reduction over all warps, which every warp reaches after reading
+        # its entries up to i'; the barrier after each pass makes the writes visible to all of the program's
+        # threads before the next pass reads.  Every thread must reach that barrier: the loops' conditions
+        # (n_listed, busy, it) are the same in all of them.
         tile_row = pid_bh.to(tl.int64) * tl.cdiv(Nq, BLOCK_M) + pid_m
         list_row = KV_INDEX + tile_row * n_key_tiles
         n_listed = tl.cdiv(n_end, BLOCK_N)
