@@ -165,6 +165,9 @@ def test_cli_exits_2_with_one_line_and_writes_nothing(override, tmp_path, cache_
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("sparse-run: error: "), result.stderr
     assert "Traceback" not in result.stderr
+    assert not result.stdout.strip(), result.stdout  # the terminal shows that line alone
+    if override == "trainer.max_steps=-1":
+        assert lines == ["sparse-run: error: trainer.max_steps: must be > 0, got -1"]
     assert not (tmp_path / "outputs").exists()
 
 

@@ -189,7 +189,12 @@ def test_a_non_finite_validation_loss_is_a_divergence_and_nothing_of_it_is_kept(
     line = one_error_line(result)
     assert "diverged at step 1: val/loss is nan" in line and "no checkpoint was saved" in line, line
     assert "the same command would diverge again" in line and "trainer.lr (now 1e+09)" in line, line
+    # Said once on the terminal (not again by a log handler), after the accepted run's start-up; the log file keeps it.
+    terminal = [t for t in (result.stdout + result.stderr).splitlines() if t.strip()]
+    assert [t for t in terminal if "diverged at step 1" in t] == [line] and line.startswith("sparse-run: error: run failed: "), terminal
+    assert any("CPU block cache" in t for t in terminal), terminal
     (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    assert "diverged at step 1" in (run_dir / "sparse_run.log").read_text()
     m = read_metrics(run_dir)
     assert m["status"] == "diverged" and "val/loss is nan" in m["error"]
     assert not list((run_dir / "checkpoints").glob("*.pt"))

@@ -136,12 +136,10 @@ def test_a_different_config_is_refused_before_anything_is_deleted(tiny_config, t
 
 
 # ------------------------------------------------------------------------- one line on the terminal
-def test_a_bad_value_is_one_line_on_the_terminal(tmp_path, cache_dir):
-    result = sparse_run([*TINY, "trainer.max_steps=-1"], cwd=tmp_path, cache_dir=cache_dir)
-    assert result.returncode == 2
-    assert terminal_lines(result) == ["sparse-run: error: trainer.max_steps: must be > 0, got -1"]
-
-
+# A bad value (`trainer.max_steps=-1`), the whole terminal one line: tests/test_config.py,
+# test_cli_exits_2_with_one_line_and_writes_nothing. A failed run says so once, after the accepted run's
+# start-up, and its log file keeps it: tests/test_faults.py, test_a_non_finite_validation_loss_is_a_divergence_*
+# (the same command, lr 1e9, diverging at step 1).
 def test_a_refusal_after_the_data_is_prepared_is_one_line_on_the_terminal(tiny_config, tmp_path, cache_dir):
     """The checkpoint of another config is found once the task is built: the start-up's INFO lines (the CPU
     block cache, the data cache) stay in the log file."""
@@ -151,14 +149,3 @@ def test_a_refusal_after_the_data_is_prepared_is_one_line_on_the_terminal(tiny_c
     (line,) = terminal_lines(result)
     assert "holds a checkpoint of a different config" in line, line
     assert "CPU block cache" in (tmp_path / "run" / "sparse_run.log").read_text()
-
-
-def test_a_failed_run_says_so_once(tmp_path, cache_dir):
-    """A run that fails (here it diverges) prints its error line once, not once per handler."""
-    result = sparse_run([*TINY, "trainer.lr=1e9", "trainer.eval_every=1", "trainer.max_steps=4"], cwd=tmp_path, cache_dir=cache_dir)
-    assert result.returncode == 1
-    errors = [line for line in terminal_lines(result) if "diverged at step 1" in line]
-    assert len(errors) == 1 and errors[0].startswith("sparse-run: error: run failed: "), terminal_lines(result)
-    assert any("CPU block cache" in line for line in terminal_lines(result))  # an accepted run's start-up is shown
-    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
-    assert "diverged at step 1" in (run_dir / "sparse_run.log").read_text()  # the log file keeps it
