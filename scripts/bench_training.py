@@ -58,7 +58,8 @@ MEMORY_TARGETS = {"lra_text_4k_cpu": 1.3}  # peak memory, x softmax's
 _CHILD_FLAG = "--memory-child"
 # --device cuda: the GPU training table (docs/benchmarks.md, GPU).
 GPU_EXPERIMENT = "lra_listops"
-GPU_MODELS = "softmax,bigbird,ernie_sparse,entmax15,entmax"
+# A "+" adds overrides to a row: ERNIE-Sparse compiled (trainer.compile=true), against its launch-bound eager step.
+GPU_MODELS = "softmax,bigbird,ernie_sparse,entmax15,entmax,ernie_sparse+trainer.compile=true"
 GPU_OVERRIDES = ["trainer.precision=bf16", "task.generator.num_train=3000", "task.generator.num_val=64", "task.generator.num_test=64"]
 
 
@@ -66,7 +67,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_device_argument(parser, "cuda: the GPU table (tokens/s and peak memory per model, lra_listops in bf16)")
     parser.add_argument("--experiments", default=None, help=f"comma-separated experiment= presets (default: {','.join(TARGETS)}; cuda: {GPU_EXPERIMENT})")
-    parser.add_argument("--models", default=None, help=f"comma-separated model= options compared with softmax (default: entmax; cuda: {GPU_MODELS})")
+    parser.add_argument("--models", default=None, help=f"comma-separated model= options compared with softmax, each with overrides after a + "
+                        f"(default: entmax; cuda: {GPU_MODELS})")
     parser.add_argument("--steps", type=int, default=None, help="training steps per round and model (default 10; cuda: 20 timed steps)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (cpu)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps per model before its timed steps (cuda)")
@@ -167,10 +169,10 @@ def device_table(args, models: list[str], device: torch.device) -> dict:
 
 def memory_child(experiment: str, model: str, overrides: list[str]) -> None:
     """Prints, as one JSON line, the peak extra resident memory of one training step of `model` on `experiment`."""
-    from benchmarking import MinimalTraining, compose_run_config, peak_step_memory
+    from benchmarking import MinimalTraining, compose_run_config, model_overrides, peak_step_memory
     from sparse_runner.tasks import build_task
 
-    cfg = compose_run_config([f"model={model}", "trainer.device=cpu", f"experiment={experiment}", *overrides])
+    cfg = compose_run_config([*model_overrides(model), "trainer.device=cpu", f"experiment={experiment}", *overrides])
     task = build_task(cfg)
     loop = MinimalTraining(cfg, task)
     peak, method = peak_step_memory(lambda: loop.step)

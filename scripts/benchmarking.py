@@ -30,6 +30,13 @@ def minimal_training_tokens_per_s(cfg, task, steps: int | None = None, device: s
     return tokens_per_s, tokens
 
 
+def model_overrides(spec: str) -> list[str]:
+    """The overrides of a benchmark's model row: "entmax" is model=entmax; "ernie_sparse+trainer.compile=true"
+    adds the overrides after each "+" (a row of the same model run another way)."""
+    name, *extra = spec.split("+")
+    return [f"model={name}", *extra]
+
+
 def train_minimal(cfg, task, steps: int | None = None, device: str = "cpu") -> tuple[torch.nn.Module, float, int]:
     """The loop of `minimal_training_tokens_per_s`; returns (trained model, tokens/s, tokens)."""
     steps = cfg.trainer.max_steps if steps is None else steps
@@ -45,7 +52,8 @@ def train_minimal(cfg, task, steps: int | None = None, device: str = "cpu") -> t
 class MinimalTraining:
     """cfg's model, AdamW, clipping and the lr schedule on cfg's task, as a researcher's own loop would have
     them; `step()` trains on the next batch. trainer.precision autocasts as the trainer does (bf16 on any
-    device, fp16 with a gradient scaler on CUDA; fp32, every CPU preset's, runs without autocast)."""
+    device, fp16 with a gradient scaler on CUDA; fp32, every CPU preset's, runs without autocast), and
+    trainer.compile=true runs the forward and backward through torch.compile, as the trainer does."""
 
     def __init__(self, cfg, task, device: str = "cpu") -> None:
         import contextlib
@@ -61,6 +69,7 @@ class MinimalTraining:
         seed_everything(cfg.seed, t.deterministic)
         self.model = task.build_model(cfg.model).to(self.device)
         self.model.train()
+        self.step_model = torch.compile(self.model) if t.compile else self.model
         self.opt = torch.optim.AdamW(optimizer_groups(self.model, t.lr, t.weight_decay, t.alpha_lr_scale), lr=t.lr, betas=tuple(t.betas))
         self.sched = build_scheduler(self.opt, schedule=t.schedule, warmup_steps=t.warmup_steps, max_steps=t.max_steps, min_lr_ratio=t.min_lr_ratio)
         dtype = autocast_dtype(t.precision, self.device)
@@ -83,7 +92,7 @@ class MinimalTraining:
         batch = self.task.make_batch("train", self.plan[self.index], self.device)
         self.index += 1
         with self.autocast():
-            loss = self.task.forward_loss(self.model, batch).loss  # the task's forward + loss, nothing else
+            loss = self.task.forward_loss(self.step_model, batch).loss  # the task's forward + loss, nothing else
         self.opt.zero_grad(set_to_none=True)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
@@ -144,7 +153,7 @@ def device_training_rows(models: list[str], overrides: list[str], device: str, w
     or that the deadline (time.monotonic()) leaves no time for is a row with "failed": its cell text."""
     from sparse_runner.tasks import build_task
 
-    configs = {m: compose_run_config([f"model={m}", f"trainer.device={device}", *overrides]) for m in models}
+    configs = {m: compose_run_config([*model_overrides(m), f"trainer.device={device}", *overrides]) for m in models}
     task = build_task(configs[models[0]])
     rows = []
     for model in models:
@@ -178,7 +187,7 @@ def training_throughput(models: list[str], steps: int, rounds: int, overrides: l
     configs = {}
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         for model in models:
-            configs[model] = validate(compose(config_name="config", overrides=[f"model={model}", "trainer.device=cpu", *overrides]))
+            configs[model] = validate(compose(config_name="config", overrides=[*model_overrides(model), "trainer.device=cpu", *overrides]))
     if configs[models[0]].trainer.cpu_block_cache_mb:  # as `sparse-run` does on a CPU (sparse_runner/run.py)
         from sparse_runner.training import cpu_block_cache
 

@@ -49,7 +49,7 @@ def test_device_defaults_are_the_gpu_table():
     bench = load_script()
     gpu = bench.parse_args(["--device", "cuda"])
     assert (gpu.experiments, gpu.steps, gpu.overrides) == ("lra_listops", 20, bench.GPU_OVERRIDES)
-    assert gpu.models.split(",") == ["softmax", "bigbird", "ernie_sparse", "entmax15", "entmax"]
+    assert gpu.models.split(",") == ["softmax", "bigbird", "ernie_sparse", "entmax15", "entmax", "ernie_sparse+trainer.compile=true"]
     cpu = bench.parse_args([])
     assert (cpu.device, cpu.experiments, cpu.models, cpu.steps, cpu.overrides) == ("cpu", "lra_text_4k_cpu,lra_text_cpu,mt_cpu", "entmax", 10, [])
 
@@ -79,3 +79,18 @@ def test_device_table_runs_on_cpu_with_peak_memory_and_failed_cells(tmp_path, ca
     assert json.loads((tmp_path / "training_cpu.json").read_text())["meta"]["device"] == "cpu"
     table = (tmp_path / "training_cpu.md").read_text()
     assert "| lra_listops_cpu | sparsemax | n/a (out of memory) |" in table and "| lra_listops_cpu | entmax |" in table
+
+
+def test_a_model_row_takes_overrides_after_a_plus(cache_dir):
+    """"ernie_sparse+trainer.compile=true" is ERNIE-Sparse run through torch.compile, as the trainer runs it."""
+    from sparse_runner.tasks import build_task
+
+    load_script()  # puts scripts/ on sys.path, where benchmarking.py is
+    import benchmarking
+
+    assert benchmarking.model_overrides("entmax") == ["model=entmax"]
+    assert benchmarking.model_overrides("ernie_sparse+trainer.compile=true+trainer.lr=0.01") == [
+        "model=ernie_sparse", "trainer.compile=true", "trainer.lr=0.01"]
+    cfg = benchmarking.compose_run_config(["experiment=lra_listops_cpu", *benchmarking.model_overrides("hst+trainer.compile=true"), *OVERRIDES])
+    loop = benchmarking.MinimalTraining(cfg, build_task(cfg))
+    assert loop.step_model is not loop.model and loop.step_model._orig_mod is loop.model  # torch.compile's wrapper
