@@ -536,8 +536,7 @@ def test_kept_results_give_the_same_claims(tmp_path: Path):
 
 def test_kept_results_with_log(tmp_path: Path):
     """--with-log keeps log.jsonl and figures/*.png beside metrics.json, never checkpoints; without it, neither."""
-    import subprocess
-    import sys
+    from tests.test_keep_results import keep   # the script's main() in-process (test_keep_results runs the script itself)
 
     run = write_run(tmp_path / "outputs", "e0", model="ernie_sparse", seed=0, acc=0.46, block=8)
     (run / "log.jsonl").write_text('{"step": 20, "alpha/encoder_self/0": [1.4, 1.6]}\n')
@@ -545,9 +544,8 @@ def test_kept_results_with_log(tmp_path: Path):
     (run / "figures" / "alpha_trajectories.png").write_bytes(b"\x89PNG fake")
     (run / "checkpoints").mkdir()
     (run / "checkpoints" / "last.pt").write_bytes(b"weights")
-    script = Path(__file__).parent.parent / "scripts" / "keep_results.py"
     for flag, kept in (([], tmp_path / "plain"), (["--with-log"], tmp_path / "logged")):
-        done = subprocess.run([sys.executable, str(script), *flag, str(kept), str(run)], capture_output=True, text=True)
+        done = keep(*flag, kept, run)
         assert done.returncode == 0, done.stderr
     files = lambda root: sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())  # noqa: E731
     assert files(tmp_path / "plain") == [f"{run.name}/metrics.json"]
