@@ -292,6 +292,11 @@ def test_sigint_through_the_cli_checkpoints_without_a_traceback(tmp_path, cache_
 def test_refused_before_anything_is_written(tmp_path, cache_dir, override, expected):
     if "cuda" in override and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
+    if override == "seed=99999999999":  # the other end of seed=-1's check: from preflight, which the command line runs first
+        with pytest.raises(ConfigError) as info:
+            preflight([*TINY, override], multirun=False)
+        assert expected in str(info.value) and "\n" not in str(info.value)
+        return
     result = sparse_run([*TINY, override], cwd=tmp_path, cache_dir=cache_dir)
     assert result.returncode == 2
     assert expected in one_error_line(result)
