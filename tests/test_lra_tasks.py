@@ -24,6 +24,7 @@ from sparse_runner.run import run
 from sparse_runner.tasks import build_task
 from sparse_runner.tasks.lra_retrieval import LraRetrievalTask
 from tests.conftest import compose_config, on_train_batch, simulated_crash, sparse_run
+from tests.test_translation_data import hf_cache, offline_calls  # noqa: F401  (fixtures: the hub unreachable, in-process)
 
 SMALL_MODEL = [
     "model.d_model=32", "model.num_heads=2", "model.ffn_dim=64", "trainer.max_steps=12", "trainer.eval_every=6",
@@ -132,7 +133,7 @@ def test_text_missing_class_folder_is_one_line(tmp_path, cache_dir):
         build_task(cfg)
 
 
-@pytest.mark.parametrize("task, dataset", [("lra_text", "stanfordnlp/imdb"), ("lra_image", "uoft-cs/cifar10")])
+@pytest.mark.parametrize("task, dataset", [("lra_text", "stanfordnlp/imdb")])
 def test_offline_hub_is_one_line(task, dataset, tmp_path, cache_dir):
     env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
     saved = {k: os.environ.get(k) for k in env}
@@ -145,6 +146,20 @@ def test_offline_hub_is_one_line(task, dataset, tmp_path, cache_dir):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert dataset in lines[0] and "task.source=files task.data_dir=" in lines[0] and "offline substitute" in lines[0]
+
+
+# The same refusal for the image task, from the task in this process with the hub unreachable (as
+# tests/test_translation_data.py's hub tests make it); the command line prints it as it prints the text task's above.
+@pytest.mark.parametrize("task, dataset", [("lra_image", "uoft-cs/cifar10")])
+def test_offline_hub_refusal_names_the_dataset_and_the_local_options(task, dataset, tmp_path, hf_cache, offline_calls):
+    from sparse_runner.data.errors import DataUnavailable
+
+    with pytest.raises(DataUnavailable) as info:
+        build_task(lra_config(tmp_path / "cache", f"task={task}"))
+    line = str(info.value)
+    assert "\n" not in line and str(hf_cache) in line, line
+    assert dataset in line and "task.source=files task.data_dir=" in line and "offline substitute" in line, line
+    assert offline_calls == [True]  # the unreachable hub was detected: the local cache only, no network retries
 
 
 # ---------------------------------------------------------------------------------------------- retrieval
