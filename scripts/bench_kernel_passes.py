@@ -19,7 +19,7 @@ bump in a band of 32 positions, so that a sparse normaliser's weights stay near 
 Rows: 1.5-entmax with its own formulas (MODE 15: Halley's steps) and through the general formulas (Newton's
 steps), sparsemax, a learned alpha per head (1.1 ... 1.9; general formulas, Newton).
 
-    python scripts/bench_kernel_passes.py                  # N 256,1024, ~2 min on 2 cores
+    python scripts/bench_kernel_passes.py                  # N 256,1024, ~12-15 min on 2 cores
     python scripts/bench_kernel_passes.py --lengths 512 --spreads 1
 
 With --sass it also compiles the kernels for sm_90 (H100/H200; no GPU needed: Triton's own ptxas) and counts,
