@@ -9,9 +9,9 @@
 #   2. gpu_tests      pytest -m "gpu and not slow" (autocast training, decoding, the Triton/AdaSplash kernels; the
 #                     compiled-model tests, gpu and slow, need `bash scripts/test.sh -m gpu`);
 #   3. bench_layers   scripts/bench_long_attention.py --device cuda: the layer table (ms and peak memory per row and N);
-#   4. bench_blocks   scripts/bench_block_sparse.py --device cuda: BigBird and HST softmax through the tiles, through
-#                     FlexAttention (model.attention_impl=flex) and through the tiles under torch.compile beside dense
-#                     SDPA, at 64k then 16k tokens;
+#   4. bench_blocks   scripts/bench_block_sparse.py --device cuda: BigBird and HST softmax through the tiles and through
+#                     FlexAttention (model.attention_impl=flex) beside dense SDPA, at 64k then 16k tokens; with
+#                     GPU_CHECK_BUDGET_S >= 900 also through torch.compile (and CUDA graphs), and step 5 ERNIE-Sparse compiled;
 #   5. bench_training scripts/bench_training.py --device cuda: tokens/s and peak memory per model on lra_listops, bf16;
 #   6. bench_presets  scripts/bench_presets.py --device cuda: seconds per step and GPU-hours of every paper preset.
 # Every step runs under `timeout` (its share of GPU_CHECK_BUDGET_S, default 470 s, clipped to what is left); the
@@ -190,6 +190,14 @@ fi
 
 GPU_STEPS="gpu_tests bench_layers bench_blocks bench_training bench_presets"
 LAYER_ROWS=sdpa_softmax,triton_alpha_entmax,triton_entmax15,triton_entmax15_general,triton_alpha_entmax_all_tiles,adasplash_entmax15,hst_softmax,hst_alpha_entmax,bigbird_softmax
+BLOCK_ROWS=dense_sdpa,bigbird_softmax,bigbird_softmax_flex,hst_softmax,hst_softmax_flex
+TRAINING_MODELS=softmax,bigbird,ernie_sparse,entmax15,entmax
+# torch.compile's rows compile for a minute or so each, which a step's share of the default budget cannot hold
+# (a cell started before the step's --time-budget runs on to its timeout): only with a budget of 900 s or more.
+if [ "$BUDGET" -ge 900 ]; then
+    BLOCK_ROWS+=,hst_softmax_compiled,bigbird_softmax_compiled,hst_softmax_cudagraphs
+    TRAINING_MODELS+=,ernie_sparse+trainer.compile=true
+fi
 if [ "$NGPU" -gt 0 ] || [ "$DRY" = 1 ]; then
     # Shares (seconds of the default budget, 465 of 470 in all). bench_blocks: the longest length first, where the
     # targets are strictest; each FlexAttention row compiles in its first call of a length (seconds in the table).
@@ -199,8 +207,8 @@ if [ "$NGPU" -gt 0 ] || [ "$DRY" = 1 ]; then
     step bench_layers 75 "$PY" scripts/bench_long_attention.py --device cuda --time-budget {budget} --out-dir "$OUT/bench" \
         --shapes 4096:4,16384:1,1024:16,65536:1 --rows "$LAYER_ROWS"
     step bench_blocks 70 "$PY" scripts/bench_block_sparse.py --device cuda --time-budget {budget} --out-dir "$OUT/bench" \
-        --lengths 65536,16384 --rows dense_sdpa,bigbird_softmax,bigbird_softmax_flex,hst_softmax,hst_softmax_flex,hst_softmax_compiled,bigbird_softmax_compiled,hst_softmax_cudagraphs
-    step bench_training 50 "$PY" scripts/bench_training.py --device cuda --time-budget {budget} --out "$OUT/bench"
+        --lengths 65536,16384 --rows "$BLOCK_ROWS"
+    step bench_training 50 "$PY" scripts/bench_training.py --device cuda --time-budget {budget} --out "$OUT/bench" --models "$TRAINING_MODELS"
     step bench_presets 50 "$PY" scripts/bench_presets.py --device cuda --time-budget {budget} --out "$OUT/bench" \
         --overrides trainer.precision=bf16
 else
