@@ -34,18 +34,44 @@ CASES = {
 }
 
 
-def _compiled_matches_eager(fn, inputs: list[torch.Tensor], params: list[torch.nn.Parameter]) -> None:
-    """fn(*inputs) compiled with fullgraph=True (no graph break) gives eager's output and gradients."""
+def _compiled_matches_eager(fn, inputs: list[torch.Tensor], params: list[torch.nn.Parameter], *, backend: str = "aot_eager",
+                            fullgraph: bool = True, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """fn(*inputs) compiled (fullgraph=True: with no graph break) gives eager's output and gradients."""
     leaves = [x for x in [*inputs, *params] if x.requires_grad]
     results = []
-    for step in (fn, torch.compile(fn, backend="aot_eager", fullgraph=True)):
+    for step in (fn, torch.compile(fn, backend=backend, fullgraph=fullgraph)):
         for x in leaves:
             x.grad = None
         out = step(*inputs)
         out.square().sum().backward()
         results.append([out.detach(), *(x.grad.clone() for x in leaves)])
     for got, want in zip(*results):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
+
+
+def _listops_loss(tiny_config, model: str, device: str):
+    """(loss, tokens, params): the ListOps classifier's training loss as a function of a padded batch's tokens,
+    as the trainer's step computes it, with dropout off (it would draw differently in two runs); its block tables
+    already built (one eager call)."""
+    from sparse_runner.tasks import build_task
+
+    cfg = tiny_config("experiment=lra_listops_cpu", f"model={model}")
+    task = build_task(cfg)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    net = task.build_model(cfg.model).to(device).train()
+    for module in net.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    batch = task.make_batch("train", np.arange(4), torch.device(device))
+    assert batch["lengths"] is not None  # ListOps pads: the masked path is the one traced
+
+    def loss(tokens):
+        return task.forward_loss(net, {**batch, "tokens": tokens}).loss
+
+    with torch.no_grad():
+        loss(batch["tokens"])
+    return loss, batch["tokens"], [p for p in net.parameters() if p.requires_grad]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -74,25 +100,8 @@ def test_a_block_sparse_layer_compiles_to_one_graph(case):
 def test_a_models_training_loss_compiles_to_one_graph(tiny_config, model):
     """The ListOps classifier's loss, forward and backward, as the trainer's step runs it with trainer.compile:
     ERNIE-Sparse (HST with SAR's representatives), BigBird, dense softmax."""
-    from sparse_runner.tasks import build_task
-
-    cfg = tiny_config("experiment=lra_listops_cpu", f"model={model}")
-    task = build_task(cfg)
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    net = task.build_model(cfg.model).train()
-    for module in net.modules():  # dropout would draw differently in the two runs compared below
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-    batch = task.make_batch("train", np.arange(4), torch.device("cpu"))
-    assert batch["lengths"] is not None  # ListOps pads: the masked path is the one traced
-
-    def loss(tokens):
-        return task.forward_loss(net, {**batch, "tokens": tokens}).loss
-
-    with torch.no_grad():
-        loss(batch["tokens"])
-    _compiled_matches_eager(loss, [batch["tokens"]], [p for p in net.parameters() if p.requires_grad])
+    loss, tokens, params = _listops_loss(tiny_config, model, "cpu")
+    _compiled_matches_eager(loss, [tokens], params)
 
 
 def test_the_fused_kernels_read_a_constant_alpha_as_a_float():
@@ -138,30 +147,5 @@ def test_gpu_a_compiled_training_loss_matches_eager(tiny_config, model, fullgrap
     """On CUDA with Inductor, as trainer.compile=true runs the step: the block-sparse models as one graph; the
     alpha-entmax models through the Triton kernel inside the graph if Dynamo takes it (fullgraph=False: a break
     there is allowed, a wrong result is not)."""
-    from sparse_runner.tasks import build_task
-
-    cfg = tiny_config("experiment=lra_listops_cpu", f"model={model}")
-    task = build_task(cfg)
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    net = task.build_model(cfg.model).to("cuda").train()
-    for module in net.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-    batch = task.make_batch("train", np.arange(4), torch.device("cuda"))
-    params = [p for p in net.parameters() if p.requires_grad]
-
-    def loss(tokens):
-        return task.forward_loss(net, {**batch, "tokens": tokens}).loss
-
-    with torch.no_grad():
-        loss(batch["tokens"])
-    results = []
-    for step in (loss, torch.compile(loss, fullgraph=fullgraph)):
-        for p in params:
-            p.grad = None
-        value = step(batch["tokens"])
-        value.backward()
-        results.append([value.detach(), *(p.grad.clone() for p in params)])
-    for got, want in zip(*results):
-        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-5)
+    loss, tokens, params = _listops_loss(tiny_config, model, "cuda")
+    _compiled_matches_eager(loss, [tokens], params, backend="inductor", fullgraph=fullgraph, rtol=1e-3, atol=1e-5)

@@ -209,7 +209,6 @@ def _attend_tiles_triton(q: torch.Tensor, sources: list[KeySource], valid: torch
 
     heads = valid.shape[1]  # 1: every head sees the tile's keys; H: each its own
     keys = valid.expand(b, heads, r, 1, -1).transpose(1, 2).reshape(b * r, heads, -1)  # (B * R, 1 or H, S)
-    keys = keys[:, 0] if heads == 1 else keys
     out = entmax_attention_triton.entmax_attention(fold(q), fold(k), fold(v), normaliser.kernel_alpha(),
                                                    key_padding_mask=keys, dropout_p=dropout_p)
     return out.view(b, r, h, t, -1).transpose(1, 2)

@@ -89,7 +89,7 @@ Shapes and masks:
 * q (B, H, Nq, D); k, v (B, H, Nk, D); any Nq, Nk >= 0 (no multiple of the tile needed); D <= 128
   (tiles are padded to a power of two >= 16: D in {16, 32, 64, 128} wastes nothing).  The last
   dimension must be contiguous; other strides are free (no copy of a transposed (B, N, H, D) view).
-* key_padding_mask: (B, Nk) bool, True = a real key, or (B, H, Nk), one mask per head (a block pattern's
+* key_padding_mask: (B, Nk) bool, True = a real key, or (B, 1 or H, Nk), one mask per head (a block pattern's
   tiles whose heads gather different keys).  causal: query i sees keys j <= i + Nk - Nq
   (the last query sees every key, as for a decoder with a cache).  A row that sees no key gives a
   zero output and zero gradients.
@@ -722,8 +722,8 @@ class _EntmaxAttention(Function):
         alpha32 = alpha.detach().to(torch.float32).contiguous()
         has_kpm = key_padding_mask is not None
         kpm = key_padding_mask.to(torch.uint8).contiguous() if has_kpm else alpha32  # dummy pointer when absent
-        # (batch, head) strides of the mask: (B, Nk) serves every head, (B, H, Nk) one mask per head.
-        kpm_strides = (kpm.stride(0), kpm.stride(1) if kpm.dim() == 3 else 0) if has_kpm else (0, 0)
+        # (batch, head) strides of the mask: (B, Nk) and (B, 1, Nk) serve every head (stride 0), (B, H, Nk) one per head.
+        kpm_strides = (kpm.stride(0), kpm.stride(1) if kpm.dim() == 3 and kpm.shape[1] > 1 else 0) if has_kpm else (0, 0)
         dropout = dropout_p > 0.0
         seed = dropout_seed(q.device) if dropout else alpha32  # dummy pointer without dropout
         dropout_args = (_drop_below(dropout_p), 1.0 / (1.0 - dropout_p)) if dropout else (0, 1.0)
@@ -874,9 +874,9 @@ def _check_inputs(q, k, v, key_padding_mask) -> None:
     elif q.device.type != "cuda":
         raise ValueError(f"entmax_attention: needs CUDA tensors, got {q.device} (the dense path handles CPU)")
     if key_padding_mask is not None:
-        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) not in ((B, k.shape[2]), (B, H, k.shape[2])):
+        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) not in ((B, k.shape[2]), (B, 1, k.shape[2]), (B, H, k.shape[2])):
             raise ValueError(
-                f"entmax_attention: key_padding_mask must be a bool (B, Nk) = ({B}, {k.shape[2]}) or (B, H, Nk) = "
+                f"entmax_attention: key_padding_mask must be a bool (B, Nk) = ({B}, {k.shape[2]}) or (B, 1 or H, Nk) = "
                 f"({B}, {H}, {k.shape[2]}) tensor, got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
             )
 
