@@ -10,9 +10,11 @@ costs seconds, and the results must equal the eager layer's.
 The first call of a shape is eager here: it builds the pattern's block tables (numpy, once per shape), which a
 compiled model meets as one graph break on its first step only (`BlockPattern._make_gather_table`).
 
-Not here: on CPU the fused C++ kernel (a threshold-form normaliser's tiles, and softmax tiles of one query, as in
-HST's one-stage layer) is a pybind call, which Dynamo cannot trace: a graph break there. On CUDA those tiles go
-through the Triton kernel instead, which Dynamo takes as a user-defined Triton kernel (untested without a GPU).
+The fused kernels (C++ on CPU, Triton on CUDA) are registered operators with their gradients (torch.library), so
+Dynamo keeps them in the graph as opaque calls: the alpha-entmax, 1.5-entmax and sparsemax models trace as one graph
+too, on the fused kernel and on the explicit path (the row-wise C++ entmax). The Triton kernel's operator is checked
+under Triton's interpreter in test_triton_attention.py. Only the memory-efficient path (a Python loop over key
+chunks, a fallback that `auto` does not pick where a kernel runs) still breaks the graph.
 """
 
 from __future__ import annotations
@@ -49,13 +51,13 @@ def _compiled_matches_eager(fn, inputs: list[torch.Tensor], params: list[torch.n
         torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
 
 
-def _listops_loss(tiny_config, model: str, device: str):
+def _listops_loss(tiny_config, model: str, device: str, *overrides: str):
     """(loss, tokens, params): the ListOps classifier's training loss as a function of a padded batch's tokens,
     as the trainer's step computes it, with dropout off (it would draw differently in two runs); its block tables
     already built (one eager call)."""
     from sparse_runner.tasks import build_task
 
-    cfg = tiny_config("experiment=lra_listops_cpu", f"model={model}")
+    cfg = tiny_config("experiment=lra_listops_cpu", f"model={model}", *overrides)
     task = build_task(cfg)
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -104,6 +106,21 @@ def test_a_models_training_loss_compiles_to_one_graph(tiny_config, model):
     _compiled_matches_eager(loss, [tokens], params)
 
 
+@pytest.mark.parametrize("model, overrides", [
+    ("entmax", ["model.attention_impl=cpp"]),                       # learned alpha per head on the fused C++ kernel
+    ("entmax15", ["model.attention_impl=explicit"]),                # n x n scores through the row-wise C++ entmax
+    ("ernie_sparse", ["normaliser=alpha_entmax"]),                  # HST's tiles through both
+])
+def test_an_entmax_models_training_loss_compiles_to_one_graph(tiny_config, model, overrides):
+    """The C++ kernels are operators to Dynamo (not pybind calls, each a graph break): no break, eager's values."""
+    from sparse_runner.attention.kernels import load_entmax_cpu
+
+    if load_entmax_cpu() is None:
+        pytest.skip("the C++ extension cannot be built here")
+    loss, tokens, params = _listops_loss(tiny_config, model, "cpu", *overrides)
+    _compiled_matches_eager(loss, [tokens], params)
+
+
 def test_the_fused_kernels_read_a_constant_alpha_as_a_float():
     """A float alpha lets the kernels specialise (1.5-entmax, sparsemax) and is read without a tensor: no device
     sync per layer, nothing for a compiled model to trace. Learned alphas stay a tensor (they take gradients)."""
@@ -142,10 +159,9 @@ def test_a_padding_mask_off_the_cpu_is_never_read_on_the_host():
 @pytest.mark.gpu
 @pytest.mark.slow  # Inductor compiles each model for a minute or so: not in gpu_check's budget (`-m "gpu and not slow"`)
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("model, fullgraph", [("ernie_sparse", True), ("bigbird", True), ("entmax", False)])
-def test_gpu_a_compiled_training_loss_matches_eager(tiny_config, model, fullgraph):
-    """On CUDA with Inductor, as trainer.compile=true runs the step: the block-sparse models as one graph; the
-    alpha-entmax models through the Triton kernel inside the graph if Dynamo takes it (fullgraph=False: a break
-    there is allowed, a wrong result is not)."""
+@pytest.mark.parametrize("model", ["ernie_sparse", "bigbird", "entmax"])
+def test_gpu_a_compiled_training_loss_matches_eager(tiny_config, model):
+    """On CUDA with Inductor, as trainer.compile=true runs the step, as one graph: the block-sparse models, and the
+    alpha-entmax model with the Triton kernel's operator inside the graph."""
     loss, tokens, params = _listops_loss(tiny_config, model, "cuda")
-    _compiled_matches_eager(loss, [tokens], params, backend="inductor", fullgraph=fullgraph, rtol=1e-3, atol=1e-5)
+    _compiled_matches_eager(loss, [tokens], params, backend="inductor", rtol=1e-3, atol=1e-5)

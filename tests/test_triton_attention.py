@@ -227,9 +227,9 @@ def _kernel_run(q, k, v, alpha, mode, grad_out, dtype=torch.float32, **kwargs):
     table: the same tiles, ascending."""
     leaves = [x.detach().to(dtype).requires_grad_() for x in (q, k, v)]
     alpha_t = T._alpha_tensor(alpha, q.shape[1], q.device)
-    out = T._EntmaxAttention.apply(*leaves, alpha_t, 1.0 / math.sqrt(q.shape[-1]), kwargs.get("key_padding_mask"),
-                                   kwargs.get("causal", False), 0.0, mode, True)
-    *_, kv_count, kv_index, tiles = (x.clone() for x in out.grad_fn.saved_tensors)
+    kpm = kwargs.get("key_padding_mask")
+    out, *_, tiles, kv_count, kv_index = T._KERNELS(*leaves, alpha_t, None if kpm is None else kpm.to(torch.uint8), None,
+                                                      1.0 / math.sqrt(q.shape[-1]), kwargs.get("causal", False), 0.0, mode, True)
     table = tiles.reshape(-1, tiles.shape[-1])
     assert kv_count.tolist() == table.sum(-1).tolist()
     for row, count, listed in zip(table, kv_count.tolist(), kv_index):
@@ -250,6 +250,29 @@ def test_interpreter_specialised_formulas_agree_with_the_general_ones(alpha, mod
     general, tiles_general = _kernel_run(q, k, v, alpha, T._MODE_GENERAL, grad_out, key_padding_mask=kpm, causal=True)
     assert_matches(special, general, TOL32)
     assert torch.equal(tiles_special, tiles_general)
+
+
+@interpreter
+@pytest.mark.parametrize("alpha, dropout_p", [("learned", 0.0), (1.5, 0.2)])
+def test_interpreter_the_kernel_compiles_into_one_graph_and_gives_eagers_results(alpha, dropout_p):
+    """The kernels are registered operators with their gradient (torch.library): torch.compile with fullgraph=True
+    (an error at any graph break) traces them into the graph, AOTAutograd traces the backward, and outputs and
+    gradients are eager's, bit for bit; with dropout the seed is drawn inside the graph, from the same generator."""
+    q, k, v = (x.float().requires_grad_() for x in random_inputs(2, 2, 21, 37, 16, seed=5))
+    a = torch.tensor([1.3, 1.7], requires_grad=True) if alpha == "learned" else alpha
+    kpm = padding(2, 37, seed=1)
+    leaves = [q, k, v] + ([a] if torch.is_tensor(a) else [])
+
+    def attend(q, k, v):
+        return T.entmax_attention(q, k, v, a, key_padding_mask=kpm, causal=True, dropout_p=dropout_p)
+
+    results = []
+    for fn in (attend, torch.compile(attend, backend="aot_eager", fullgraph=True)):
+        torch.manual_seed(3)
+        out = fn(q, k, v)
+        results.append([out.detach(), *torch.autograd.grad(out.square().sum(), leaves)])
+    for got, want in zip(*results):
+        assert torch.equal(got, want)
 
 
 def test_query_tile_lists_put_the_tiles_to_visit_first_in_ascending_order():
@@ -659,8 +682,8 @@ def test_interpreter_a_block_patterns_tiles_take_the_formulas_of_their_alpha(mon
 
     monkeypatch.setattr(block_sparse, "tile_kernel", lambda device, normaliser: "triton")
     modes = []
-    apply = T._EntmaxAttention.apply
-    monkeypatch.setattr(T._EntmaxAttention, "apply", lambda *args: modes.append(args[-2]) or apply(*args))
+    forward = T._KERNELS
+    monkeypatch.setattr(T, "_KERNELS", lambda *args: modes.append(args[-2]) or forward(*args))
     m = default_model(d_model=32, num_layers=1, num_heads=2, ffn_dim=32, dropout=0.0, pattern="hst",
                       pattern_options={"block_size": 8}, normaliser=normaliser)
     model = build_classifier(m, vocab_size=20, num_classes=3, max_length=40, pad_id=0)

@@ -146,7 +146,9 @@ def alpha_entmax(x: torch.Tensor, alpha: Alpha, dim: int = -1, *, backend: str |
     if x.numel() == 0:  # nothing to normalise (and no row to take a max over)
         return x.clone()
     xc = x if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32)
-    if active_backend(x.device, backend) == "cpp":
+    if active_backend(x.device, backend) == "cpp" and torch.compiler.is_compiling():
+        out = _cpp_entmax_traced(xc, alpha, dim)
+    elif active_backend(x.device, backend) == "cpp":
         # The C++ module carries its own autograd node (backward without Python).
         alpha_t = alpha if torch.is_tensor(alpha) else scalar_alpha(alpha)
         out = cpp_module().entmax(xc, alpha_t, dim, ALPHA_SOFTMAX_THRESHOLD)
@@ -231,3 +233,62 @@ class _EntmaxFunction(Function):
         if not ctx.needs_input_grad[0]:
             dx = None
         return dx, da, None, None
+
+
+# Under torch.compile the C++ kernels are called as registered operators: Dynamo cannot trace the pybind module's
+# `entmax` (a graph break per call), and its C++ autograd node, which eager calls keep (it costs less per call than
+# an operator's Python autograd on small inputs), is opaque to AOTAutograd.
+
+
+def _cpp_entmax_traced(x: torch.Tensor, alpha: Alpha, dim: int) -> torch.Tensor:
+    """The "cpp" backend's alpha-entmax along `dim` through `_cpp_rows_op` (x float32/64; alpha as `check_alpha` leaves it)."""
+    x_last = x.movedim(dim, -1).contiguous()
+    if not torch.is_tensor(alpha):
+        alpha_rows = torch.full((1,), alpha, dtype=torch.float64)
+    elif alpha.numel() == 1:
+        alpha_rows = alpha.to(torch.float64).reshape(1)
+    else:  # one alpha per row of x_last, its gradient summed back to alpha's shape by the expand
+        row_shape = list(x.shape)
+        row_shape[dim] = 1
+        alpha_rows = alpha.to(torch.float64).expand(row_shape).movedim(dim, -1).reshape(-1)
+    p = _cpp_rows_op(x_last.view(-1, x_last.shape[-1]), alpha_rows)
+    return p.view(x_last.shape).movedim(-1, dim)
+
+
+@torch.library.custom_op("sparse_runner::entmax_rows_cpu", mutates_args=(), device_types="cpu")
+def _cpp_rows_op(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """alpha-entmax over the rows of x (rows, n), contiguous; alpha (1,) or (rows,) float64."""
+    return cpp_module().forward(x, alpha.detach().contiguous(), ALPHA_SOFTMAX_THRESHOLD)
+
+
+@torch.library.custom_op("sparse_runner::entmax_rows_cpu_backward", mutates_args=(), device_types="cpu")
+def _cpp_rows_backward_op(p: torch.Tensor, grad: torch.Tensor, alpha: torch.Tensor, need_dalpha: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx, dalpha per row float64, empty unless need_dalpha) for `_cpp_rows_op`'s output p."""
+    dx, dalpha = cpp_module().backward(p, grad.to(p.dtype).contiguous(), alpha.detach().contiguous(), ALPHA_SOFTMAX_THRESHOLD, need_dalpha)
+    return dx, dalpha
+
+
+@_cpp_rows_op.register_fake
+def _(x, alpha):
+    return torch.empty_like(x)
+
+
+@_cpp_rows_backward_op.register_fake
+def _(p, grad, alpha, need_dalpha):
+    return torch.empty_like(p), p.new_empty(p.shape[0] if need_dalpha else 0, dtype=torch.float64)
+
+
+def _cpp_rows_save(ctx, inputs, output) -> None:
+    ctx.save_for_backward(output, inputs[1])
+
+
+def _cpp_rows_gradients(ctx, grad):
+    p, alpha = ctx.saved_tensors
+    need_dalpha = ctx.needs_input_grad[1]
+    dx, dalpha = _cpp_rows_backward_op(p, grad, alpha, need_dalpha)
+    if alpha.numel() == 1 and need_dalpha:
+        dalpha = dalpha.sum().reshape(1)
+    return dx, dalpha if need_dalpha else None
+
+
+_cpp_rows_op.register_autograd(_cpp_rows_gradients, setup_context=_cpp_rows_save)

@@ -10,12 +10,14 @@ when `auto` picks it, and `cannot` for what it does not take (those calls stay o
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
-from torch.autograd import Function
+from torch import Tensor
 
 from sparse_runner.attention.entmax_torch import ALPHA_SOFTMAX_THRESHOLD
 from sparse_runner.attention.kernels import load_entmax_cpu
+from sparse_runner.attention.kernels.operator import KernelOperator
 
 # Query rows per block: the block's scores, weights and their gradients (4 buffers of rows x keys)
 # stay within about 512 KiB, a core's L2 on the machines measured, down to 8 rows at 4k keys.
@@ -66,32 +68,25 @@ def entmax_attention(
     dropout_p: dropout on the weights; the keep mask is a hash of (seed, pair, query, key), the seed one draw
         from torch's generator per call, so the backward draws the same mask (`dropout_keep` returns it).
     """
-    module = load_entmax_cpu()
-    if module is None:
+    if load_entmax_cpu() is None:
         raise RuntimeError("model.attention_impl=cpp needs the C++ extension, which could not be built; use memory_efficient or auto")
     b, h, n_q, d = q.shape
     if k.shape[:2] != (b, h) or v.shape[:3] != k.shape[:3] or k.shape[-1] != d:
         raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}: expected (B, H, N, D) with one B, H, D")
-    alpha_t = alpha.reshape(-1) if torch.is_tensor(alpha) else None
-    if alpha_t is not None and alpha_t.numel() not in (1, h):
-        raise ValueError(f"alpha has {alpha_t.numel()} values for {h} heads")
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    padding = (
-        torch.empty(0, dtype=torch.uint8) if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
-    )
-    valid = (
-        torch.empty(0, dtype=torch.uint8) if mask is None
-        else mask.expand(b, h, n_q, k.shape[2]).to(torch.uint8).contiguous().view(b * h, n_q, k.shape[2])
-    )
-    alpha_rows = (
-        torch.full((h,), float(alpha), dtype=torch.float64) if alpha_t is None
-        else alpha_t.detach().to(torch.float64).clamp(1.0, 2.0).expand(h).contiguous()
-    )
+    if torch.is_tensor(alpha) and alpha.numel() not in (1, h):
+        raise ValueError(f"alpha has {alpha.numel()} values for {h} heads")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p={dropout_p}: expected a rate in [0, 1)")
-    seed = int(torch.randint(1 << 62, (1,)).item()) if dropout_p > 0.0 else 0
-    settings = (module, padding, valid, bool(causal), alpha_rows, scale, float(dropout_p), seed)
-    out = _EntmaxAttentionCPU.apply(q, k, v, alpha_t, settings)
+    # One alpha per head in float64; a tensor alpha keeps its graph (its gradient flows back through the expand).
+    alpha_rows = (
+        alpha.reshape(-1).to(torch.float64).expand(h) if torch.is_tensor(alpha)
+        else torch.full((h,), float(alpha), dtype=torch.float64)
+    )
+    padding = None if key_padding_mask is None else key_padding_mask.to(torch.uint8)
+    valid = None if mask is None else mask.expand(b, h, n_q, k.shape[2]).to(torch.uint8)
+    seed = torch.randint(1 << 62, (1,)) if dropout_p > 0.0 else None
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    out, *_ = _KERNEL(q, k, v, alpha_rows, padding, valid, seed, bool(causal), scale, float(dropout_p))
     return out
 
 
@@ -101,42 +96,93 @@ def dropout_keep(seed: int, shape: tuple[int, int, int, int], dropout_p: float) 
     return load_entmax_cpu().attention_dropout_keep(b * h, n_q, n_k, dropout_p, seed).view(b, h, n_q, n_k).bool()
 
 
-class _EntmaxAttentionCPU(Function):
-    @staticmethod
-    def forward(ctx, q, k, v, alpha_t, settings):
-        module, padding, valid, causal, alpha_rows, scale, dropout_p, seed = settings
-        b, h, n_q, d = q.shape
-        work = torch.float64 if q.dtype == torch.float64 else torch.float32
-        # (B, H, N, D) -> (B * H, N, D) pairs; q scaled once (N x D) instead of every score (N x N).
-        qs = (q.to(work) * scale).reshape(b * h, n_q, d).contiguous()
-        kw = k.to(work).reshape(b * h, k.shape[2], d).contiguous()
-        vw = v.to(work).reshape(b * h, v.shape[2], v.shape[3]).contiguous()
-        kt, vt = kw.transpose(1, 2).contiguous(), vw.transpose(1, 2).contiguous()
-        rows = rows_per_block(k.shape[2], kw.element_size())
-        out, params = module.attention_forward(
-            qs, kw, vw, kt, vt, padding, valid, causal, alpha_rows, ALPHA_SOFTMAX_THRESHOLD, rows, dropout_p, seed
-        )
-        ctx.settings, ctx.rows, ctx.shape, ctx.dtypes = settings, rows, (b, h), (q.dtype, k.dtype, v.dtype)
-        ctx.save_for_backward(qs, kw, vw, kt, vt, params, alpha_t)
-        return out.view(b, h, n_q, v.shape[3]).to(q.dtype)
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
-    @staticmethod
-    def backward(ctx, grad_out):
-        module, padding, valid, causal, alpha_rows, scale, dropout_p, seed = ctx.settings
-        qs, kw, vw, kt, vt, params, alpha_t = ctx.saved_tensors
-        b, h = ctx.shape
-        need_da = alpha_t is not None and ctx.needs_input_grad[3]
-        grad = grad_out.to(qs.dtype).reshape(qs.shape[0], qs.shape[1], vw.shape[2]).contiguous()
-        dqs, dk, dv, da = module.attention_backward(
-            qs, kw, vw, kt, vt, padding, valid, causal, alpha_rows, ALPHA_SOFTMAX_THRESHOLD, ctx.rows, dropout_p, seed, params, grad,
-            need_da,
-        )
-        q_dtype, k_dtype, v_dtype = ctx.dtypes
-        dq = (dqs * scale).view(b, h, qs.shape[1], qs.shape[2]).to(q_dtype)
-        dk = dk.view(b, h, kw.shape[1], kw.shape[2]).to(k_dtype)
-        dv = dv.view(b, h, vw.shape[1], vw.shape[2]).to(v_dtype)
-        dalpha = None
-        if need_da:
-            per_head = da.view(b, h).sum(0)  # pairs -> heads
-            dalpha = (per_head if alpha_t.numel() == h else per_head.sum()).reshape(alpha_t.shape).to(alpha_t.dtype)
-        return dq, dk, dv, dalpha, None
+
+def _pairs(x: Tensor) -> Tensor:
+    """(B, H, N, D) -> (B * H, N, D), contiguous, in the work dtype (a view of a contiguous float32 x)."""
+    return x.to(_work_dtype(x.dtype)).reshape(-1, x.shape[2], x.shape[3]).contiguous()
+
+
+def _transposed(x: Tensor) -> Tensor:
+    """(P, N, D) -> (P, D, N), contiguous, always a copy (an operator's outputs may not alias its inputs)."""
+    return x.transpose(1, 2).clone(memory_format=torch.contiguous_format)
+
+
+def _flat_masks(padding: Optional[Tensor], valid: Optional[Tensor], pairs: int) -> tuple[Tensor, Tensor]:
+    """The masks as the kernel takes them: contiguous uint8, valid as (B * H, Nq, Nk), an empty tensor for none."""
+    none = torch.empty(0, dtype=torch.uint8)
+    return (
+        none if padding is None else padding.contiguous(),
+        none if valid is None else valid.contiguous().view(pairs, valid.shape[2], valid.shape[3]),
+    )
+
+
+def _forward(
+    q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, padding: Optional[Tensor], valid: Optional[Tensor],
+    seed: Optional[Tensor], causal: bool, scale: float, dropout_p: float,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """out (B, H, Nq, Dv) in q's dtype, and for the backward: per query row (t, F) float64, and the kernel's
+    scaled q and transposed k and v.  alpha (H,) float64; padding (B, Nk) and valid (B, H, Nq, Nk) uint8; seed (1,)
+    int64 when dropout_p > 0."""
+    b, h, n_q, _ = q.shape
+    # q scaled once (N x D) instead of every score (N x N); k and v also transposed, for the kernel's two products.
+    qs, kw, vw = _pairs(q.to(_work_dtype(q.dtype)) * scale), _pairs(k), _pairs(v)
+    kt, vt = _transposed(kw), _transposed(vw)
+    padding, valid = _flat_masks(padding, valid, b * h)
+    out, params = load_entmax_cpu().attention_forward(
+        qs, kw, vw, kt, vt, padding, valid, causal, alpha.detach().clamp(1.0, 2.0).contiguous(), ALPHA_SOFTMAX_THRESHOLD,
+        rows_per_block(k.shape[2], kw.element_size()), dropout_p, 0 if seed is None else int(seed),
+    )
+    return out.view(b, h, n_q, v.shape[3]).to(q.dtype), params, qs, kt, vt
+
+
+def _backward(
+    grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, padding: Optional[Tensor], valid: Optional[Tensor],
+    seed: Optional[Tensor], params: Tensor, qs: Tensor, kt: Tensor, vt: Tensor, causal: bool, scale: float,
+    dropout_p: float, need_dalpha: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(dq, dk, dv in their inputs' dtypes, dalpha (H,) float64, empty unless need_dalpha); the weights are
+    recomputed from `_forward`'s params (bitwise its own), the dropout mask from the seed."""
+    b, h, n_q, d = q.shape
+    kw, vw = _pairs(k), _pairs(v)
+    padding, valid = _flat_masks(padding, valid, b * h)
+    grad = grad_out.to(qs.dtype).reshape(b * h, n_q, vw.shape[2]).contiguous()
+    dqs, dk, dv, da = load_entmax_cpu().attention_backward(
+        qs, kw, vw, kt, vt, padding, valid, causal, alpha.detach().clamp(1.0, 2.0).contiguous(), ALPHA_SOFTMAX_THRESHOLD,
+        rows_per_block(k.shape[2], kw.element_size()), dropout_p, 0 if seed is None else int(seed), params, grad, need_dalpha,
+    )
+    dalpha = da.view(b, h).sum(0) if need_dalpha else da  # pairs -> heads
+    return (dqs * scale).view(q.shape).to(q.dtype), dk.view(k.shape).to(k.dtype), dv.view(v.shape).to(v.dtype), dalpha
+
+
+def _fake_forward(q, k, v, alpha, padding, valid, seed, causal, scale, dropout_p):
+    b, h, n_q, d = q.shape
+    n_k, work = k.shape[2], _work_dtype(q.dtype)
+    return (
+        q.new_empty((b, h, n_q, v.shape[3])), q.new_empty((b * h, n_q, 2), dtype=torch.float64),
+        q.new_empty((b * h, n_q, d), dtype=work), k.new_empty((b * h, d, n_k), dtype=work), v.new_empty((b * h, v.shape[3], n_k), dtype=work),
+    )
+
+
+def _fake_backward(grad_out, q, k, v, alpha, padding, valid, seed, params, qs, kt, vt, causal, scale, dropout_p, need_dalpha):
+    dalpha = alpha.new_empty(alpha.shape[0] if need_dalpha else 0)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dalpha
+
+
+def _save(ctx, inputs, outputs) -> None:
+    q, k, v, alpha, padding, valid, seed, causal, scale, dropout_p = inputs
+    ctx.save_for_backward(q, k, v, alpha, padding, valid, seed, *outputs[1:])
+    ctx.settings = (causal, scale, dropout_p)
+
+
+def _gradients(ctx, grads, backward):
+    """Gradients for q, k, v and alpha (the masks, the seed and the settings take none)."""
+    need_dalpha = ctx.needs_input_grad[3]
+    dq, dk, dv, dalpha = backward(grads[0], *ctx.saved_tensors, *ctx.settings, need_dalpha)
+    return dq, dk, dv, dalpha if need_dalpha else None, *(None,) * 6
+
+
+_KERNEL = KernelOperator("entmax_attention_cpu", _forward, _backward, fake_forward=_fake_forward, fake_backward=_fake_backward,
+                         save=_save, gradients=_gradients, device_types="cpu")

@@ -111,10 +111,10 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Union
+from typing import Optional, Union
 
 import torch
-from torch.autograd import Function
+from torch import Tensor
 
 try:  # an optional dependency (the [gpu] extra): the module imports without it, available() is False
     import triton
@@ -124,6 +124,7 @@ except ImportError:  # pragma: no cover - exercised where triton is absent
     tl = None
 
 from sparse_runner.attention.entmax_torch import ALPHA_SOFTMAX_THRESHOLD
+from sparse_runner.attention.kernels.operator import KernelOperator
 
 __all__ = ["available", "entmax_attention", "dropout_seed", "dropout_keep_mask", "MAX_HEAD_DIM"]
 
@@ -670,6 +671,11 @@ def _drop_below(dropout_p: float) -> int:
     return min(round(dropout_p * 2.0**31), 2**31 - 1)
 
 
+def _dropout_args(dropout_p: float) -> tuple[int, float]:
+    """The kernels' (drop_below, keep_scale) arguments; (0, 1) without dropout."""
+    return (_drop_below(dropout_p), 1.0 / (1.0 - dropout_p)) if dropout_p > 0.0 else (0, 1.0)
+
+
 def dropout_seed(device: torch.device | str) -> torch.Tensor:
     """A fresh dropout seed: a (1,) int64 tensor on `device`, one draw of torch's generator for that
     device.  A forward with dropout draws its seed this way before anything else, so after
@@ -709,101 +715,156 @@ def _row_stride_ok(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
 
 
-class _EntmaxAttention(Function):
-    """q, k, v (B, H, N, D), alpha (H,) float32-castable tensor -> out (B, H, Nq, D); dropout_p in [0, 1);
-    mode: `_mode(alpha)`; backward: whether a backward may follow (the forward then also writes `os`
-    and the tile table)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, alpha, scale, key_padding_mask, causal, dropout_p, mode, backward):
-        B, H, Nq, D = q.shape
-        Nk = k.shape[2]
-        q, k, v = _row_stride_ok(q), _row_stride_ok(k), _row_stride_ok(v)
-        alpha32 = alpha.detach().to(torch.float32).contiguous()
-        has_kpm = key_padding_mask is not None
-        kpm = key_padding_mask.to(torch.uint8).contiguous() if has_kpm else alpha32  # dummy pointer when absent
-        # (batch, head) strides of the mask: (B, Nk) and (B, 1, Nk) serve every head (stride 0), (B, H, Nk) one per head.
-        kpm_strides = (kpm.stride(0), kpm.stride(1) if kpm.dim() == 3 and kpm.shape[1] > 1 else 0) if has_kpm else (0, 0)
-        dropout = dropout_p > 0.0
-        seed = dropout_seed(q.device) if dropout else alpha32  # dummy pointer without dropout
-        dropout_args = (_drop_below(dropout_p), 1.0 / (1.0 - dropout_p)) if dropout else (0, 1.0)
-        block_m, block_n, block_d, warps = _blocks(D, q.dtype)
-        out = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
-        m = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
-        u = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
-        f = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
-        # For the backward: os = sum_j s_j z_j v_j / sum_j s_j (float32: its c = dO . os is a difference
-        # the gradients hinge on), and per (query tile, key tile) whether the tile holds some p > 0.
-        # kv_index: per query tile, the key tiles its passes visit (the forward's scratch, then the backward's list).
-        n_query_tiles, n_key_tiles = triton.cdiv(Nq, block_m), triton.cdiv(Nk, block_n)
-        o_s = torch.zeros((B, H, Nq, D) if backward else (1, 1, 1, 1), dtype=torch.float32, device=q.device)
-        tiles = torch.zeros((B * H, n_query_tiles, n_key_tiles) if backward else (1, 1, 1), dtype=torch.int8, device=q.device)
-        kv_count = torch.zeros(B * H * n_query_tiles if backward else 1, dtype=torch.int32, device=q.device)
-        kv_index = torch.empty((B * H * n_query_tiles, n_key_tiles), dtype=_index_dtype(n_key_tiles), device=q.device)
-        if out.numel() and Nk:
-            grid = (n_query_tiles, B * H)
-            _fwd_kernel[grid](
-                q, k, v, out, o_s, m, u, f, tiles, kv_count, kv_index, alpha32, kpm, seed,
-                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *o_s.stride()[:3],
-                *kpm_strides,
-                H, Nq, Nk, D, n_key_tiles, float(scale), *dropout_args,
-                HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout, MODE=mode, BACKWARD=bool(backward), SKIP_TILES=SKIP_EMPTY_TILES,
-                BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-                SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, TOL_F=TOL, STALL=STALL, MAX_ITER_N=MAX_ITER,
-                DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
-            )  # fmt: skip
-        else:  # no query, no key or no head: nothing to attend to (zeros, like a fully masked row)
-            out.zero_()
-            m.zero_()
-            u.zero_()
-            f.fill_(1.0)
-        ctx.save_for_backward(q, k, v, o_s, alpha32, kpm, m, u, f, seed, kv_count, kv_index, tiles)
-        ctx.scale, ctx.has_kpm, ctx.kpm_strides, ctx.causal, ctx.mode = float(scale), has_kpm, kpm_strides, bool(causal), mode
-        ctx.dropout, ctx.dropout_args = dropout, dropout_args
-        ctx.alpha_dtype = alpha.dtype
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        q, k, v, o_s, alpha32, kpm, m, u, f, seed, kv_count, kv_index, tiles = ctx.saved_tensors
-        B, H, Nq, D = q.shape
-        Nk = k.shape[2]
-        need_dalpha = ctx.needs_input_grad[3]
-        none = (None,) * 6  # scale, key_padding_mask, causal, dropout_p, mode, backward
-        if not (q.numel() and k.numel()):  # nothing was attended to: every gradient is zero
-            dalpha = torch.zeros(H, dtype=ctx.alpha_dtype, device=q.device) if need_dalpha else None
-            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), dalpha, *none
-        do = _row_stride_ok(grad_out.to(q.dtype))
-        # Every element of these is written by exactly one program (masked stores cover Nq x D / Nk x D).
-        dq = torch.empty_like(q)
-        c = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
-        dalpha_rows = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device) if need_dalpha else c  # c: unused pointer
-        block_m, block_n, block_d, warps = _blocks(D, q.dtype)
-        n_key_tiles = tiles.shape[2]
-        q_count, q_index = _query_tile_lists(tiles)
-        common = dict(
-            HAS_KPM=ctx.has_kpm, CAUSAL=ctx.causal, DROPOUT=ctx.dropout, MODE=ctx.mode,
+def _forward(
+    q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, kpm: Optional[Tensor], seed: Optional[Tensor],
+    scale: float, causal: bool, dropout_p: float, mode: int, backward: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The forward kernel.  q, k, v (B, H, N, D); alpha (H,); kpm: the key padding mask as uint8 (B, Nk),
+    (B, 1, Nk) or (B, H, Nk); seed: `dropout_seed`'s draw when dropout_p > 0; mode: `_mode(alpha)`; backward:
+    whether a backward may follow.  Returns out (B, H, Nq, D) and what the backward reads: os, m, u, F, the tile
+    table and the query tiles' lists of key tiles (kv_count, kv_index); os and the table are 1-element stand-ins
+    without a backward."""
+    B, H, Nq, D = q.shape
+    Nk = k.shape[2]
+    q, k, v = _row_stride_ok(q), _row_stride_ok(k), _row_stride_ok(v)
+    has_kpm, dropout = kpm is not None, dropout_p > 0.0
+    alpha32, kpm, kpm_strides, seed = _kernel_arguments(alpha, kpm, seed, dropout)
+    block_m, block_n, block_d, warps = _blocks(D, q.dtype)
+    out, o_s, m, u, f, tiles, kv_count, kv_index = _forward_outputs(q, Nk, backward)
+    n_key_tiles = kv_index.shape[1]
+    if out.numel() and Nk:
+        grid = (triton.cdiv(Nq, block_m), B * H)
+        _fwd_kernel[grid](
+            q, k, v, out, o_s, m, u, f, tiles, kv_count, kv_index, alpha32, kpm, seed,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *o_s.stride()[:3],
+            *kpm_strides,
+            H, Nq, Nk, D, n_key_tiles, float(scale), *_dropout_args(dropout_p),
+            HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout, MODE=mode, BACKWARD=bool(backward), SKIP_TILES=SKIP_EMPTY_TILES,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-            SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
+            SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, TOL_F=TOL, STALL=STALL, MAX_ITER_N=MAX_ITER,
+            DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
         )  # fmt: skip
-        # Runs first even when only k or v need gradients: it writes c, which the key tiles read.
-        _bwd_dq_kernel[(triton.cdiv(Nq, block_m), B * H)](
-            q, k, v, do, dq, o_s, m, u, f, c, dalpha_rows, kv_count, kv_index, alpha32, kpm, seed,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3], *o_s.stride()[:3], *ctx.kpm_strides,
-            H, Nq, Nk, D, n_key_tiles, ctx.scale, *ctx.dropout_args, NEED_DALPHA=need_dalpha, PSI_SWITCH=_PSI_SWITCH, **common,
+    else:  # no query, no key or no head: nothing to attend to (zeros, like a fully masked row)
+        out.zero_()
+        m.zero_()
+        u.zero_()
+        f.fill_(1.0)
+    return out, o_s, m, u, f, tiles, kv_count, kv_index
+
+
+def _kernel_arguments(alpha: Tensor, kpm: Optional[Tensor], seed: Optional[Tensor], dropout: bool):
+    """(alpha32, kpm, kpm's (batch, head) strides, seed) as the kernels take them: alpha as float32, and alpha32 as a
+    stand-in pointer for an absent mask or seed.  A (B, Nk) or (B, 1, Nk) mask serves every head (head stride 0), a
+    (B, H, Nk) one is one per head."""
+    alpha32 = alpha.detach().to(torch.float32).contiguous()
+    if kpm is None:
+        kpm, kpm_strides = alpha32, (0, 0)
+    else:
+        kpm = kpm.contiguous()
+        kpm_strides = (kpm.stride(0), kpm.stride(1) if kpm.dim() == 3 and kpm.shape[1] > 1 else 0)
+    return alpha32, kpm, kpm_strides, seed if dropout else alpha32
+
+
+def _forward_outputs(q: Tensor, n_keys: int, backward: bool) -> tuple[Tensor, ...]:
+    """The forward's outputs, allocated (the fake implementation returns them as they are)."""
+    B, H, Nq, D = q.shape
+    block_m, block_n, _, _ = _blocks(D, q.dtype)
+    n_query_tiles, n_key_tiles = -(-Nq // block_m), -(-n_keys // block_n)
+    stats = [torch.empty((B, H, Nq), dtype=torch.float32, device=q.device) for _ in range(3)]  # m, u, F
+    # For the backward: os = sum_j s_j z_j v_j / sum_j s_j (float32: its c = dO . os is a difference
+    # the gradients hinge on), and per (query tile, key tile) whether the tile holds some p > 0.
+    # kv_index: per query tile, the key tiles its passes visit (the forward's scratch, then the backward's list).
+    o_s = torch.zeros((B, H, Nq, D) if backward else (1, 1, 1, 1), dtype=torch.float32, device=q.device)
+    tiles = torch.zeros((B * H, n_query_tiles, n_key_tiles) if backward else (1, 1, 1), dtype=torch.int8, device=q.device)
+    kv_count = torch.zeros(B * H * n_query_tiles if backward else 1, dtype=torch.int32, device=q.device)
+    kv_index = torch.empty((B * H * n_query_tiles, n_key_tiles), dtype=_index_dtype(n_key_tiles), device=q.device)
+    return (torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device), o_s, *stats, tiles, kv_count, kv_index)
+
+
+def _backward(
+    grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, kpm: Optional[Tensor], seed: Optional[Tensor],
+    o_s: Tensor, m: Tensor, u: Tensor, f: Tensor, tiles: Tensor, kv_count: Tensor, kv_index: Tensor,
+    scale: float, causal: bool, dropout_p: float, mode: int, need_dalpha: bool, need_dkdv: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The backward kernels: (dq, dk, dv, dalpha (H,) float32), dk and dv empty unless need_dkdv, dalpha empty
+    unless need_dalpha.  The other arguments are `_forward`'s, and what it returned."""
+    B, H, Nq, D = q.shape
+    Nk = k.shape[2]
+    q, k, v = _row_stride_ok(q), _row_stride_ok(k), _row_stride_ok(v)
+    if not (q.numel() and k.numel()):  # nothing was attended to: every gradient is zero
+        dk, dv = (torch.zeros_like(k), torch.zeros_like(v)) if need_dkdv else (_not_asked(q), _not_asked(q))
+        return torch.zeros_like(q), dk, dv, torch.zeros(H, dtype=torch.float32, device=q.device) if need_dalpha else _not_asked(q)
+    has_kpm, dropout = kpm is not None, dropout_p > 0.0
+    alpha32, kpm, kpm_strides, seed = _kernel_arguments(alpha, kpm, seed, dropout)
+    dropout_args = _dropout_args(dropout_p)
+    do = _row_stride_ok(grad_out.to(q.dtype))
+    # Every element of these is written by exactly one program (masked stores cover Nq x D / Nk x D).
+    dq = torch.empty_like(q)
+    c = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    dalpha_rows = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device) if need_dalpha else c  # c: unused pointer
+    block_m, block_n, block_d, warps = _blocks(D, q.dtype)
+    n_key_tiles = tiles.shape[2]
+    common = dict(
+        HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout, MODE=mode,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
+    )  # fmt: skip
+    # Runs first even when only k or v need gradients: it writes c, which the key tiles read.
+    _bwd_dq_kernel[(triton.cdiv(Nq, block_m), B * H)](
+        q, k, v, do, dq, o_s, m, u, f, c, dalpha_rows, kv_count, kv_index, alpha32, kpm, seed,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3], *o_s.stride()[:3], *kpm_strides,
+        H, Nq, Nk, D, n_key_tiles, float(scale), *dropout_args, NEED_DALPHA=need_dalpha, PSI_SWITCH=_PSI_SWITCH, **common,
+    )  # fmt: skip
+    dk, dv = _not_asked(q), _not_asked(q)
+    if need_dkdv:
+        q_count, q_index = _query_tile_lists(tiles)
+        dk = torch.empty_like(k)
+        dv = torch.empty_like(v)
+        _bwd_dkdv_kernel[(triton.cdiv(Nk, block_n), B * H)](
+            q, k, v, do, dk, dv, m, u, f, c, q_count, q_index, alpha32, kpm, seed,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
+            *dk.stride()[:3], *dv.stride()[:3], *kpm_strides,
+            H, Nq, Nk, D, n_key_tiles, float(scale), *dropout_args, **common,
         )  # fmt: skip
-        dk = dv = None
-        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            dk = torch.empty_like(k)
-            dv = torch.empty_like(v)
-            _bwd_dkdv_kernel[(triton.cdiv(Nk, block_n), B * H)](
-                q, k, v, do, dk, dv, m, u, f, c, q_count, q_index, alpha32, kpm, seed,
-                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-                *dk.stride()[:3], *dv.stride()[:3], *ctx.kpm_strides,
-                H, Nq, Nk, D, n_key_tiles, ctx.scale, *ctx.dropout_args, **common,
-            )  # fmt: skip
-        dalpha = dalpha_rows.sum((0, 2)).to(ctx.alpha_dtype) if need_dalpha else None
-        return dq, dk, dv, dalpha, *none
+    return dq, dk, dv, dalpha_rows.sum((0, 2)) if need_dalpha else _not_asked(q)
+
+
+def _not_asked(q: Tensor) -> Tensor:
+    """A gradient that was not asked for: empty, and a fresh tensor each time (an operator's outputs may not alias)."""
+    return q.new_empty(0)
+
+
+def _fake_forward(q, k, v, alpha, kpm, seed, scale, causal, dropout_p, mode, backward):
+    return _forward_outputs(q, k.shape[2], backward)
+
+
+def _fake_backward(grad_out, q, k, v, alpha, kpm, seed, o_s, m, u, f, tiles, kv_count, kv_index, scale, causal, dropout_p, mode,
+                   need_dalpha, need_dkdv):
+    q, k, v = _row_stride_ok(q), _row_stride_ok(k), _row_stride_ok(v)  # as `_backward` allocates its gradients
+    dkdv = (torch.empty_like(k), torch.empty_like(v)) if need_dkdv else (_not_asked(q), _not_asked(q))
+    return torch.empty_like(q), *dkdv, torch.empty(q.shape[1], dtype=torch.float32, device=q.device) if need_dalpha else _not_asked(q)
+
+
+def _save(ctx, inputs, outputs) -> None:
+    q, k, v, alpha, kpm, seed, scale, causal, dropout_p, mode, _ = inputs
+    ctx.save_for_backward(q, k, v, alpha, kpm, seed, *outputs[1:])
+    ctx.settings = (scale, causal, dropout_p, mode)
+
+
+def _gradients(ctx, grads, backward):
+    """Gradients for q, k, v and alpha (the other inputs take none)."""
+    q, k, v, alpha, kpm, seed, *saved = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    dq, dk, dv, dalpha = backward(grads[0], q, k, v, alpha, kpm, seed, *saved, *ctx.settings, need[3], need[1] or need[2])
+    return (
+        dq, dk if need[1] else None, dv if need[2] else None, dalpha.to(alpha.dtype) if need[3] else None,
+        *(None,) * 7,  # kpm, seed, scale, causal, dropout_p, mode, backward
+    )
+
+
+# As torch.library operators under torch.compile (kernels/operator.py), so a compiled model keeps them in its graph.
+_KERNELS = KernelOperator("entmax_attention_triton", _forward, _backward, fake_forward=_fake_forward, fake_backward=_fake_backward,
+                          save=_save, gradients=_gradients)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -848,7 +909,10 @@ def entmax_attention(
         key_padding_mask = key_padding_mask.to(q.device)
     rate = float(dropout_p) if training else 0.0
     backward = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, alpha_t))
-    return _EntmaxAttention.apply(q, k, v, alpha_t, float(scale), key_padding_mask, bool(causal), rate, _mode(alpha) if SPECIALISE_ALPHA else _MODE_GENERAL, backward)
+    kpm = None if key_padding_mask is None else key_padding_mask.to(torch.uint8)
+    seed = dropout_seed(q.device) if rate > 0.0 else None  # the first draw of the call (`dropout_seed`)
+    mode = _mode(alpha) if SPECIALISE_ALPHA else _MODE_GENERAL
+    return _KERNELS(q, k, v, alpha_t, kpm, seed, float(scale), bool(causal), rate, mode, backward)[0]
 
 
 def _check_inputs(q, k, v, key_padding_mask) -> None:
