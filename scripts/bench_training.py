@@ -58,8 +58,9 @@ MEMORY_TARGETS = {"lra_text_4k_cpu": 1.3}  # peak memory, x softmax's
 _CHILD_FLAG = "--memory-child"
 # --device cuda: the GPU training table (docs/benchmarks.md, GPU).
 GPU_EXPERIMENT = "lra_listops"
-# A "+" adds overrides to a row: ERNIE-Sparse compiled (trainer.compile=true), against its launch-bound eager step.
-GPU_MODELS = "softmax,bigbird,ernie_sparse,entmax15,entmax,ernie_sparse+trainer.compile=true"
+# A "+" adds overrides to a row: ERNIE-Sparse compiled (trainer.compile=true), against its launch-bound eager step,
+# and alpha-entmax compiled (the Triton kernel an operator inside the graph).
+GPU_MODELS = "softmax,bigbird,ernie_sparse,entmax15,entmax,ernie_sparse+trainer.compile=true,entmax+trainer.compile=true"
 GPU_OVERRIDES = ["trainer.precision=bf16", "task.generator.num_train=3000", "task.generator.num_val=64", "task.generator.num_test=64"]
 
 

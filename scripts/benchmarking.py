@@ -65,14 +65,14 @@ class MinimalTraining:
 
         from sparse_runner.run import seed_everything
         from sparse_runner.training.schedules import build_scheduler
-        from sparse_runner.training.trainer import autocast_dtype, optimizer_groups
+        from sparse_runner.training.trainer import autocast_dtype, compile_step, optimizer_groups
 
         t = self.trainer = cfg.trainer
         self.task, self.seed, self.device = task, cfg.seed, torch.device(device)
         seed_everything(cfg.seed, t.deterministic)
         self.model = task.build_model(cfg.model).to(self.device)
         self.model.train()
-        self.step_model = torch.compile(self.model) if t.compile else self.model
+        self.step_model = compile_step(self.model, t.compile)
         self.opt = torch.optim.AdamW(optimizer_groups(self.model, t.lr, t.weight_decay, t.alpha_lr_scale), lr=t.lr, betas=tuple(t.betas))
         self.sched = build_scheduler(self.opt, schedule=t.schedule, warmup_steps=t.warmup_steps, max_steps=t.max_steps, min_lr_ratio=t.min_lr_ratio)
         dtype = autocast_dtype(t.precision, self.device)
@@ -161,7 +161,7 @@ def device_training_rows(models: list[str], overrides: list[str], device: str, w
     rows = []
     for model in models:
         # A compiled row's first steps compile for a minute or so: it starts only with COMPILE_RESERVE_S left.
-        reserve = COMPILE_RESERVE_S if "trainer.compile=true" in model_overrides(model) else 0.0
+        reserve = COMPILE_RESERVE_S if configs[model].trainer.compile is not False else 0.0
         if deadline is not None and time.monotonic() + reserve > deadline:
             rows.append({"model": model, "failed": "n/a (time budget spent)"})
             continue

@@ -21,7 +21,7 @@ from sparse_runner.identity import CONF_DIR, register_resolvers
 from sparse_runner.run_metrics import lower_is_better
 from sparse_runner.tasks import Task, task_families
 from sparse_runner.training.regularisers import check_regulariser_config
-from sparse_runner.training.trainer import PRECISIONS
+from sparse_runner.training.trainer import COMPILE_MODES, PRECISIONS
 
 
 
@@ -36,7 +36,7 @@ class TrainerConfig:
     device: str
     precision: str
     activation_checkpointing: bool
-    compile: bool
+    compile: Any  # false, true or a mode (training.trainer.COMPILE_MODES)
     num_threads: Optional[int]
     cpu_block_cache_mb: int
     deterministic: bool
@@ -199,6 +199,8 @@ def _check_values(cfg: DictConfig, task_class: type[Task]) -> None:
     if len(tr.betas) != 2 or not all(0.0 <= b < 1.0 for b in tr.betas):
         fail("trainer.betas", f"must be two numbers in [0, 1), got {list(tr.betas)}")
     choice("trainer.precision", tr.precision, PRECISIONS)
+    if not isinstance(tr.compile, bool) and tr.compile not in COMPILE_MODES:
+        fail("trainer.compile", f"unknown value {tr.compile!r}", ", ".join(("false", "true") + COMPILE_MODES))
     choice("trainer.schedule", tr.schedule, SCHEDULES)
     choice("trainer.monitor", tr.monitor, ("auto",) + monitor_choices(task_class))
     _check_test_shifts(tr, m)

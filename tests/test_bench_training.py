@@ -49,7 +49,8 @@ def test_device_defaults_are_the_gpu_table():
     bench = load_script()
     gpu = bench.parse_args(["--device", "cuda"])
     assert (gpu.experiments, gpu.steps, gpu.overrides) == ("lra_listops", 20, bench.GPU_OVERRIDES)
-    assert gpu.models.split(",") == ["softmax", "bigbird", "ernie_sparse", "entmax15", "entmax", "ernie_sparse+trainer.compile=true"]
+    assert gpu.models.split(",") == ["softmax", "bigbird", "ernie_sparse", "entmax15", "entmax", "ernie_sparse+trainer.compile=true",
+                                      "entmax+trainer.compile=true"]
     cpu = bench.parse_args([])
     assert (cpu.device, cpu.experiments, cpu.models, cpu.steps, cpu.overrides) == ("cpu", "lra_text_4k_cpu,lra_text_cpu,mt_cpu", "entmax", 10, [])
 
@@ -94,3 +95,20 @@ def test_a_model_row_takes_overrides_after_a_plus(cache_dir):
     cfg = benchmarking.compose_run_config(["experiment=lra_listops_cpu", *benchmarking.model_overrides("hst+trainer.compile=true"), *OVERRIDES])
     loop = benchmarking.MinimalTraining(cfg, build_task(cfg))
     assert loop.step_model is not loop.model and loop.step_model._orig_mod is loop.model  # torch.compile's wrapper
+
+
+def test_trainer_compile_takes_true_or_a_mode_of_torch_compile(monkeypatch):
+    """trainer.compile: false (the model itself), true (torch.compile's default mode) or a mode by name, e.g.
+    reduce-overhead (CUDA graphs), which preflight accepts."""
+    import torch
+
+    from sparse_runner.cli import preflight
+    from sparse_runner.training.trainer import compile_step
+
+    modes = []
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None: modes.append(mode) or ("compiled", model))
+    model = torch.nn.Linear(2, 2)
+    assert compile_step(model, False) is model
+    assert compile_step(model, True) == ("compiled", model) and compile_step(model, "reduce-overhead") == ("compiled", model)
+    assert modes == [None, "reduce-overhead"]
+    preflight(["experiment=lra_listops_cpu", "trainer.compile=reduce-overhead", *OVERRIDES], multirun=False)

@@ -69,6 +69,7 @@ BAD_OVERRIDES = {
     "model.pattern=diagonal": ("model.pattern", "valid: bigbird, causal, dense, hst, local"),
     "trainer.schedule=exp": ("trainer.schedule", "valid: constant, linear, inverse_sqrt, cosine"),
     "trainer.precision=fp8": ("trainer.precision", "valid: fp32, bf16, fp16"),
+    "trainer.compile=fast": ("trainer.compile", "valid: false, true, default, reduce-overhead, max-autotune"),
     "trainer.device=tpu": ("trainer.device", "valid: auto, cpu, cuda"),
     "trainer.monitor=val/f1": ("trainer.monitor", "valid:"),
     "task.data_dir=/does/not/exist": ("task.data_dir", "not a directory"),

@@ -108,6 +108,19 @@ def optimizer_groups(model: torch.nn.Module, lr: float, weight_decay: float, alp
 PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+# trainer.compile: false, true (Inductor's default mode) or one of torch.compile's modes.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def compile_step(model: torch.nn.Module, setting: bool | str) -> torch.nn.Module:
+    """The module the training step calls: `model` itself (setting false), or `torch.compile(model)` in the mode
+    trainer.compile names (true: the default mode; reduce-overhead also records CUDA graphs, which replay a step's
+    kernels without launching each: for models bound by launches, such as the block patterns' small kernels)."""
+    if setting is False:
+        return model
+    return torch.compile(model, mode=None if setting is True else str(setting))
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype of trainer.precision on `device` (None: fp32, no autocast).
 
@@ -142,7 +155,7 @@ class Trainer:
         if distributed.is_distributed():
             self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=[device] if device.type == "cuda" else None)
         wrapped = self.ddp or self.model
-        self.step_model = torch.compile(wrapped) if self.tcfg.compile else wrapped
+        self.step_model = compile_step(wrapped, self.tcfg.compile)
         self.stop = stop or StopSignals()
         self.fingerprint, self.fingerprint_defaults = fingerprint, fingerprint_defaults or {}
         t = self.tcfg
