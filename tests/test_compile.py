@@ -121,6 +121,41 @@ def test_an_entmax_models_training_loss_compiles_to_one_graph(tiny_config, model
     _compiled_matches_eager(loss, [tokens], params)
 
 
+def test_a_compiled_step_runs_its_first_call_eagerly(monkeypatch):
+    """trainer.compile's first call runs the model itself (the host-side work of a first call: the C++ extension's
+    build, cached device facts, block tables), later calls the compiled wrapper; attributes are the model's."""
+    from sparse_runner.training.trainer import CompiledStep
+
+    calls = []
+    model, compiled = torch.nn.Linear(2, 2), lambda x: calls.append("compiled") or x
+    model.register_forward_hook(lambda *_: calls.append("eager"))
+    step = CompiledStep(model, compiled)
+    for _ in range(3):
+        step(torch.zeros(1, 2))
+    assert calls == ["eager", "compiled", "compiled"] and step.weight is model.weight
+
+
+@pytest.mark.slow  # Inductor compiles the model on the CPU: about 40 s
+def test_a_compiled_training_run_has_no_graph_break(tiny_config, tmp_path, monkeypatch):
+    """`sparse-run model=entmax trainer.compile=true` on CPU, through the trainer: no graph break, from the first
+    step (the C++ extension loaded and the machine's memory read on the eager first call, as in a fresh process)
+    through a new padded length (a recompile)."""
+    from torch._dynamo.utils import counters
+
+    from sparse_runner.attention import kernels, memory_efficient
+    from sparse_runner.run import run
+
+    monkeypatch.setattr(kernels, "_status", None)  # as if not loaded yet in this process
+    monkeypatch.setattr(kernels, "_module", None)
+    monkeypatch.setattr(memory_efficient, "_memory_bytes", {})
+    torch._dynamo.reset()
+    counters.clear()
+    run(tiny_config("experiment=lra_listops_cpu", "model=entmax", "trainer.compile=true", "trainer.max_steps=4",
+                    "trainer.eval_every=4"), tmp_path / "run")
+    assert counters["stats"]["unique_graphs"] >= 1
+    assert not counters["graph_break"], dict(counters["graph_break"])
+
+
 def test_the_fused_kernels_read_a_constant_alpha_as_a_float():
     """A float alpha lets the kernels specialise (1.5-entmax, sparsemax) and is read without a tensor: no device
     sync per layer, nothing for a compiled model to trace. Learned alphas stay a tensor (they take gradients)."""

@@ -112,13 +112,36 @@ PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat1
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
-def compile_step(model: torch.nn.Module, setting: bool | str) -> torch.nn.Module:
-    """The module the training step calls: `model` itself (setting false), or `torch.compile(model)` in the mode
-    trainer.compile names (true: the default mode; reduce-overhead also records CUDA graphs, which replay a step's
-    kernels without launching each: for models bound by launches, such as the block patterns' small kernels)."""
+def compile_step(model: torch.nn.Module, setting: bool | str):
+    """What the training step calls: `model` itself (setting false), or a `CompiledStep` that runs it through
+    `torch.compile` in the mode trainer.compile names (true: the default mode; reduce-overhead also records CUDA
+    graphs, which replay a step's kernels without launching each: for models bound by launches, such as the block
+    patterns' small kernels)."""
     if setting is False:
         return model
-    return torch.compile(model, mode=None if setting is True else str(setting))
+    return CompiledStep(model, torch.compile(model, mode=None if setting is True else str(setting)))
+
+
+class CompiledStep:
+    """A compiled model whose first call runs eagerly.
+
+    A model does some host-side work once, on its first call: the C++ extension is built or loaded, the device's
+    memory size read, a kernel's module imported, the first length's block tables built. Traced by Dynamo, each
+    of those splits the graph, and some make it give up on a whole function and run it eagerly for good (measured
+    on a CPU run of model=entmax with trainer.compile=true: 9 graph breaks, every one of them such a first-call
+    step). Run eagerly once, they are done before the first trace. Attributes are the model's (`model.encode`).
+    """
+
+    def __init__(self, model: torch.nn.Module, compiled: torch.nn.Module):
+        self.model, self.compiled, self.calls = model, compiled, 0
+
+    def __call__(self, *args, **kwargs):
+        module = self.compiled if self.calls else self.model
+        self.calls += 1
+        return module(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
