@@ -121,6 +121,31 @@ def test_an_entmax_models_training_loss_compiles_to_one_graph(tiny_config, model
     _compiled_matches_eager(loss, [tokens], params)
 
 
+@pytest.mark.parametrize("normaliser", ["alpha_entmax", "softmax"])
+def test_a_compiled_dense_model_traces_a_new_length_without_recompiling(normaliser):
+    """Batches are padded to their longest sequence, so lengths vary. After a second length Dynamo traces the model
+    with a symbolic length; nothing on the attention path may specialise it to one (formatting the key count into
+    the backend's reason string did: a recompile for every length, until Dynamo's limit of 8 sends it to eager)."""
+    from sparse_runner.models import build_classifier
+    from sparse_runner.models.config import default_model
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    config = default_model(d_model=32, num_layers=1, num_heads=2, ffn_dim=32, dropout=0.0, normaliser=normaliser)
+    model = build_classifier(config, vocab_size=20, num_classes=3, max_length=100, pad_id=0)
+    graphs = []
+
+    def count_graphs(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    model(torch.randint(1, 20, (2, 24)), None)  # eagerly first, as trainer.compile does (`CompiledStep`)
+    compiled = torch.compile(model, backend=count_graphs)
+    for n in (24, 40, 56, 33, 71):
+        compiled(torch.randint(1, 20, (2, n)), torch.tensor([n, n - 5])).sum().backward()
+    assert len(graphs) == 2  # the first length, then every other length in one graph
+
+
 def test_a_compiled_step_runs_its_first_call_eagerly(monkeypatch):
     """trainer.compile's first call runs the model itself (the host-side work of a first call: the C++ extension's
     build, cached device facts, block tables), later calls the compiled wrapper; attributes are the model's."""

@@ -172,7 +172,7 @@ def explain_impl(
         kernel_cannot = cpu_kernel().cannot(has_mask=has_mask)
         if kernel_cannot is None and _cpp_available():
             if need_weights and _crossover(memory_efficient_from, n_keys, n_scores, element_size, device)[0] == "explicit":
-                return "explicit", f"explicit: CPU, weights for the analysis, {n_keys} keys"
+                return "explicit", f"explicit: CPU, weights for the analysis, {_count(n_keys)} keys"
             path, why = _crossover(memory_efficient_from, n_keys, n_scores, element_size, device, CPP_EXPLICIT_UP_TO)
             if path == "explicit":
                 return "explicit", f"explicit: CPU, {why}"
@@ -182,11 +182,17 @@ def explain_impl(
         kernel_cannot = _triton_cannot(has_mask, head_dim, element_size)
         if kernel_cannot is None and _triton_available():
             if need_weights and _crossover(memory_efficient_from, n_keys, n_scores, element_size, device)[0] == "explicit":
-                return "explicit", f"explicit: CUDA, weights for the analysis, {n_keys} keys"
+                return "explicit", f"explicit: CUDA, weights for the analysis, {_count(n_keys)} keys"
             return "triton", f"triton: CUDA, threshold-form normaliser, {masks}{dropout}"
         where = f"CUDA, {kernel_cannot or 'triton not installed'}"
     impl, why = _crossover(memory_efficient_from, n_keys, n_scores, element_size, device)
     return impl, f"{impl}: {where}, {why}"
+
+
+def _count(n: int) -> str:
+    """n written in a reason. Under torch.compile, which records no reason (`MultiHeadAttention.forward`), "N":
+    formatting a traced length would make Dynamo specialise the graph to that length, one recompile per length."""
+    return "N" if torch.compiler.is_compiling() else str(n)
 
 
 def _crossover(
@@ -196,13 +202,13 @@ def _crossover(
     """('explicit' or 'memory_efficient', why) by the crossover rule (explicit_up_to keys, `explicit_fits`)."""
     if memory_efficient_from == MEMORY_EFFICIENT_FROM_AUTO:
         if n_keys > explicit_up_to:
-            return "memory_efficient", f"{n_keys} keys > {explicit_up_to}"
+            return "memory_efficient", f"{_count(n_keys)} keys > {explicit_up_to}"
         if n_scores is not None and not explicit_fits(n_scores, element_size, device):
-            return "memory_efficient", f"{n_keys} keys, the explicit scores exceed 1/{round(1 / EXPLICIT_MEMORY_SHARE)} of its memory"
-        return "explicit", f"{n_keys} keys <= {explicit_up_to}"
+            return "memory_efficient", f"{_count(n_keys)} keys, the explicit scores exceed 1/{round(1 / EXPLICIT_MEMORY_SHARE)} of its memory"
+        return "explicit", f"{_count(n_keys)} keys <= {explicit_up_to}"
     if n_keys < memory_efficient_from:
-        return "explicit", f"{n_keys} keys < model.memory_efficient_from={memory_efficient_from}"
-    return "memory_efficient", f"{n_keys} keys >= model.memory_efficient_from={memory_efficient_from}"
+        return "explicit", f"{_count(n_keys)} keys < model.memory_efficient_from={memory_efficient_from}"
+    return "memory_efficient", f"{_count(n_keys)} keys >= model.memory_efficient_from={memory_efficient_from}"
 
 
 def _triton_cannot(has_mask: bool, head_dim: int | None, element_size: int) -> str | None:
