@@ -275,6 +275,25 @@ def test_interpreter_the_kernel_compiles_into_one_graph_and_gives_eagers_results
         assert torch.equal(got, want)
 
 
+@interpreter
+def test_interpreter_a_compiled_kernel_call_takes_every_length_in_one_graph():
+    """Lengths vary from batch to batch: after the second one Dynamo traces the call with symbolic lengths, which
+    the operator's fake implementation (its outputs' and tile lists' shapes) must take without a recompile."""
+    graphs = []
+
+    def count_graphs(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    alpha = torch.tensor([1.3, 1.7], requires_grad=True)
+    compiled = torch.compile(lambda q, k, v, kpm: T.entmax_attention(q, k, v, alpha, key_padding_mask=kpm).square().sum(),
+                             backend=count_graphs)
+    for n in (20, 37, 45, 29):
+        q, k, v = (x.float().requires_grad_() for x in random_inputs(2, 2, n, n, 16, seed=n))
+        compiled(q, k, v, padding(2, n, seed=n)).backward()
+    assert len(graphs) == 2
+
+
 def test_query_tile_lists_put_the_tiles_to_visit_first_in_ascending_order():
     """The dK/dV kernel's loop lists from a tile table: per key tile its query tiles to visit, ascending, with
     their counts; a key tile with nothing to visit has count 0."""
