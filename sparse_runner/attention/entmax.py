@@ -59,6 +59,7 @@ from torch.autograd import Function
 
 from sparse_runner.attention.entmax_polish import Alpha
 from sparse_runner.attention.entmax_torch import ALPHA_SOFTMAX_THRESHOLD, torch_backward, torch_forward
+from sparse_runner.attention.kernels.operator import KernelOperator
 
 __all__ = [
     "sparsemax",
@@ -235,13 +236,13 @@ class _EntmaxFunction(Function):
         return dx, da, None, None
 
 
-# Under torch.compile the C++ kernels are called as registered operators: Dynamo cannot trace the pybind module's
-# `entmax` (a graph break per call), and its C++ autograd node, which eager calls keep (it costs less per call than
-# an operator's Python autograd on small inputs), is opaque to AOTAutograd.
+# Under torch.compile the C++ kernels are called as registered operators (kernels/operator.py): Dynamo cannot trace
+# the pybind module's `entmax` (a graph break per call), and its C++ autograd node, which eager calls keep (it costs
+# less per call than an operator's Python autograd on small inputs), is opaque to AOTAutograd.
 
 
 def _cpp_entmax_traced(x: torch.Tensor, alpha: Alpha, dim: int) -> torch.Tensor:
-    """The "cpp" backend's alpha-entmax along `dim` through `_cpp_rows_op` (x float32/64; alpha as `check_alpha` leaves it)."""
+    """The "cpp" backend's alpha-entmax along `dim` through `_CPP_ROWS` (x float32/64; alpha as `check_alpha` leaves it)."""
     x_last = x.movedim(dim, -1).contiguous()
     if not torch.is_tensor(alpha):
         alpha_rows = torch.full((1,), alpha, dtype=torch.float64)
@@ -251,44 +252,36 @@ def _cpp_entmax_traced(x: torch.Tensor, alpha: Alpha, dim: int) -> torch.Tensor:
         row_shape = list(x.shape)
         row_shape[dim] = 1
         alpha_rows = alpha.to(torch.float64).expand(row_shape).movedim(dim, -1).reshape(-1)
-    p = _cpp_rows_op(x_last.view(-1, x_last.shape[-1]), alpha_rows)
+    p = _CPP_ROWS(x_last.view(-1, x_last.shape[-1]), alpha_rows)
     return p.view(x_last.shape).movedim(-1, dim)
 
 
-@torch.library.custom_op("sparse_runner::entmax_rows_cpu", mutates_args=(), device_types="cpu")
-def _cpp_rows_op(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+def _cpp_rows(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     """alpha-entmax over the rows of x (rows, n), contiguous; alpha (1,) or (rows,) float64."""
     return cpp_module().forward(x, alpha.detach().contiguous(), ALPHA_SOFTMAX_THRESHOLD)
 
 
-@torch.library.custom_op("sparse_runner::entmax_rows_cpu_backward", mutates_args=(), device_types="cpu")
-def _cpp_rows_backward_op(p: torch.Tensor, grad: torch.Tensor, alpha: torch.Tensor, need_dalpha: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dx, dalpha per row float64, empty unless need_dalpha) for `_cpp_rows_op`'s output p."""
+def _cpp_rows_backward(p: torch.Tensor, grad: torch.Tensor, alpha: torch.Tensor, need_dalpha: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx, dalpha per row float64, empty unless need_dalpha) for `_cpp_rows`'s output p."""
     dx, dalpha = cpp_module().backward(p, grad.to(p.dtype).contiguous(), alpha.detach().contiguous(), ALPHA_SOFTMAX_THRESHOLD, need_dalpha)
     return dx, dalpha
 
 
-@_cpp_rows_op.register_fake
-def _(x, alpha):
-    return torch.empty_like(x)
+def _cpp_rows_save(ctx, inputs, p) -> None:
+    ctx.save_for_backward(p, inputs[1])
 
 
-@_cpp_rows_backward_op.register_fake
-def _(p, grad, alpha, need_dalpha):
-    return torch.empty_like(p), p.new_empty(p.shape[0] if need_dalpha else 0, dtype=torch.float64)
-
-
-def _cpp_rows_save(ctx, inputs, output) -> None:
-    ctx.save_for_backward(output, inputs[1])
-
-
-def _cpp_rows_gradients(ctx, grad):
+def _cpp_rows_gradients(ctx, grads, backward):
     p, alpha = ctx.saved_tensors
     need_dalpha = ctx.needs_input_grad[1]
-    dx, dalpha = _cpp_rows_backward_op(p, grad, alpha, need_dalpha)
+    dx, dalpha = backward(p, grads[0], alpha, need_dalpha)
     if alpha.numel() == 1 and need_dalpha:
         dalpha = dalpha.sum().reshape(1)
     return dx, dalpha if need_dalpha else None
 
 
-_cpp_rows_op.register_autograd(_cpp_rows_gradients, setup_context=_cpp_rows_save)
+_CPP_ROWS = KernelOperator(
+    "entmax_rows_cpu", _cpp_rows, _cpp_rows_backward, device_types="cpu", save=_cpp_rows_save, gradients=_cpp_rows_gradients,
+    fake_forward=lambda x, alpha: torch.empty_like(x),
+    fake_backward=lambda p, grad, alpha, need: (torch.empty_like(p), p.new_empty(p.shape[0] if need else 0, dtype=torch.float64)),
+)

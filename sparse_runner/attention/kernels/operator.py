@@ -25,19 +25,20 @@ Gradients = Callable[..., tuple]
 
 
 class KernelOperator:
-    """`forward` (tensors and scalars -> a tuple of tensors, the first the result and the rest what the backward
-    reads) and `backward` as the operators sparse_runner::<name> and sparse_runner::<name>_backward.
+    """`forward` (tensors and scalars -> the result, or a tuple of tensors: the result and what the backward reads)
+    and `backward` as the operators sparse_runner::<name> and sparse_runner::<name>_backward.
 
     Calling it runs forward with autograd: `save(ctx, inputs, outputs)` keeps what the backward needs, and
     `gradients(ctx, grad_outputs, backward)` returns the inputs' gradients, calling `backward` (the plain function
     eagerly, its operator under torch.compile). Only the first output takes a gradient; the others are internal.
     forward's and backward's outputs must be fresh tensors (an operator's outputs may not alias its inputs or each
-    other); fake_forward and fake_backward return empty tensors of their shapes, dtypes and strides.
+    other); fake_forward and fake_backward return empty tensors of their shapes, dtypes and strides. (A result
+    alone, not a 1-tuple: torch 2.13 specialises a traced length that reaches an operator returning a 1-tuple,
+    one recompile per length, and not one returning a tensor.)
     """
 
     def __init__(self, name: str, forward: Callable, backward: Callable, *, fake_forward: Callable, fake_backward: Callable,
                  save: SaveForBackward, gradients: Gradients, device_types: str | None = None):
-        self.forward, self.backward = forward, backward
         self.forward_op = torch.library.custom_op(f"sparse_runner::{name}", forward, mutates_args=(), device_types=device_types)
         self.backward_op = torch.library.custom_op(f"sparse_runner::{name}_backward", backward, mutates_args=(), device_types=device_types)
         self.forward_op.register_fake(fake_forward)
@@ -51,7 +52,8 @@ class KernelOperator:
                 outputs = forward(*inputs)
                 ctx.n_inputs = len(inputs)
                 ctx.set_materialize_grads(False)  # the internal outputs get no gradient, not zeros of their size
-                ctx.mark_non_differentiable(*outputs[1:])
+                if isinstance(outputs, tuple):
+                    ctx.mark_non_differentiable(*outputs[1:])
                 save(ctx, inputs, outputs)
                 return outputs
 
@@ -64,7 +66,7 @@ class KernelOperator:
         Eager.__name__ = Eager.__qualname__ = f"{name}_eager"
         self._eager = Eager
 
-    def __call__(self, *inputs) -> tuple[torch.Tensor, ...]:
+    def __call__(self, *inputs) -> torch.Tensor | tuple[torch.Tensor, ...]:
         if torch.compiler.is_compiling():
             return self.forward_op(*inputs)
         return self._eager.apply(*inputs)
