@@ -160,6 +160,16 @@ def test_a_compiled_step_runs_its_first_call_eagerly(monkeypatch):
     assert calls == ["eager", "compiled", "compiled"] and step.weight is model.weight
 
 
+def test_a_compiled_step_can_be_copied():
+    """CompiledStep forwards attributes to its model; copy (and pickle), which skip __init__, must not recurse."""
+    import copy
+
+    from sparse_runner.training.trainer import CompiledStep
+
+    step = copy.copy(CompiledStep(torch.nn.Linear(2, 2), None))
+    assert step.weight is step.model.weight
+
+
 @pytest.mark.slow  # Inductor compiles the model on the CPU: about 40 s
 def test_a_compiled_training_run_has_no_graph_break(tiny_config, tmp_path, monkeypatch):
     """`sparse-run model=entmax trainer.compile=true` on CPU, through the trainer: no graph break, from the first

@@ -289,3 +289,14 @@ def test_block_patterns_compute_their_tiles_through_the_kernel(pattern, normalis
     assert calls and set(calls) == {True}  # the kernel ran, and only where it is built
     for a, b in zip(results[True], results[False]):
         assert (a - b).abs().max().item() < 1e-10
+
+
+@pytest.mark.parametrize("n_q, n_k", [(0, 5), (5, 0), (0, 0)])
+def test_no_query_or_no_key_gives_zeros_and_zero_gradients(n_q, n_k):
+    q = torch.randn(2, 2, n_q, 16, requires_grad=True)
+    k, v = (torch.randn(2, 2, n_k, 16, requires_grad=True) for _ in range(2))
+    out = kernel.entmax_attention(q, k, v, 1.5)
+    assert out.shape == (2, 2, n_q, 16) and not out.any()
+    (out.sum() + 0.0 * (k.sum() + v.sum())).backward()
+    assert not q.grad.any() and not k.grad.any() and not v.grad.any()
+

@@ -141,6 +141,8 @@ class CompiledStep:
         return module(*args, **kwargs)
 
     def __getattr__(self, name: str):
+        if name in ("model", "compiled", "calls"):  # not set yet (copy and pickle skip __init__): no recursion
+            raise AttributeError(name)
         return getattr(self.model, name)
 
 

@@ -102,7 +102,7 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def _pairs(x: Tensor) -> Tensor:
     """(B, H, N, D) -> (B * H, N, D), contiguous, in the work dtype (a view of a contiguous float32 x)."""
-    return x.to(_work_dtype(x.dtype)).reshape(-1, x.shape[2], x.shape[3]).contiguous()
+    return x.to(_work_dtype(x.dtype)).reshape(x.shape[0] * x.shape[1], x.shape[2], x.shape[3]).contiguous()  # not -1: N may be 0
 
 
 def _transposed(x: Tensor) -> Tensor:

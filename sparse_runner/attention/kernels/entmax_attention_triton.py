@@ -80,8 +80,9 @@ with keep_ij from a counter-based RNG: Philox-4x32-10 (`tl.philox`) keyed by a 6
 counter (query i, key j, batch * H + head, 0); key j is dropped when the first 32-bit output, shifted
 to 31 bits, is below round(dropout_p 2^31).  Nothing is stored: the backward draws the same keep_ij
 again.  The seed is one draw of torch's generator for the device per forward (`dropout_seed`), so
-`torch.manual_seed` and a restored RNG state give the same masks; `dropout_keep_mask` materialises
-them for a seed.  The backward is the one above with the dropped weights: dV = (p z)^T dO, and
+`torch.manual_seed` and a restored RNG state give the same masks (eagerly; a model compiled by Inductor
+draws the seed with Inductor's own generator, so its masks differ from eager's, its backward still using
+its forward's seed); `dropout_keep_mask` materialises them for a seed.  The backward is the one above with the dropped weights: dV = (p z)^T dO, and
 dP_ij = z_ij dO_i . v_j in dS, c and dalpha.  dropout_p = 0 (or training=False) compiles the kernels
 without any of this (the DROPOUT constexpr) and draws no seed.
 
