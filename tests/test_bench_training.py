@@ -112,3 +112,32 @@ def test_trainer_compile_takes_true_or_a_mode_of_torch_compile(monkeypatch):
     assert compile_step(model, True).compiled == "compiled" and compile_step(model, "reduce-overhead").compiled == "compiled"
     assert modes == [None, "reduce-overhead"]
     preflight(["experiment=lra_listops_cpu", "trainer.compile=reduce-overhead", *OVERRIDES], multirun=False)
+
+
+def test_a_compiled_cpu_row_keeps_one_loop_across_rounds(monkeypatch, cache_dir):
+    """A fresh torch.compile every round would compile inside the timing: a compiled row builds one loop, trains
+    once untimed over the round's batches, then replays those same batches every round."""
+    import torch
+
+    load_script()
+    import benchmarking
+
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None: model)  # the bookkeeping, not Inductor, is tested
+    built, batches = [], []
+    original_init, original_step = benchmarking.MinimalTraining.__init__, benchmarking.MinimalTraining.step
+
+    def init(self, cfg, task, device="cpu"):
+        built.append(cfg.trainer.compile)
+        original_init(self, cfg, task, device)
+
+    def step(self):
+        if self.trainer.compile:
+            batches.append((self.epoch, self.index))
+        return original_step(self)
+
+    monkeypatch.setattr(benchmarking.MinimalTraining, "__init__", init)
+    monkeypatch.setattr(benchmarking.MinimalTraining, "step", step)
+    rows = benchmarking.training_throughput(["softmax", "entmax+trainer.compile=true"], 2, 3, ["experiment=lra_listops_cpu", *OVERRIDES])
+    assert built.count(True) == 1 and built.count(False) == 1 + 3  # the warm-up, then softmax every round
+    assert batches == [(0, 0), (0, 1)] * 4  # untimed once, then each of the 3 rounds on the same two batches
+    assert len(rows[1]["rounds"]) == 3
