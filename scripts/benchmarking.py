@@ -44,12 +44,8 @@ def train_minimal(cfg, task, steps: int | None = None, device: str = "cpu") -> t
     """The loop of `minimal_training_tokens_per_s`; returns (trained model, tokens/s, tokens)."""
     steps = cfg.trainer.max_steps if steps is None else steps
     loop = MinimalTraining(cfg, task, device)
-    tokens = 0
-    start = time.perf_counter()
-    for _ in range(steps):
-        tokens += loop.step()
-    synchronize(loop.device)
-    return loop.model, tokens / (time.perf_counter() - start), tokens
+    seconds, tokens = loop.timed(steps)
+    return loop.model, tokens / seconds, tokens
 
 
 class MinimalTraining:
@@ -78,8 +74,21 @@ class MinimalTraining:
         dtype = autocast_dtype(t.precision, self.device)
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype is not None else contextlib.nullcontext
         self.scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
+        self.rewind()
+
+    def rewind(self) -> None:
+        """Make the next steps train on the first batches again (those a fresh loop trains on)."""
         self.epoch, self.index = 0, 0
         self.plan = self._plan()
+
+    def timed(self, steps: int) -> tuple[float, int]:
+        """(seconds, tokens) of `steps` training steps, the device synchronised before and after."""
+        synchronize(self.device)
+        tokens, start = 0, time.perf_counter()
+        for _ in range(steps):
+            tokens += self.step()
+        synchronize(self.device)
+        return time.perf_counter() - start, tokens
 
     def _plan(self):
         t = self.trainer
@@ -128,13 +137,7 @@ def measure_training(cfg, task, device: str, warmup: int, steps: int) -> dict:
     loop = MinimalTraining(cfg, task, device)
     for _ in range(warmup):
         loop.step()
-    synchronize(loop.device)
-    tokens = 0
-    start = time.perf_counter()
-    for _ in range(steps):
-        tokens += loop.step()
-    synchronize(loop.device)
-    seconds = time.perf_counter() - start
+    seconds, tokens = loop.timed(steps)
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None
     del loop
     return {"seconds_per_step": seconds / steps, "tokens_per_s": tokens / seconds, "steps": steps, "warmup": warmup, "peak_mib": peak}
@@ -205,27 +208,18 @@ def training_throughput(models: list[str], steps: int, rounds: int, overrides: l
     # over the round's batches, untimed, compiles every shape they have; each round then replays those batches.
     compiled = {m: MinimalTraining(configs[m], task) for m in models if configs[m].trainer.compile is not False}
     for loop in compiled.values():
-        _replay_tokens_per_s(loop, steps)
+        loop.timed(steps)
     for _ in range(rounds):
         for model in models:
             if model in compiled:
-                tps[model].append(_replay_tokens_per_s(compiled[model], steps))
+                compiled[model].rewind()
+                seconds, tokens = compiled[model].timed(steps)
+                tps[model].append(tokens / seconds)
             else:
                 tps[model].append(minimal_training_tokens_per_s(configs[model], task, steps=steps)[0])
             print(f"training {model}: {tps[model][-1]:.0f} tok/s", file=sys.stderr)
     med = {m: statistics.median(v) for m, v in tps.items()}
     return [{"model": m, "tokens_per_s": med[m], "rounds": tps[m], "x_softmax": med[m] / med["softmax"]} for m in models]
-
-
-def _replay_tokens_per_s(loop: MinimalTraining, steps: int) -> float:
-    """Tokens/s of `steps` more training steps of `loop` on its first `steps` batches (the batches a fresh loop trains on)."""
-    loop.epoch, loop.index = 0, 0
-    loop.plan = loop._plan()
-    start, tokens = time.perf_counter(), 0
-    for _ in range(steps):
-        tokens += loop.step()
-    synchronize(loop.device)
-    return tokens / (time.perf_counter() - start)
 
 
 def training_markdown(rows: list[dict], steps: int, rounds: int, overrides: list[str], paper: dict[str, float] | None = None) -> list[str]:

@@ -97,8 +97,9 @@ class BlockPattern(Pattern):
         sees only itself. union (heads that differ): every head gathers, for each query block, the union of
         the heads' key blocks, index (blocks, K'), and ok (heads, blocks, K') keeps each head's own, so that
         a slot holds the same key in every head (the weights' `RowGroup`s).
-        A compiled model (trainer.compile) meets the making (numpy) at its first step only, as a graph break;
-        after it the table is a cached constant and the layer one graph. (Not `torch.compiler.disable`: that
+        A compiled model (trainer.compile, whose very first step runs eagerly) meets the making (numpy) at the
+        first step of a new block count only, as a graph break; after it the table is a cached constant of that
+        count's graph. (Not `torch.compiler.disable`: that
         would import torch._dynamo, and with it triton, whenever this module is imported.)"""
         key = ("gather", blocks, drawn, heads, union, device)
         if key not in self._tables:

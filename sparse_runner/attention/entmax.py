@@ -45,8 +45,8 @@ choose; "auto" (default) uses cpp for CPU tensors when it builds, torch otherwis
 CPU tensors only (other devices always use torch).  If the build fails, one warning is logged and
 torch is used.  `active_backend(device)` says which one runs (for metrics.json).
 
-torch.compile: the cpp backend is an opaque extension call (a graph break); the torch backend has
-data-dependent loops with host syncs and is meant for eager mode.  A compiled CUDA variant is not
+torch.compile: the cpp backend is a registered operator there (`_cpp_entmax_traced`), an opaque call inside
+the graph; the torch backend has data-dependent loops with host syncs and is meant for eager mode.  A compiled CUDA variant is not
 provided (nothing here could test it).
 """
 
@@ -147,12 +147,12 @@ def alpha_entmax(x: torch.Tensor, alpha: Alpha, dim: int = -1, *, backend: str |
     if x.numel() == 0:  # nothing to normalise (and no row to take a max over)
         return x.clone()
     xc = x if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32)
-    if active_backend(x.device, backend) == "cpp" and torch.compiler.is_compiling():
-        out = _cpp_entmax_traced(xc, alpha, dim)
-    elif active_backend(x.device, backend) == "cpp":
-        # The C++ module carries its own autograd node (backward without Python).
-        alpha_t = alpha if torch.is_tensor(alpha) else scalar_alpha(alpha)
-        out = cpp_module().entmax(xc, alpha_t, dim, ALPHA_SOFTMAX_THRESHOLD)
+    if active_backend(x.device, backend) == "cpp":
+        if torch.compiler.is_compiling():
+            out = _cpp_entmax_traced(xc, alpha, dim)
+        else:  # the C++ module carries its own autograd node (backward without Python)
+            alpha_t = alpha if torch.is_tensor(alpha) else scalar_alpha(alpha)
+            out = cpp_module().entmax(xc, alpha_t, dim, ALPHA_SOFTMAX_THRESHOLD)
     elif isinstance(alpha, float):
         out = _EntmaxFunction.apply(xc, None, alpha, dim)
     else:
