@@ -200,13 +200,8 @@ def _attend_tiles_triton(q: torch.Tensor, sources: list[KeySource], valid: torch
     when the mask allows it)."""
     from sparse_runner.attention.kernels import entmax_attention_triton
 
-    b, h, r, t, d = q.shape
-    k = torch.cat([s.k.expand(b, h, r, -1, d) for s in sources], dim=-2)
-    v = torch.cat([s.v.expand(b, h, r, -1, s.v.shape[-1]) for s in sources], dim=-2)
-
-    def fold(x: torch.Tensor) -> torch.Tensor:  # (B, H, R, ...) -> (B * R, H, ...)
-        return x.transpose(1, 2).reshape(b * r, h, *x.shape[3:])
-
+    b, h, r, t, _ = q.shape
+    k, v, fold = _tiles_as_batch(q, sources)
     heads = valid.shape[1]  # 1: every head sees the tile's keys; H: each its own
     keys = valid.expand(b, heads, r, 1, -1).transpose(1, 2).reshape(b * r, heads, -1)  # (B * R, 1 or H, S)
     out = entmax_attention_triton.entmax_attention(fold(q), fold(k), fold(v), normaliser.kernel_alpha(),
@@ -220,17 +215,26 @@ def _attend_tiles_fused(q: torch.Tensor, sources: list[KeySource], valid: torch.
     each head's alpha applies."""
     from sparse_runner.attention.kernels import entmax_attention_cpu
 
-    b, h, r, t, d = q.shape
-    k = torch.cat([s.k.expand(b, h, r, -1, d) for s in sources], dim=-2)
-    v = torch.cat([s.v.expand(b, h, r, -1, s.v.shape[-1]) for s in sources], dim=-2)
-
-    def fold(x: torch.Tensor) -> torch.Tensor:  # (B, H, R, ...) -> (B * R, H, ...)
-        return x.transpose(1, 2).reshape(b * r, h, *x.shape[3:])
-
+    b, h, r, t, _ = q.shape
+    k, v, fold = _tiles_as_batch(q, sources)
     mask = fold(valid.expand(b, h, r, t, -1))
     # alphas(): one per head, or one for all (a learned alpha is a parameter and gets its gradient)
     out = entmax_attention_cpu.entmax_attention(fold(q), fold(k), fold(v), normaliser.alphas(), mask=mask, dropout_p=dropout_p)
     return out.view(b, r, h, t, -1).transpose(1, 2)
+
+
+def _tiles_as_batch(q: torch.Tensor, sources: list[KeySource]):
+    """(k, v, fold) for the fused kernels, which take the tiles as batch entries: every tile's keys and values,
+    (B, H, R, S, D), shared sources copied into every tile (as for SDPA), and fold, (B, H, R, ...) -> (B * R, H, ...),
+    heads kept as heads so that each head's alpha applies."""
+    b, h, r, _, d = q.shape
+    k = torch.cat([s.k.expand(b, h, r, -1, d) for s in sources], dim=-2)
+    v = torch.cat([s.v.expand(b, h, r, -1, s.v.shape[-1]) for s in sources], dim=-2)
+
+    def fold(x: torch.Tensor) -> torch.Tensor:
+        return x.transpose(1, 2).reshape(b * r, h, *x.shape[3:])
+
+    return k, v, fold
 
 
 def _sdpa_layout(*tiles: torch.Tensor):
