@@ -443,6 +443,18 @@ def test_interpreter_unequal_tiles(monkeypatch, tiles, Nq, Nk):
 
 
 @interpreter
+@pytest.mark.parametrize("Nq, block_m", [(1, 16), (20, 32), (45, 64)])
+def test_interpreter_few_queries_shrink_the_query_tile(monkeypatch, Nq, block_m):
+    """Fewer queries than BLOCK_M (a decoding step, HST's representatives) run on a query tile of the next
+    power of two, at least 16: causal bounds, padding, dropout and the learned alpha's gradient as before."""
+    monkeypatch.setattr(T, "_INTERPRETER_TILES", (64, 16))
+    assert T._blocks(16, torch.float32, Nq)[0] == block_m
+    q, k, v = random_inputs(1, 2, Nq, 45, 16, seed=Nq)
+    got, want = run_both(q, k, v, alpha_for(LEARNED, 2), key_padding_mask=padding(1, 45), causal=True, dropout_p=0.2)
+    assert_matches(got, want, TOL32)
+
+
+@interpreter
 @pytest.mark.slow
 def test_interpreter_strided_inputs_scale_and_odd_head_dim():
     """q, k, v as (B, N, H, D) views transposed to (B, H, N, D) (no copy), an explicit scale, and
@@ -784,8 +796,9 @@ from triton.compiler import ASTSource
 from sparse_runner.attention.kernels import entmax_attention_triton as T
 
 arch, dtype_name, head_dim, masked, mode = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1", int(sys.argv[5])
+n_queries = int(sys.argv[6]) if sys.argv[6] != "any" else None
 dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
-block_m, block_n, block_d, warps = T._blocks(head_dim, dtype)
+block_m, block_n, block_d, warps = T._blocks(head_dim, dtype, n_queries)
 pointers = {name: "*" + dtype_name for name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")}
 pointers.update({name: "*fp32" for name in ("OS", "M", "U", "FS", "C", "DALPHA", "ALPHA")})
 pointers.update(TILES="*i8", KV_COUNT="*i32", Q_COUNT="*i32", KV_INDEX="*i16", Q_INDEX="*i16")
@@ -819,18 +832,21 @@ for fn, extra in kernels:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch, dtype, head_dim, masked, mode", [(90, "fp32", 64, True, 0), (90, "bf16", 128, False, 15), (80, "fp16", 32, True, 20)])
-def test_kernels_compile_to_cubin(arch, dtype, head_dim, masked, mode):
+@pytest.mark.parametrize("arch, dtype, head_dim, masked, mode, n_queries", [
+    (90, "fp32", 64, True, 0, "any"), (90, "bf16", 128, False, 15, "any"), (80, "fp16", 32, True, 20, "any"),
+    (90, "bf16", 64, True, 0, "1"),  # one query: a 16-row query tile
+])
+def test_kernels_compile_to_cubin(arch, dtype, head_dim, masked, mode, n_queries):
     """Forward and both backward kernels (with dropout where masked) and the keep-mask kernel compile
     for sm_90 (H100/H200) / sm_80 (A100) at the launch configuration entmax_attention uses (~10-60 s
-    on 2 CPU cores)."""
+    on 2 CPU cores), for long sequences and for one query."""
     import subprocess
 
     pytest.importorskip("triton.backends.nvidia")
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # triton 3.9 warns when unset; 1 is its default
     result = subprocess.run(
-        [sys.executable, "-c", _COMPILE_SCRIPT, str(arch), dtype, str(head_dim), "1" if masked else "0", str(mode)],
+        [sys.executable, "-c", _COMPILE_SCRIPT, str(arch), dtype, str(head_dim), "1" if masked else "0", str(mode), n_queries],
         env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -862,6 +878,17 @@ def test_gpu_matches_dense(N, dtype, alpha, pad, causal):
     q, k, v = random_inputs(B, H, N, N, D, seed=N, spread=1.5, device="cuda")
     kpm = padding(B, N, seed=N, device="cuda") if pad else None
     got, want = run_both(q, k, v, alpha_for(alpha, H, "cuda"), dtype=dtype, key_padding_mask=kpm, causal=causal)
+    assert_matches(got, want, TOL32 if dtype == torch.float32 else 3e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA or T._interpreting(), reason="needs a CUDA device (and TRITON_INTERPRET unset)")
+@pytest.mark.parametrize("Nq, dtype", [(1, torch.bfloat16), (20, torch.float32), (40, torch.bfloat16)])
+def test_gpu_few_queries_on_a_smaller_query_tile(Nq, dtype):
+    """A decoding step's one query, and HST's one representative per tile, over 1000 keys (query tiles of 16,
+    32 and 64 rows), against the explicit path."""
+    q, k, v = random_inputs(2, 4, Nq, 1000, 64, seed=Nq, spread=1.5, device="cuda")
+    got, want = run_both(q, k, v, alpha_for(LEARNED, 4, "cuda"), dtype=dtype, key_padding_mask=padding(2, 1000, device="cuda"), causal=True)
     assert_matches(got, want, TOL32 if dtype == torch.float32 else 3e-2)
 
 

@@ -638,8 +638,8 @@ if triton is not None:
 # ------------------------------------------------------------------------------------------------
 
 
-def _blocks(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_D, num_warps).
+def _blocks(head_dim: int, dtype: torch.dtype, n_queries: int | None = None) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_D, num_warps); n_queries: the call's query count (None: as many as it takes).
 
     Chosen without timings on hardware, from the register use of the sm_90 (H100/H200) builds as the JIT
     specialises a launch (16-byte-aligned pointers and strides: vectorised, pipelined loads), compiled here
@@ -650,13 +650,22 @@ def _blocks(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
     Counted with cuobjdump -res-usage on the builds of commit 2d58689's kernels.
     The interpreter gets 16 x 16 tiles so that small test shapes cross tile borders (tl.dot needs
     dimensions >= 16).
+    Fewer queries than BLOCK_M (a decoding step's one query, HST's representatives, one per tile) shrink the
+    query tile to the next power of two, at least 16: the program loads the same key tiles, and its scores and
+    threshold passes cover 16 rows instead of 64.  (Unmeasured on a GPU: fewer operations on the same loads.)
     """
     block_d = max(16, triton.next_power_of_2(head_dim))
     if _interpreting():
-        return (*_INTERPRETER_TILES, block_d, 1)
-    if dtype == torch.float32:
-        return 32, 32, block_d, 8
-    return 64, 32, block_d, (4 if block_d <= 64 else 8)
+        block_m, block_n, warps = *_INTERPRETER_TILES, 1
+    elif dtype == torch.float32:
+        block_m, block_n, warps = 32, 32, 8
+    else:
+        block_m, block_n, warps = 64, 32, (4 if block_d <= 64 else 8)
+    # Comparisons only (no bit tricks), and none at 16: under torch.compile n_queries is symbolic, and each
+    # comparison is a guard on it (at most two graphs more, for 16 and 32 queries or fewer).
+    while n_queries is not None and block_m > 16 and n_queries <= block_m // 2:
+        block_m //= 2
+    return block_m, block_n, block_d, warps
 
 
 # (BLOCK_M, BLOCK_N) under the interpreter; tests also try unequal tiles (the GPU ones are unequal).
@@ -730,7 +739,7 @@ def _forward(
     q, k, v = _row_stride_ok(q), _row_stride_ok(k), _row_stride_ok(v)
     has_kpm, dropout = kpm is not None, dropout_p > 0.0
     alpha32, kpm, kpm_strides, seed = _kernel_arguments(alpha, kpm, seed, dropout)
-    block_m, block_n, block_d, warps = _blocks(D, q.dtype)
+    block_m, block_n, block_d, warps = _blocks(D, q.dtype, Nq)
     out, o_s, m, u, f, tiles, kv_count, kv_index = _forward_outputs(q, Nk, backward)
     n_key_tiles = kv_index.shape[1]
     if out.numel() and Nk:
@@ -769,7 +778,7 @@ def _kernel_arguments(alpha: Tensor, kpm: Optional[Tensor], seed: Optional[Tenso
 def _forward_outputs(q: Tensor, n_keys: int, backward: bool) -> tuple[Tensor, ...]:
     """The forward's outputs, allocated (the fake implementation returns them as they are)."""
     B, H, Nq, D = q.shape
-    block_m, block_n, _, _ = _blocks(D, q.dtype)
+    block_m, block_n, _, _ = _blocks(D, q.dtype, Nq)
     n_query_tiles, n_key_tiles = -(-Nq // block_m), -(-n_keys // block_n)
     stats = [torch.empty((B, H, Nq), dtype=torch.float32, device=q.device) for _ in range(3)]  # m, u, F
     # For the backward: os = sum_j s_j z_j v_j / sum_j s_j (float32: its c = dO . os is a difference
@@ -803,7 +812,7 @@ def _backward(
     dq = torch.empty_like(q)
     c = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
     dalpha_rows = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device) if need_dalpha else c  # c: unused pointer
-    block_m, block_n, block_d, warps = _blocks(D, q.dtype)
+    block_m, block_n, block_d, warps = _blocks(D, q.dtype, Nq)
     n_key_tiles = tiles.shape[2]
     common = dict(
         HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout, MODE=mode,
