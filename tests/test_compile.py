@@ -146,6 +146,32 @@ def test_a_compiled_dense_model_traces_a_new_length_without_recompiling(normalis
     assert len(graphs) == 2  # the first length, then every other length in one graph
 
 
+@pytest.mark.parametrize("normaliser", ["alpha_entmax", "softmax"])
+def test_a_compiled_ernie_sparse_model_traces_every_block_count_in_one_graph(normaliser):
+    """ERNIE-Sparse's default topology (HST, local: block) gathers no key blocks: nothing in its layer depends on
+    the number of blocks, so lengths of 3 to 19 blocks trace two graphs, as a dense model's do (with its table
+    looked up per count it traced 40 graphs for these lengths: a recompile per count, up to Dynamo's limit)."""
+    from sparse_runner.models import build_classifier
+    from sparse_runner.models.config import default_model
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    config = default_model(d_model=32, num_layers=1, num_heads=2, ffn_dim=32, dropout=0.0, normaliser=normaliser,
+                           pattern="hst", pattern_options={"block_size": 8, "local": "block"})
+    model = build_classifier(config, vocab_size=20, num_classes=3, max_length=200, pad_id=0)
+    graphs = []
+
+    def count_graphs(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    model(torch.randint(1, 20, (2, 24)), None)  # eagerly first, as trainer.compile does (`CompiledStep`)
+    compiled = torch.compile(model, backend=count_graphs)
+    for n in (24, 40, 56, 33, 71, 90, 150):
+        compiled(torch.randint(1, 20, (2, n)), torch.tensor([n, n - 5])).sum().backward()
+    assert len(graphs) == 2
+
+
 def test_a_compiled_step_runs_its_first_call_eagerly(monkeypatch):
     """trainer.compile's first call runs the model itself (the host-side work of a first call: the C++ extension's
     build, cached device facts, block tables), later calls the compiled wrapper; attributes are the model's."""

@@ -90,6 +90,18 @@ class BlockPattern(Pattern):
         """Whether the heads attend to different key blocks in a sequence of `drawn` unshifted blocks."""
         return False
 
+    def own_block_only(self) -> bool:
+        """Whether every query block sees only its own key block, whatever the block count (from the options)."""
+        return False
+
+    def _attend_table(self, blocks: int, drawn: int, heads: int, device: torch.device, need_weights: bool) -> tuple[torch.Tensor | None, torch.Tensor | None, bool]:
+        """`_gather_table` for `attend`: (None, None, True), no table, where every block sees only itself and the
+        weights' key positions are not asked for. Nothing then depends on the block count, and a compiled model
+        traces one graph for every length rather than one per count (`_gather_table`)."""
+        if not need_weights and self.own_block_only():
+            return None, None, True
+        return self._gather_table(blocks, drawn, heads, device, union=need_weights)
+
     def _gather_table(self, blocks: int, drawn: int, heads: int, device: torch.device, union: bool) -> tuple[torch.Tensor, torch.Tensor, bool]:
         """(index, ok, own_only) for `attend`, on `device`; made once per (blocks, drawn, heads, device), so
         the forward pass neither copies the table nor waits on the device. index: (blocks, K) when every
@@ -205,7 +217,7 @@ class KeyBlockPattern(BlockPattern):
         qt, kt, vt = (to_tiles(x, g, blocks, bs) for x in (q, k, v))
 
         # With the weights, heads that differ gather the union of their key blocks (`_gather_table`).
-        index, ok, own_only = self._gather_table(blocks, drawn, h, q.device, union=need_weights)
+        index, ok, own_only = self._attend_table(blocks, drawn, h, q.device, need_weights)
         # Nothing padded (no padding mask, whole blocks): the keys need no mask, and SDPA runs unmasked.
         pad_free = key_padding_mask is None and (n - g) % bs == 0
         if own_only:
@@ -252,6 +264,9 @@ class LocalPattern(KeyBlockPattern):
 
     def key_blocks(self, blocks: int, heads: int | None = None, drawn: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         return _for_heads(*_window_table(blocks, self.options.neighbours), heads)
+
+    def own_block_only(self) -> bool:
+        return self.options.neighbours == 0
 
     def _mask(self, n: int) -> np.ndarray:  # from the definition, not from the table
         g, bs = self.global_tokens, self.options.block_size

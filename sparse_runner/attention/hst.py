@@ -120,6 +120,10 @@ class HSTPattern(BlockPattern):
         """Blocks whose tokens attend to every token (BigBird's global blocks)."""
         return bigbird_global_blocks(blocks, self.options.global_blocks) if self.options.local == "bigbird" else []
 
+    def own_block_only(self) -> bool:
+        o = self.options
+        return o.local == "block" or (o.local == "window" and o.neighbours == 0)
+
     def heads_differ(self, drawn: int) -> bool:
         o = self.options
         return o.local == "bigbird" and o.random_per_head and not _random_blocks_forced(drawn, o.neighbours, o.global_blocks, o.random_blocks)
@@ -269,7 +273,7 @@ class HSTPattern(BlockPattern):
             out = flex_blocks.attend(*(x.flatten(2, 3) for x in (qt, kt, vt)), layout, None if tiled.pad_free else ok.flatten(1))
             return out.view(qt.shape), []
         # With the weights, heads that differ gather the union of their key blocks (`_gather_table`).
-        index, index_ok, own_only = self._gather_table(blocks, blocks, heads, device, union=run["need_weights"])
+        index, index_ok, own_only = self._attend_table(blocks, blocks, heads, device, run["need_weights"])
         if own_only:  # no gather: the tile itself
             local = KeySource(kt, vt, None if tiled.pad_free else ok[:, None, :, None, :])
         else:
