@@ -121,55 +121,45 @@ def test_an_entmax_models_training_loss_compiles_to_one_graph(tiny_config, model
     _compiled_matches_eager(loss, [tokens], params)
 
 
-@pytest.mark.parametrize("normaliser", ["alpha_entmax", "softmax"])
-def test_a_compiled_dense_model_traces_a_new_length_without_recompiling(normaliser):
-    """Batches are padded to their longest sequence, so lengths vary. After a second length Dynamo traces the model
-    with a symbolic length; nothing on the attention path may specialise it to one (formatting the key count into
-    the backend's reason string did: a recompile for every length, until Dynamo's limit of 8 sends it to eager)."""
+def _graphs_traced(lengths: tuple[int, ...], max_length: int, **model: object) -> int:
+    """How many graphs Dynamo traces for a one-layer classifier (`default_model` with `model`) compiled after an
+    eager first call, as trainer.compile does (`CompiledStep`), then run forward and backward at `lengths`."""
     from sparse_runner.models import build_classifier
     from sparse_runner.models.config import default_model
 
     torch._dynamo.reset()
     torch.manual_seed(0)
-    config = default_model(d_model=32, num_layers=1, num_heads=2, ffn_dim=32, dropout=0.0, normaliser=normaliser)
-    model = build_classifier(config, vocab_size=20, num_classes=3, max_length=100, pad_id=0)
+    config = default_model(d_model=32, num_layers=1, num_heads=2, ffn_dim=32, dropout=0.0, **model)
+    classifier = build_classifier(config, vocab_size=20, num_classes=3, max_length=max_length, pad_id=0)
     graphs = []
 
     def count_graphs(graph, example_inputs):
         graphs.append(graph)
         return graph.forward
 
-    model(torch.randint(1, 20, (2, 24)), None)  # eagerly first, as trainer.compile does (`CompiledStep`)
-    compiled = torch.compile(model, backend=count_graphs)
-    for n in (24, 40, 56, 33, 71):
+    classifier(torch.randint(1, 20, (2, 24)), None)
+    compiled = torch.compile(classifier, backend=count_graphs)
+    for n in lengths:
         compiled(torch.randint(1, 20, (2, n)), torch.tensor([n, n - 5])).sum().backward()
-    assert len(graphs) == 2  # the first length, then every other length in one graph
+    return len(graphs)
+
+
+@pytest.mark.parametrize("normaliser", ["alpha_entmax", "softmax"])
+def test_a_compiled_dense_model_traces_a_new_length_without_recompiling(normaliser):
+    """Batches are padded to their longest sequence, so lengths vary. After a second length Dynamo traces the model
+    with a symbolic length; nothing on the attention path may specialise it to one (formatting the key count into
+    the backend's reason string did: a recompile for every length, until Dynamo's limit of 8 sends it to eager)."""
+    # the first length, then every other length in one graph
+    assert _graphs_traced((24, 40, 56, 33, 71), 100, normaliser=normaliser) == 2
 
 
 @pytest.mark.parametrize("normaliser", ["alpha_entmax", "softmax"])
 def test_a_compiled_ernie_sparse_model_traces_every_block_count_in_one_graph(normaliser):
     """ERNIE-Sparse's default topology (HST, local: block) gathers no key blocks: nothing in its layer depends on
     the number of blocks, so lengths of 3 to 19 blocks trace two graphs, as a dense model's do (with its table
-    looked up per count it traced 40 graphs for these lengths: a recompile per count, up to Dynamo's limit)."""
-    from sparse_runner.models import build_classifier
-    from sparse_runner.models.config import default_model
-
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    config = default_model(d_model=32, num_layers=1, num_heads=2, ffn_dim=32, dropout=0.0, normaliser=normaliser,
-                           pattern="hst", pattern_options={"block_size": 8, "local": "block"})
-    model = build_classifier(config, vocab_size=20, num_classes=3, max_length=200, pad_id=0)
-    graphs = []
-
-    def count_graphs(graph, example_inputs):
-        graphs.append(graph)
-        return graph.forward
-
-    model(torch.randint(1, 20, (2, 24)), None)  # eagerly first, as trainer.compile does (`CompiledStep`)
-    compiled = torch.compile(model, backend=count_graphs)
-    for n in (24, 40, 56, 33, 71, 90, 150):
-        compiled(torch.randint(1, 20, (2, n)), torch.tensor([n, n - 5])).sum().backward()
-    assert len(graphs) == 2
+    looked up per count it traced 37 graphs for these lengths: a recompile per count, up to Dynamo's limit)."""
+    hst = {"pattern": "hst", "pattern_options": {"block_size": 8, "local": "block"}}
+    assert _graphs_traced((24, 40, 56, 33, 71, 90, 150), 200, normaliser=normaliser, **hst) == 2
 
 
 def test_a_compiled_step_runs_its_first_call_eagerly(monkeypatch):
