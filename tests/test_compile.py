@@ -30,8 +30,10 @@ D_MODEL, HEADS, BLOCK = 32, 2, 8
 
 CASES = {
     "local": ("local", {"block_size": BLOCK}),
+    "local, a window of one block on each side": ("local", {"block_size": BLOCK, "neighbours": 1}),
     "bigbird, random blocks per head": ("bigbird", {"block_size": BLOCK, "random_blocks": 1}),
     "hst, two stages": ("hst", {"block_size": BLOCK}),
+    "hst, two stages, window tokens": ("hst", {"block_size": BLOCK, "local": "window", "neighbours": 1}),
     "hst, two stages, bigbird tokens": ("hst", {"block_size": BLOCK, "local": "bigbird", "random_blocks": 1}),
 }
 
@@ -153,13 +155,21 @@ def test_a_compiled_dense_model_traces_a_new_length_without_recompiling(normalis
     assert _graphs_traced((24, 40, 56, 33, 71), 100, normaliser=normaliser) == 2
 
 
-@pytest.mark.parametrize("normaliser", ["alpha_entmax", "softmax"])
-def test_a_compiled_ernie_sparse_model_traces_every_block_count_in_one_graph(normaliser):
-    """ERNIE-Sparse's default topology (HST, local: block) gathers no key blocks: nothing in its layer depends on
-    the number of blocks, so lengths of 3 to 19 blocks trace two graphs, as a dense model's do (with its table
-    looked up per count it traced 37 graphs for these lengths: a recompile per count, up to Dynamo's limit)."""
-    hst = {"pattern": "hst", "pattern_options": {"block_size": 8, "local": "block"}}
-    assert _graphs_traced((24, 40, 56, 33, 71, 90, 150), 200, normaliser=normaliser, **hst) == 2
+@pytest.mark.parametrize("normaliser, pattern, options, graphs", [
+    ("alpha_entmax", "hst", {"local": "block"}, 2),
+    ("softmax", "hst", {"local": "block"}, 2),
+    ("softmax", "hst", {"local": "window", "neighbours": 1}, 2),
+    ("alpha_entmax", "local", {"neighbours": 1}, 3),
+])
+def test_a_compiled_windowed_block_model_traces_every_block_count_in_one_graph(normaliser, pattern, options, graphs):
+    """Lengths of 3 to 19 blocks trace the graphs of a dense model, not one per block count.
+    ERNIE-Sparse's default topology (HST, local: block) gathers no key blocks, so nothing in its layer depends on
+    the count; a window (HST's local: window, pattern local) computes its table from the count (`window_table`).
+    With the tables looked up per count these lengths traced 37 graphs (HST, block) and 7 (both windows): a
+    recompile per count, up to Dynamo's limit. Local's third graph: a last block that is part padding (HST's
+    layout pads every block whole)."""
+    config = {"pattern": pattern, "pattern_options": {"block_size": 8, **options}}
+    assert _graphs_traced((24, 40, 56, 33, 71, 90, 150), 200, normaliser=normaliser, **config) == graphs
 
 
 def test_a_compiled_step_runs_its_first_call_eagerly(monkeypatch):

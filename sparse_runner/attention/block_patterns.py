@@ -90,16 +90,28 @@ class BlockPattern(Pattern):
         """Whether the heads attend to different key blocks in a sequence of `drawn` unshifted blocks."""
         return False
 
-    def own_block_only(self) -> bool:
-        """Whether every query block sees only its own key block, whatever the block count (from the options)."""
-        return False
+    def window_side(self) -> int | None:
+        """s, where every query block sees the key blocks i - s .. i + s that exist and no other, whatever the
+        block count and in every head (from the options; 0: its own block only); None where a table says which
+        (BigBird's global and random blocks)."""
+        return None
 
     def _attend_table(self, blocks: int, drawn: int, heads: int, device: torch.device, need_weights: bool) -> tuple[torch.Tensor | None, torch.Tensor | None, bool]:
-        """`_gather_table` for `attend`: (None, None, True), no table, where every block sees only itself and the
-        weights' key positions are not asked for. Nothing then depends on the block count, and a compiled model
-        traces one graph for every length rather than one per count (`_gather_table`)."""
-        if not need_weights and self.own_block_only():
+        """`_gather_table` for `attend`. Where a window gives the key blocks (`window_side`) and the weights' key
+        positions are not asked for: (None, None, True), no table, for the own block only; under torch.compile,
+        the window's table computed from the block count (`window_table`).
+
+        Why: looked up per count (`_gather_table`), a table made Dynamo trace a new graph for every block count,
+        until its limit of 8 sent the model to eager (measured on a one-layer classifier over 7 lengths: 37 graphs
+        with HST, 7 with local's window of one block on each side). Computed from the count, it traces one
+        graph for every length, as a dense model does; batches padded to their longest sequence meet a new count
+        often. BigBird's random blocks are numpy draws per count and still trace a graph per count."""
+        side = None if need_weights else self.window_side()
+        if side == 0:
             return None, None, True
+        if side is not None and torch.compiler.is_compiling():
+            index, ok = window_table(blocks, side, device)
+            return index, ok, False
         return self._gather_table(blocks, drawn, heads, device, union=need_weights)
 
     def _gather_table(self, blocks: int, drawn: int, heads: int, device: torch.device, union: bool) -> tuple[torch.Tensor, torch.Tensor, bool]:
@@ -265,8 +277,8 @@ class LocalPattern(KeyBlockPattern):
     def key_blocks(self, blocks: int, heads: int | None = None, drawn: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         return _for_heads(*_window_table(blocks, self.options.neighbours), heads)
 
-    def own_block_only(self) -> bool:
-        return self.options.neighbours == 0
+    def window_side(self) -> int:
+        return self.options.neighbours
 
     def _mask(self, n: int) -> np.ndarray:  # from the definition, not from the table
         g, bs = self.global_tokens, self.options.block_size
@@ -312,11 +324,18 @@ def _tile_keys(start: int, index: torch.Tensor, tile: int) -> torch.Tensor:
     return (start + index[:, :, None] * tile + within).flatten(1)
 
 
+def window_table(blocks: int, side: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """(index, ok), each (blocks, 2 * side + 1): query block i's key blocks i - side .. i + side, and which of
+    them exist (index clipped to 0 .. blocks - 1 where not). torch arithmetic, so that a compiled model traces it
+    for a symbolic block count."""
+    index = torch.arange(blocks, device=device)[:, None] + torch.arange(-side, side + 1, device=device)
+    return index.clamp(0, blocks - 1), (index >= 0) & (index < blocks)
+
+
 def _window_table(blocks: int, side: int) -> tuple[np.ndarray, np.ndarray]:
-    offsets = np.arange(-side, side + 1)
-    index = np.arange(blocks)[:, None] + offsets[None, :]
-    ok = (index >= 0) & (index < blocks)
-    return np.clip(index, 0, blocks - 1), ok
+    """`window_table` as numpy arrays, for the tables and masks made with numpy."""
+    index, ok = window_table(blocks, side)
+    return index.numpy(), ok.numpy()
 
 
 def _for_heads(index: np.ndarray, ok: np.ndarray, heads: int | None) -> tuple[np.ndarray, np.ndarray]:

@@ -120,9 +120,9 @@ class HSTPattern(BlockPattern):
         """Blocks whose tokens attend to every token (BigBird's global blocks)."""
         return bigbird_global_blocks(blocks, self.options.global_blocks) if self.options.local == "bigbird" else []
 
-    def own_block_only(self) -> bool:
+    def window_side(self) -> int | None:
         o = self.options
-        return o.local == "block" or (o.local == "window" and o.neighbours == 0)
+        return {"block": 0, "window": o.neighbours}.get(o.local)
 
     def heads_differ(self, drawn: int) -> bool:
         o = self.options
