@@ -10,7 +10,8 @@
 #                     compiled-model tests, gpu and slow, need `bash scripts/test.sh -m gpu`);
 #   3. bench_layers   scripts/bench_long_attention.py --device cuda: the layer table (ms and peak memory per row and N);
 #   4. bench_blocks   scripts/bench_block_sparse.py --device cuda: BigBird and HST softmax through the tiles and through
-#                     FlexAttention (model.attention_impl=flex) beside dense SDPA, at 64k then 16k tokens; with
+#                     FlexAttention (model.attention_impl=flex) beside dense SDPA, at 64k then 16k tokens (and HST at
+#                     block 63, whose tiles are 64 positions, not 65: what the odd tile costs); with
 #                     GPU_CHECK_BUDGET_S >= 900 also through torch.compile (and CUDA graphs), and step 5 ERNIE-Sparse compiled;
 #   5. bench_training scripts/bench_training.py --device cuda: tokens/s and peak memory per model on lra_listops, bf16;
 #   6. bench_presets  scripts/bench_presets.py --device cuda: seconds per step and GPU-hours of every paper preset.
@@ -190,7 +191,7 @@ fi
 
 GPU_STEPS="gpu_tests bench_layers bench_blocks bench_training bench_presets"
 LAYER_ROWS=sdpa_softmax,triton_alpha_entmax,triton_entmax15,triton_entmax15_general,triton_alpha_entmax_all_tiles,adasplash_entmax15,hst_softmax,hst_alpha_entmax,bigbird_softmax
-BLOCK_ROWS=dense_sdpa,bigbird_softmax,bigbird_softmax_flex,hst_softmax,hst_softmax_flex
+BLOCK_ROWS=dense_sdpa,bigbird_softmax,bigbird_softmax_flex,hst_softmax,hst_softmax_block63,hst_softmax_flex
 TRAINING_MODELS=softmax,bigbird,ernie_sparse,entmax15,entmax
 # torch.compile's rows compile for a minute or so each, which a step's share of the default budget cannot hold
 # (a cell started before the step's --time-budget runs on to its timeout): only with a budget of 900 s or more.
