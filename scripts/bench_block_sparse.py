@@ -74,11 +74,9 @@ if __name__ == "__main__":
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
-import itertools  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -88,20 +86,25 @@ from sparse_runner.attention import entmax  # noqa: E402
 from sparse_runner.attention.layout import SequenceLayout  # noqa: E402
 from benchmarking import (  # noqa: E402
     COMPILE_RESERVE_S,
-    add_device_argument,
+    add_device_table_arguments,
+    chosen_rows,
+    cpu_lengths,
     device_footer,
     allocator_description,
     cpu_model,
     device_description,
     failed_cell,
     git_state,
+    layer_benchmark_parser,
+    layer_step,
     loadavg,
     peak_device_memory_mib,
     peak_step_memory,
     profile_step,
+    projections_only,
     require_device,
-    round_robin_ms,
     run_memory_child,
+    time_rows,
     timed_calls_ms,
     write_benchmark,
 )
@@ -180,13 +183,7 @@ def build_case(row: str, n: int, inputs: int, seed: int = 0):
 
         xs = raw
     elif pattern == "proj":
-        module = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE))
-        inner = HEADS * HEAD_SIZE
-
-        def forward(x):  # the layer's three matmuls; the two adds stand in for attention (~1% of the time)
-            kv = module.kv_proj(x)
-            return module.out_proj(module.q_proj(x) + kv[..., :inner] + kv[..., inner:])
-
+        module, forward = projections_only(D_MODEL, HEADS, HEAD_SIZE)
         xs = raw
     else:
         options = {} if pattern == "dense" else {"block_size": BLOCK, **(extra[0] if extra else {})}
@@ -209,20 +206,6 @@ def build_case(row: str, n: int, inputs: int, seed: int = 0):
     return module, forward, xs, gs, xs[0].shape[1]
 
 
-def make_step(module, forward, xs, gs):
-    turn = itertools.count()
-    params = list(module.parameters())
-
-    def step():
-        i = next(turn) % len(xs)
-        for p in params:
-            p.grad = None
-        xs[i].grad = None
-        forward(xs[i]).backward(gs[i])
-
-    return step
-
-
 # ----------------------------------------------------------------------------- peak memory
 def memory_child(row: str, n: int, inputs: int) -> dict:
     """Peak extra resident memory of one forward+backward step, in this (fresh) process: see
@@ -232,7 +215,7 @@ def memory_child(row: str, n: int, inputs: int) -> dict:
     def make():
         module, forward, xs, gs, n_positions = build_case(row, n, 1)
         positions.append(n_positions)
-        return make_step(module, forward, xs, gs)
+        return layer_step(module, forward, xs, gs)
 
     peak_mib, method = peak_step_memory(make)
     return {"peak_mib": peak_mib, "positions": positions[-1], "method": method}
@@ -244,29 +227,17 @@ def measure_memory(row: str, n: int, threads: int, timeout: float) -> dict:
 
 
 # ----------------------------------------------------------------------------- timing
+def warm_up(row: str, module, step, xs) -> dict:
+    """The first step, untimed: first-call allocations, kernel loads."""
+    t0 = time.perf_counter()
+    step()
+    return {"warmup_s": round(time.perf_counter() - t0, 3)}
+
+
 def time_length(n: int, rows: list[str], args, threads: int) -> dict[str, dict]:
-    """Round-robin timings of every measurable row at length n."""
-    steps, out = {}, {}
-    for row in rows:
-        reason = skip_reason(row, n, args.max_dense_length)
-        if reason:
-            out[row] = {"skipped": reason}
-            continue
-        module, forward, xs, gs, positions = build_case(row, n, args.inputs)
-        steps[row] = make_step(module, forward, xs, gs)
-        t0 = time.perf_counter()
-        steps[row]()  # warm-up: first-call allocations, kernel loads
-        out[row] = {"positions": positions, "warmup_s": round(time.perf_counter() - t0, 3), "round_medians_ms": []}
-        print(f"  n={n} {row}: warm-up {out[row]['warmup_s']:.2f} s", file=sys.stderr, flush=True)
-    for row, medians in round_robin_ms(steps, args.rounds, args.min_run_time, threads, f"n={n}").items():
-        out[row]["round_medians_ms"] = medians
-    for row in steps:
-        out[row]["fwd_bwd_ms"] = statistics.median(out[row]["round_medians_ms"])
-    base = out.get("dense_sdpa", {}).get("round_medians_ms")
-    for row in steps:
-        if base:  # ratio of medians, both from the same rounds
-            out[row]["x_dense_sdpa"] = out[row]["fwd_bwd_ms"] / statistics.median(base)
-    return out
+    """Round-robin timings of every measurable row at length n (`time_rows`), ratios to dense SDPA."""
+    return time_rows(n, rows, build=build_case, skip_reason=lambda row: skip_reason(row, n, args.max_dense_length), warm_up=warm_up,
+                     baseline="dense_sdpa", ratio_key="x_dense_sdpa", rounds=args.rounds, min_run_time=args.min_run_time, inputs=args.inputs, threads=threads)
 
 
 def ratio(results, num_row, den_row, n_num, n_den=None):
@@ -424,12 +395,7 @@ def build_device_case(row: str, n: int, device: torch.device, seed: int = 0):
     x = torch.randn(1, n, D_MODEL, generator=gen, device=device)
     mask = None
     if pattern == "proj":
-        module = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE))
-        inner = HEADS * HEAD_SIZE
-
-        def forward(x):  # as the CPU row "projections"
-            kv = module.kv_proj(x)
-            return module.out_proj(module.q_proj(x) + kv[..., :inner] + kv[..., inner:])
+        module, forward = projections_only(D_MODEL, HEADS, HEAD_SIZE)
     else:
         options = {} if pattern == "dense" else {"block_size": BLOCK, **(extra[0] if extra else {})}
         module = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE, pattern=pattern, pattern_options=options, impl=impl))
@@ -574,47 +540,25 @@ def device_markdown(meta: dict, cells: dict, rows: list[str], lengths: list[int]
 def profile(spec: str, threads: int) -> None:
     row, n = spec.split(":")
     module, forward, xs, gs, positions = build_case(row, int(n), 1)
-    step = make_step(module, forward, xs, gs)
+    step = layer_step(module, forward, xs, gs)
     profile_step(step, f"# {row} at N={n} ({positions} positions), {threads} threads, 3 steps")
 
 
 # ----------------------------------------------------------------------------- main
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    p.add_argument("--lengths", default=None, help=f"comma-separated N (default {DEFAULT_LENGTHS}; --quick: {QUICK_LENGTHS})")
-    p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated rows from: {', '.join(ROWS)}")
-    p.add_argument("--out-dir", type=Path, default=Path("outputs/bench/block_sparse"))
-    p.add_argument("--quick", action="store_true", help="lengths 128,256, one round, short timings, one input (smoke run)")
+    p = layer_benchmark_parser(__doc__.splitlines()[1], ROWS, f"comma-separated N (default {DEFAULT_LENGTHS}; --quick: {QUICK_LENGTHS})",
+                               "outputs/bench/block_sparse", memory_timeout=600.0)
     p.add_argument("--max-dense-length", type=int, default=8192, help="dense SDPA is skipped above this N (n^2)")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--min-run-time", type=float, default=0.5, help="seconds per blocked_autorange")
-    p.add_argument("--inputs", type=int, default=2, help="different (x, g) draws cycled through by the steps")
-    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
-    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
-    p.add_argument("--memory-timeout", type=float, default=600.0, help="seconds per memory subprocess")
-    p.add_argument("--profile", default=None, metavar="ROW:N", help="print a torch.profiler table of ROW at N and exit")
-    p.add_argument("--default-allocator", action="store_true", help="do not re-execute with the tuned glibc settings")
-    add_device_argument(p, f"cuda: softmax block patterns through the tiles and FlexAttention (DEVICE_ROWS at lengths {DEVICE_LENGTHS}, bf16 autocast)")
-    p.add_argument("--repeats", type=int, default=10, help="device table: timed calls per cell (at least 3)")
-    p.add_argument("--cell-seconds", type=float, default=2.0, help="device table: no more calls after these seconds (at least 3)")
-    p.add_argument("--time-budget", type=float, default=None, help="device table: seconds; cells not started by then are n/a")
+    add_device_table_arguments(p, f"cuda: softmax block patterns through the tiles and FlexAttention (DEVICE_ROWS at lengths {DEVICE_LENGTHS}, bf16 autocast)")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.device != "cpu":
         args.lengths = [int(v) for v in (args.lengths or DEVICE_LENGTHS).split(",")]
         rows = args.rows if args.rows != p.get_default("rows") else ",".join(DEVICE_ROWS)
-        args.rows = [r.strip() for r in rows.split(",") if r.strip()]
-        unknown = [r for r in args.rows if r not in DEVICE_ROWS]
-        if unknown:
-            p.error(f"unknown rows {unknown} for --device {args.device}; valid: {', '.join(DEVICE_ROWS)}")
+        args.rows = chosen_rows(p, rows, DEVICE_ROWS, f" for --device {args.device}")
         return args
-    if args.quick:
-        args.rounds, args.min_run_time, args.inputs = 1, min(args.min_run_time, 0.1), 1
-    args.lengths = [int(v) for v in (args.lengths or (QUICK_LENGTHS if args.quick else DEFAULT_LENGTHS)).split(",")]
-    args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
-    unknown = [r for r in args.rows if r not in ROWS]
-    if unknown:
-        p.error(f"unknown rows {unknown}; valid: {', '.join(ROWS)}")
+    args.lengths = cpu_lengths(args, DEFAULT_LENGTHS, QUICK_LENGTHS)
+    args.rows = chosen_rows(p, args.rows, ROWS)
     return args
 
 

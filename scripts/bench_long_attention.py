@@ -81,13 +81,11 @@ import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import gc  # noqa: E402
 import importlib.util  # noqa: E402
-import itertools  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
 import resource  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -95,7 +93,9 @@ from sparse_runner.attention import AttentionSpec, MultiHeadAttention  # noqa: E
 from sparse_runner.attention import entmax  # noqa: E402
 from sparse_runner.attention.memory_efficient import count_skipped_blocks  # noqa: E402
 from benchmarking import (  # noqa: E402
-    add_device_argument,
+    add_device_table_arguments,
+    chosen_rows,
+    cpu_lengths,
     device_footer,
     allocator_description,
     device_description,
@@ -105,12 +105,15 @@ from benchmarking import (  # noqa: E402
     timed_calls_ms,
     cpu_model,
     git_state,
+    layer_benchmark_parser,
+    layer_step,
     loadavg,
     peak_step_memory,
     profile_step,
-    round_robin_ms,
+    projections_only,
     run_memory_child,
     status_kib,
+    time_rows,
     write_benchmark,
 )
 
@@ -154,18 +157,6 @@ def skip_reason(row: str, n: int, max_explicit: int) -> str | None:
 
 
 
-def projections_only():
-    """(module, forward): an attention layer's three matmuls alone, the two adds standing in for attention
-    (the cost every attention row pays besides attention itself)."""
-    module = MultiHeadAttention(D_MODEL, AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE))
-    inner = HEADS * HEAD_SIZE
-
-    def forward(x):
-        kv = module.kv_proj(x)
-        return module.out_proj(module.q_proj(x) + kv[..., :inner] + kv[..., inner:])
-
-    return module, forward
-
 def build_case(row: str, n: int, inputs: int, seed: int = 0):
     """(module, forward fn, xs, gs, positions): the layer of `row` for N tokens, ready for `step`."""
     _, normaliser, impl = ROWS[row]
@@ -173,7 +164,7 @@ def build_case(row: str, n: int, inputs: int, seed: int = 0):
     gen = torch.Generator().manual_seed(seed + 1)
     xs = [torch.randn(1, n, D_MODEL, generator=gen) for _ in range(inputs)]
     if impl == "proj":
-        module, forward = projections_only()
+        module, forward = projections_only(D_MODEL, HEADS, HEAD_SIZE)
 
     else:
         spec = AttentionSpec(num_heads=HEADS, head_size=HEAD_SIZE, normaliser=normaliser, pattern="dense",
@@ -189,20 +180,6 @@ def build_case(row: str, n: int, inputs: int, seed: int = 0):
     xs = [x.detach().clone().requires_grad_() for x in xs]
     gs = [torch.randn(x.shape, generator=gen) for x in xs]
     return module, forward, xs, gs, n
-
-
-def make_step(module, forward, xs, gs):
-    turn = itertools.count()
-    params = list(module.parameters())
-
-    def step():
-        i = next(turn) % len(xs)
-        for p in params:
-            p.grad = None
-        xs[i].grad = None
-        forward(xs[i]).backward(gs[i])
-
-    return step
 
 
 def warm_up(row: str, module, step, xs) -> dict:
@@ -230,7 +207,7 @@ def memory_child(row: str, n: int) -> dict:
 
     def make():
         module, forward, xs, gs, _ = build_case(row, n, 1)
-        return make_step(module, forward, xs, gs)
+        return layer_step(module, forward, xs, gs)
 
     peak_mib, method = peak_step_memory(make)
     return {"peak_mib": peak_mib, "positions": n, "method": method}
@@ -277,26 +254,9 @@ def measure_memory(row: str, n: int, threads: int, limit_gib: float, timeout: fl
 
 # ----------------------------------------------------------------------------- timing
 def time_length(n: int, rows: list[str], args, threads: int) -> dict[str, dict]:
-    """Round-robin timings of every measurable row at length n."""
-    steps, out = {}, {}
-    for row in rows:
-        reason = skip_reason(row, n, args.max_explicit_length)
-        if reason:
-            out[row] = {"skipped": reason}
-            continue
-        module, forward, xs, gs, positions = build_case(row, n, args.inputs)
-        steps[row] = make_step(module, forward, xs, gs)
-        out[row] = {"positions": positions, **warm_up(row, module, steps[row], xs), "round_medians_ms": []}
-        print(f"  n={n} {row}: warm-up {out[row]['warmup_s']:.2f} s", file=sys.stderr, flush=True)
-    for row, medians in round_robin_ms(steps, args.rounds, args.min_run_time, threads, f"n={n}").items():
-        out[row]["round_medians_ms"] = medians
-    for row in steps:
-        out[row]["fwd_bwd_ms"] = statistics.median(out[row]["round_medians_ms"])
-    base = out.get(BASELINE, {}).get("round_medians_ms")
-    for row in steps:
-        if base:  # ratio of medians, both from the same rounds
-            out[row]["x_sdpa"] = out[row]["fwd_bwd_ms"] / statistics.median(base)
-    return out
+    """Round-robin timings of every measurable row at length n (`time_rows`), ratios to SDPA softmax."""
+    return time_rows(n, rows, build=build_case, skip_reason=lambda row: skip_reason(row, n, args.max_explicit_length), warm_up=warm_up,
+                     baseline=BASELINE, ratio_key="x_sdpa", rounds=args.rounds, min_run_time=args.min_run_time, inputs=args.inputs, threads=threads)
 
 
 def _target(name: str, value, ok, detail: str | None = None) -> dict:
@@ -545,7 +505,7 @@ def build_device_case(row: str, n: int, batch: int, device: torch.device, seed: 
                                                      from_blocked_mask=blocked, to_blocked_mask=blocked)[0])
 
     elif kind == "proj":
-        module, forward = projections_only()
+        module, forward = projections_only(D_MODEL, HEADS, HEAD_SIZE)
 
     elif kind == "bisect":
         from entmax import entmax_bisect
@@ -701,51 +661,29 @@ def device_markdown(meta: dict, cells: dict, rows: list[str], shapes: list[tuple
 
 # ----------------------------------------------------------------------------- main
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    p.add_argument("--lengths", default=None, help=f"comma-separated N (default {DEFAULT_LENGTHS}; --quick: {QUICK_LENGTHS})")
-    p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated rows from: {', '.join(ROWS)}")
-    p.add_argument("--out-dir", type=Path, default=Path("outputs/bench/long_attention"))
-    p.add_argument("--quick", action="store_true", help="lengths 128,256, one round, short timings, one input (smoke run)")
+    p = layer_benchmark_parser(__doc__.splitlines()[1], ROWS, f"comma-separated N (default {DEFAULT_LENGTHS}; --quick: {QUICK_LENGTHS})",
+                               "outputs/bench/long_attention", memory_timeout=900.0)
     p.add_argument("--max-explicit-length", type=int, default=8192, help="explicit rows are not timed above this N (n^2 memory)")
     p.add_argument("--memory-limit-gib", type=float, default=20.0, help="RLIMIT_AS of every memory subprocess")
     p.add_argument("--attempt-memory", default=EXPLICIT_TARGET_ROW,
                    help="comma-separated rows whose memory child runs even where they are not timed (expected to fail to allocate)")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--min-run-time", type=float, default=0.5, help="seconds per blocked_autorange")
-    p.add_argument("--inputs", type=int, default=2, help="different (x, g) draws cycled through by the steps")
-    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
-    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
-    p.add_argument("--memory-timeout", type=float, default=900.0, help="seconds per memory subprocess")
-    p.add_argument("--profile", default=None, metavar="ROW:N", help="print a torch.profiler table of ROW at N and exit")
-    p.add_argument("--default-allocator", action="store_true", help="do not re-execute with the tuned glibc settings")
-    add_device_argument(p, "cuda: the GPU layer table (GPU_ROWS at --shapes, bf16 autocast)")
+    add_device_table_arguments(p, "cuda: the GPU layer table (GPU_ROWS at --shapes, bf16 autocast)")
     p.add_argument("--shapes", default=GPU_SHAPES, help=f"device table: comma-separated N:B (default {GPU_SHAPES})")
-    p.add_argument("--repeats", type=int, default=10, help="device table: timed calls per cell (at least 3)")
-    p.add_argument("--cell-seconds", type=float, default=2.0, help="device table: no more calls after these seconds (at least 3)")
-    p.add_argument("--time-budget", type=float, default=None, help="device table: seconds; cells not started by then are n/a")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.device != "cpu":
         if args.max_explicit_length == p.get_default("max_explicit_length"):
             args.max_explicit_length = 4096
-        args.rows = args.rows if args.rows != p.get_default("rows") else ",".join(GPU_ROWS)
+        rows = args.rows if args.rows != p.get_default("rows") else ",".join(GPU_ROWS)
         try:
             args.shapes = parse_shapes(args.shapes)
         except ValueError as e:
             p.error(str(e))
-        args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
-        unknown = [r for r in args.rows if r not in GPU_ROWS]
-        if unknown:
-            p.error(f"unknown rows {unknown} for --device {args.device}; valid: {', '.join(GPU_ROWS)}")
+        args.rows = chosen_rows(p, rows, GPU_ROWS, f" for --device {args.device}")
         return args
-    if args.quick:
-        args.rounds, args.min_run_time, args.inputs = 1, min(args.min_run_time, 0.1), 1
-    args.lengths = [int(v) for v in (args.lengths or (QUICK_LENGTHS if args.quick else DEFAULT_LENGTHS)).split(",")]
-    args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
-    args.attempt_memory = [r.strip() for r in args.attempt_memory.split(",") if r.strip()]
-    unknown = [r for r in args.rows + args.attempt_memory if r not in ROWS]
-    if unknown:
-        p.error(f"unknown rows {unknown}; valid: {', '.join(ROWS)}")
+    args.lengths = cpu_lengths(args, DEFAULT_LENGTHS, QUICK_LENGTHS)
+    args.rows = chosen_rows(p, args.rows, ROWS)
+    args.attempt_memory = chosen_rows(p, args.attempt_memory, ROWS)
     if args.profile and (args.profile.split(":")[0] not in ROWS or not args.profile.partition(":")[2].isdigit()):
         p.error(f"--profile ROW:N with ROW from: {', '.join(ROWS)}")
     return args
@@ -766,7 +704,7 @@ def main(argv=None) -> dict:
     if args.profile:
         row, n = args.profile.split(":")
         module, forward, xs, gs, positions = build_case(row, int(n), 1)
-        profile_step(make_step(module, forward, xs, gs), f"# {row} at N={n}, {threads} threads, 3 steps")
+        profile_step(layer_step(module, forward, xs, gs), f"# {row} at N={n}, {threads} threads, 3 steps")
         return {}
     backend = entmax.active_backend(torch.device("cpu"))  # loads / builds the C++ kernels before any timing
 

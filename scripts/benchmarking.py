@@ -8,6 +8,7 @@ before they import torch.
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import os
 import platform
@@ -518,3 +519,109 @@ def profile_step(step: Callable[[], None], title: str, steps: int = 3) -> None:
     print(title)
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
     print(prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=25))
+
+
+# ----------------------------------------------------------------------------- one attention layer's step (the layer benchmarks)
+def projections_only(d_model: int, heads: int, head_size: int):
+    """(module, forward): an attention layer's Q/K/V and output projections alone, two adds standing in for
+    attention (about 1% of the time): the cost every attention row pays besides attention itself."""
+    from sparse_runner.attention import AttentionSpec, MultiHeadAttention
+
+    module = MultiHeadAttention(d_model, AttentionSpec(num_heads=heads, head_size=head_size))
+    inner = heads * head_size
+
+    def forward(x):
+        kv = module.kv_proj(x)
+        return module.out_proj(module.q_proj(x) + kv[..., :inner] + kv[..., inner:])
+
+    return module, forward
+
+
+def layer_step(module, forward, xs: list, gs: list) -> Callable[[], None]:
+    """One forward, then backward of <forward(x), g>, into x and every parameter of `module` (grads set to None
+    first: no accumulation); successive calls cycle through the (x, g) pairs."""
+    turn = itertools.count()
+    params = list(module.parameters())
+
+    def step():
+        i = next(turn) % len(xs)
+        for p in params:
+            p.grad = None
+        xs[i].grad = None
+        forward(xs[i]).backward(gs[i])
+
+    return step
+
+
+def time_rows(n: int, rows: list[str], *, build: Callable, skip_reason: Callable[[str], str | None],
+              warm_up: Callable[[str, object, Callable[[], None], list], dict], baseline: str, ratio_key: str,
+              rounds: int, min_run_time: float, inputs: int, threads: int) -> dict[str, dict]:
+    """Round-robin timings (`round_robin_ms`) of every row at length n. build(row, n, inputs) -> (module, forward,
+    xs, gs, positions); a row whose skip_reason is not None is {"skipped": reason}; warm_up(row, module, step, xs)
+    runs the first, untimed step and returns what it measured ({"warmup_s": ...}). Each timed row gets
+    round_medians_ms, fwd_bwd_ms (their median) and ratio_key: its median over the baseline row's, both from the
+    same rounds."""
+    steps, out = {}, {}
+    for row in rows:
+        reason = skip_reason(row)
+        if reason:
+            out[row] = {"skipped": reason}
+            continue
+        module, forward, xs, gs, positions = build(row, n, inputs)
+        steps[row] = layer_step(module, forward, xs, gs)
+        out[row] = {"positions": positions, **warm_up(row, module, steps[row], xs), "round_medians_ms": []}
+        print(f"  n={n} {row}: warm-up {out[row]['warmup_s']:.2f} s", file=sys.stderr, flush=True)
+    for row, medians in round_robin_ms(steps, rounds, min_run_time, threads, f"n={n}").items():
+        out[row]["round_medians_ms"] = medians
+        out[row]["fwd_bwd_ms"] = statistics.median(medians)
+    base = out.get(baseline, {}).get("round_medians_ms")
+    for row in steps:
+        if base:
+            out[row][ratio_key] = out[row]["fwd_bwd_ms"] / statistics.median(base)
+    return out
+
+
+def layer_benchmark_parser(description: str, rows: dict, lengths_help: str, out_dir: str, memory_timeout: float):
+    """The arguments the layer benchmarks share (bench_block_sparse.py, bench_long_attention.py): the CPU method's
+    (rows, lengths, round-robin timing, memory children, --profile); each script adds its own, then
+    `add_device_table_arguments`."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--lengths", default=None, help=lengths_help)
+    p.add_argument("--rows", default=",".join(rows), help=f"comma-separated rows from: {', '.join(rows)}")
+    p.add_argument("--out-dir", type=Path, default=Path(out_dir))
+    p.add_argument("--quick", action="store_true", help="lengths 128,256, one round, short timings, one input (smoke run)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--min-run-time", type=float, default=0.5, help="seconds per blocked_autorange")
+    p.add_argument("--inputs", type=int, default=2, help="different (x, g) draws cycled through by the steps")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    p.add_argument("--memory-timeout", type=float, default=memory_timeout, help="seconds per memory subprocess")
+    p.add_argument("--profile", default=None, metavar="ROW:N", help="print a torch.profiler table of ROW at N and exit")
+    p.add_argument("--default-allocator", action="store_true", help="do not re-execute with the tuned glibc settings")
+    return p
+
+
+def add_device_table_arguments(parser, device_help: str) -> None:
+    """--device, and the device table's --repeats, --cell-seconds and --time-budget."""
+    add_device_argument(parser, device_help)
+    parser.add_argument("--repeats", type=int, default=10, help="device table: timed calls per cell (at least 3)")
+    parser.add_argument("--cell-seconds", type=float, default=2.0, help="device table: no more calls after these seconds (at least 3)")
+    parser.add_argument("--time-budget", type=float, default=None, help="device table: seconds; cells not started by then are n/a")
+
+
+def chosen_rows(parser, text: str, valid: dict, where: str = "") -> list[str]:
+    """The comma-separated rows of `text`; parser.error naming the valid ones for any other."""
+    rows = [r.strip() for r in text.split(",") if r.strip()]
+    unknown = [r for r in rows if r not in valid]
+    if unknown:
+        parser.error(f"unknown rows {unknown}{where}; valid: {', '.join(valid)}")
+    return rows
+
+
+def cpu_lengths(args, default_lengths: str, quick_lengths: str) -> list[int]:
+    """--lengths as ints (default: the script's, or its quick ones); --quick also shortens the timing."""
+    if args.quick:
+        args.rounds, args.min_run_time, args.inputs = 1, min(args.min_run_time, 0.1), 1
+    return [int(v) for v in (args.lengths or (quick_lengths if args.quick else default_lengths)).split(",")]

@@ -191,7 +191,7 @@ fi
 
 GPU_STEPS="gpu_tests bench_layers bench_blocks bench_training bench_presets"
 LAYER_ROWS=sdpa_softmax,triton_alpha_entmax,triton_entmax15,triton_entmax15_general,triton_alpha_entmax_all_tiles,adasplash_entmax15,hst_softmax,hst_alpha_entmax,bigbird_softmax
-BLOCK_ROWS=dense_sdpa,bigbird_softmax,bigbird_softmax_flex,hst_softmax,hst_softmax_block63,hst_softmax_flex
+BLOCK_ROWS=dense_sdpa,bigbird_softmax,bigbird_softmax_flex,hst_softmax,hst_softmax_flex,hst_softmax_block63
 TRAINING_MODELS=softmax,bigbird,ernie_sparse,entmax15,entmax
 # torch.compile's rows compile for a minute or so each, which a step's share of the default budget cannot hold
 # (a cell started before the step's --time-budget runs on to its timeout): only with a budget of 900 s or more.
