@@ -8,7 +8,8 @@ AOTAutograd trace forward and backward exactly as for Inductor, then run the tra
 costs seconds, and the results must equal the eager layer's.
 
 The first call of a shape is eager here: it builds the pattern's block tables (numpy, once per shape), which a
-compiled model meets as one graph break on its first step only (`BlockPattern._make_gather_table`).
+compiled model meets as one graph break on its first step only (`BlockPattern._make_gather_table`). Windows (local,
+HST's local: block and window) compute theirs inside the graph, from the block count (`window_table`).
 
 The fused kernels (C++ on CPU, Triton on CUDA) are registered operators with their gradients (torch.library), so
 Dynamo keeps them in the graph as opaque calls: the alpha-entmax, 1.5-entmax and sparsemax models trace as one graph
