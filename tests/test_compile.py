@@ -173,6 +173,24 @@ def test_a_compiled_windowed_block_model_traces_every_block_count_in_one_graph(n
     assert _graphs_traced((24, 40, 56, 33, 71, 90, 150), 200, normaliser=normaliser, **config) == graphs
 
 
+def test_a_compiled_run_warns_where_a_pattern_traces_a_graph_per_block_count():
+    """BigBird under trainer.compile: a warning naming the pattern, the number of block counts that the longest
+    training sequence allows and Dynamo's limit; a window (local) or lengths within the limit: none."""
+    from sparse_runner.models import build_classifier
+    from sparse_runner.models.config import default_model
+    from sparse_runner.training.trainer import warn_graphs_per_block_count
+
+    def model(pattern: str, block: int):
+        config = default_model(d_model=32, num_layers=2, num_heads=2, ffn_dim=32, pattern=pattern, pattern_options={"block_size": block})
+        return build_classifier(config, vocab_size=20, num_classes=3, max_length=200, pad_id=0)
+
+    warnings = warn_graphs_per_block_count(model("bigbird", 8), 200)
+    assert len(warnings) == 1 and "pattern bigbird" in warnings[0] and "up to 25 counts of 8" in warnings[0]
+    assert f"compiles {torch._dynamo.config.recompile_limit} graphs" in warnings[0]
+    assert warn_graphs_per_block_count(model("local", 8), 200) == []
+    assert warn_graphs_per_block_count(model("bigbird", 64), 200) == []  # 4 counts
+
+
 def test_a_compiled_step_runs_its_first_call_eagerly(monkeypatch):
     """trainer.compile's first call runs the model itself (the host-side work of a first call: the C++ extension's
     build, cached device facts, block tables), later calls the compiled wrapper; attributes are the model's."""

@@ -146,6 +146,31 @@ class CompiledStep:
         return getattr(self.model, name)
 
 
+def warn_graphs_per_block_count(model: torch.nn.Module, longest: int) -> list[str]:
+    """Under trainer.compile, one warning per block pattern of `model` that traces a graph per number of blocks
+    (BigBird, HST with local: bigbird: their random blocks are drawn for each count; windows are traced for every
+    count, `BlockPattern._attend_table`) when the longest training sequence (`longest` tokens) allows more counts
+    than Dynamo compiles graphs of one function: batches padded to their longest sequence then run the later
+    counts eagerly, and nothing else says so. Returns the warnings."""
+    from torch._dynamo import config as dynamo_config
+
+    from sparse_runner.attention.block_patterns import BlockPattern
+
+    limit = dynamo_config.recompile_limit
+    patterns = {layer.pattern.name: layer.pattern for layer in attention_layers(model)
+                if isinstance(layer.pattern, BlockPattern) and layer.pattern.window_side() is None}
+    warnings = []
+    for name, pattern in patterns.items():
+        counts = math.ceil(longest / pattern.options.block_size)
+        if counts > limit:
+            warnings.append(
+                f"trainer.compile: pattern {name} traces one graph per number of blocks (its random blocks are drawn for "
+                f"each count), and training sequences of up to {longest} tokens allow up to {counts} counts of "
+                f"{pattern.options.block_size}: Dynamo compiles {limit} graphs, then runs a new count eagerly")
+            log.warning(warnings[-1])
+    return warnings
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype of trainer.precision on `device` (None: fp32, no autocast).
 
@@ -181,6 +206,8 @@ class Trainer:
             self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=[device] if device.type == "cuda" else None)
         wrapped = self.ddp or self.model
         self.step_model = compile_step(wrapped, self.tcfg.compile)
+        if self.tcfg.compile is not False:
+            warn_graphs_per_block_count(self.model, min(task.max_length, int(task.train_lengths().max())))
         self.stop = stop or StopSignals()
         self.fingerprint, self.fingerprint_defaults = fingerprint, fingerprint_defaults or {}
         t = self.tcfg
