@@ -54,8 +54,10 @@ GPU_TILES = (64, 32)  # _blocks' tiles for 16-bit inputs on a GPU
 # name -> (label, alpha ("learned": 1.1 ... 1.9 over the heads), kernel settings)
 ROWS = {
     "entmax15": ("1.5-entmax, its own formulas (Halley)", 1.5, {}),
+    "entmax15_unconfirmed": ("1.5-entmax, its own formulas, every threshold confirmed by a pass", 1.5, {"EXACT_ON_SUPPORT": False}),
     "entmax15_general": ("1.5-entmax, general formulas (Newton)", 1.5, {"SPECIALISE_ALPHA": False}),
     "sparsemax": ("sparsemax", 2.0, {}),
+    "sparsemax_unconfirmed": ("sparsemax, every threshold confirmed by a pass", 2.0, {"EXACT_ON_SUPPORT": False}),
     "learned": ("learned alpha per head, 1.1-1.9", "learned", {}),
 }
 
@@ -136,7 +138,7 @@ pointers.update({name: "*fp32" for name in ("OS", "M", "U", "FS", "C", "DALPHA",
 pointers.update(TILES="*i8", KV_COUNT="*i32", Q_COUNT="*i32", KV_INDEX="*i16", Q_INDEX="*i16")
 counts = {}
 for mode in (T._MODE_GENERAL, T._MODE_ENTMAX15, T._MODE_SPARSEMAX):
-    common = dict(HAS_KPM=False, CAUSAL=False, DROPOUT=False, MODE=mode, SKIP_TILES=T.SKIP_EMPTY_TILES, BLOCK_M=block_m,
+    common = dict(HAS_KPM=False, CAUSAL=False, DROPOUT=False, MODE=mode, SKIP_TILES=T.SKIP_EMPTY_TILES, EXACT_STEP=T.EXACT_ON_SUPPORT, BLOCK_M=block_m,
                   BLOCK_N=block_n, BLOCK_D=block_d, SOFT_THRESHOLD=T.ALPHA_SOFTMAX_THRESHOLD, DOT_PRECISION=T._DOT_PRECISION)
     for fn, extra in ((T._fwd_kernel, dict(TOL_F=T.TOL, STALL=T.STALL, MAX_ITER_N=T.MAX_ITER, BACKWARD=True)),
                       (T._bwd_dq_kernel, dict(NEED_DALPHA=mode == T._MODE_GENERAL, PSI_SWITCH=T._PSI_SWITCH)),

@@ -17,7 +17,8 @@ Writes <out-dir>/long_attention.json and .md (default out-dir: outputs/bench/lon
 
 On a GPU (--device cuda) it measures the GPU layer table instead (`device_table`; GPU_ROWS): SDPA
 softmax, the Triton kernel (alpha-entmax with a learned alpha, 1.5-entmax; and each of its levers turned off
-in a row of its own, KERNEL_SETTINGS: 1.5-entmax on the general formulas, every tile, in the forward's passes and the backward), AdaSplash's 1.5-entmax, the
+in a row of its own, KERNEL_SETTINGS: 1.5-entmax on the general formulas, every tile, in the forward's passes and the backward,
+1.5-entmax with every threshold confirmed by a pass (not in gpu_check.sh's rows)), AdaSplash's 1.5-entmax, the
 memory-efficient and explicit torch paths, the `entmax` package's entmax_bisect on explicit scores, our HST
 and BigBird layers, HF's BigBird and the projections alone, at N = 1k, 4k, 16k, 64k with batch 16, 4, 1, 1
 (--shapes), one layer on x (B, N, 512) under bf16 autocast, forward + backward:
@@ -419,6 +420,7 @@ GPU_ROWS = {
     "triton_entmax15": ("Triton 1.5-entmax", "ours", "entmax15", "triton"),
     "triton_entmax15_general": ("Triton 1.5-entmax, general formulas (log, exp per score)", "ours", "entmax15", "triton"),
     "triton_alpha_entmax_all_tiles": ("Triton alpha-entmax, learned alpha, every tile (no skipping, forward or backward)", "ours", "alpha_entmax", "triton"),
+    "triton_entmax15_confirmed": ("Triton 1.5-entmax, every threshold confirmed by a pass", "ours", "entmax15", "triton"),
     "adasplash_entmax15": ("AdaSplash 1.5-entmax (the published peer)", "ours", "entmax15", "adasplash"),
     "memeff_alpha_entmax": ("memory-efficient torch path, alpha-entmax", "ours", "alpha_entmax", "memory_efficient"),
     "explicit_alpha_entmax": ("explicit alpha-entmax", "ours", "alpha_entmax", "explicit"),
@@ -434,6 +436,7 @@ GPU_ROWS = {
 KERNEL_SETTINGS = {
     "triton_entmax15_general": {"SPECIALISE_ALPHA": False},
     "triton_alpha_entmax_all_tiles": {"SKIP_EMPTY_TILES": False},
+    "triton_entmax15_confirmed": {"EXACT_ON_SUPPORT": False},
 }
 GPU_SHAPES = "1024:16,4096:4,16384:1,65536:1"
 # Rows whose (B, H, N, N) scores make them the slowest by far: not run above --max-explicit-length.

@@ -365,6 +365,32 @@ def test_interpreter_solver_passes_skip_tiles_and_change_nothing(monkeypatch, al
 
 
 @interpreter
+@pytest.mark.parametrize("alpha, mode", [(1.5, 15), (2.0, 20)])
+def test_interpreter_the_root_on_a_kept_support_needs_no_confirming_pass(monkeypatch, alpha, mode):
+    """MODE 15 and 20 take the root on a pass's support when the step keeps that support (EXACT_ON_SUPPORT):
+    padded, causal random rows match dense attention with and without it, and with it the forward makes fewer
+    solver passes (every program saves the pass that would only have confirmed F = 1)."""
+    q, k, v = random_inputs(2, 2, 64, 80, 16, seed=12, spread=1.5)
+    kpm = padding(2, 80, seed=6)
+    steps = T._step
+    passes = {}
+    for exact in (True, False):
+        calls = [0]
+
+        def counted(*args, **kwargs):
+            calls[0] += 1
+            return steps(*args, **kwargs)
+
+        monkeypatch.setattr(T, "EXACT_ON_SUPPORT", exact)
+        monkeypatch.setattr(T, "_step", counted)
+        got, want = run_both(q, k, v, alpha, key_padding_mask=kpm, causal=True)
+        assert_matches(got, want, TOL32)
+        passes[exact] = calls[0]
+    # One solver step per pass and program; 2 x 2 x 4 programs of 16 queries here.
+    assert passes[True] <= passes[False] - 16, passes
+
+
+@interpreter
 def test_interpreter_solver_passes_keep_the_tiles_a_halley_step_overshoots(monkeypatch):
     """1.5-entmax rows with a key tile of scores just inside the support at t = m (2 - 1.95 below the max), which
     leave it as t rises: Halley's first step carries t past the threshold, where that tile holds no p > 0, but the
@@ -805,7 +831,7 @@ pointers.update(TILES="*i8", KV_COUNT="*i32", Q_COUNT="*i32", KV_INDEX="*i16", Q
 pointers["KPM"] = "*u8" if masked else "*fp32"
 pointers["SEED"] = "*i64" if masked else "*fp32"  # the masked builds carry dropout too (else a dummy pointer)
 pointers["KEEP"] = "*u8"
-common = dict(HAS_KPM=masked, CAUSAL=masked, DROPOUT=masked, MODE=mode, SKIP_TILES=masked, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+common = dict(HAS_KPM=masked, CAUSAL=masked, DROPOUT=masked, MODE=mode, SKIP_TILES=masked, EXACT_STEP=True, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
               SOFT_THRESHOLD=T.ALPHA_SOFTMAX_THRESHOLD, DOT_PRECISION=T._DOT_PRECISION)
 kernels = [
     (T._fwd_kernel, dict(TOL_F=T.TOL, STALL=T.STALL, MAX_ITER_N=T.MAX_ITER, BACKWARD=True)),

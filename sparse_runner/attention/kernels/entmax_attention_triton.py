@@ -47,7 +47,11 @@ Threshold, per row (forward kernel, one program per (batch, head, BLOCK_M query 
      or at any later iterate (all >= u_lo), so skipping it changes no sum, and the later passes read
      only the tiles near the support.
      MODE 15 (below) takes Halley's steps instead where they are at most twice Newton's (`_step`);
-     they may overshoot, which the bracket catches, and take fewer passes (scripts/bench_kernel_passes.py);
+     they may overshoot, which the bracket catches, and take fewer passes (scripts/bench_kernel_passes.py).
+     MODE 15 and 20 also know F on a fixed support in closed form (linear, quadratic in u): when the root
+     on a pass's support lies where that support is unchanged (no w_j on it reaches 0, none off it rises
+     above 0; `_exact_on_support`, EXACT_ON_SUPPORT), it is the threshold, and the row is done without the
+     pass that would only have confirmed F = 1: one pass fewer per program on random scores;
   4. a last pass accumulating p v and F; out = acc / F.  When a backward may follow, the same pass
      also accumulates os = sum_j s_j v_j / sum_j s_j (see Backward) and marks, per (query tile, key
      tile), whether the tile holds any p > 0.
@@ -149,6 +153,9 @@ SPECIALISE_ALPHA = True
 # ... and whether the forward's later passes and the backward visit only the key tiles that can hold some p > 0
 # (AdaSplash's block skipping; exact: the others add zeros).
 SKIP_EMPTY_TILES = True
+# ... and whether MODE 15 and 20 take the root on a pass's support as the threshold when the step keeps that
+# support (`_exact_on_support`), which saves the pass that would only have confirmed it.
+EXACT_ON_SUPPORT = True
 # psi(x) = (e^x - 1 - x) / x^2: series below, direct formula above (entmax_torch.py's float32 switch).
 _PSI_SWITCH = 1.0
 
@@ -307,13 +314,33 @@ if triton is not None:
             step = tl.where((lev >= 0.0) & (lev <= 1.0), step / (1.0 - 0.5 * lev), step)
         return step
 
+    @_helper
+    def _exact_on_support(f, qq, n_sup, MODE: tl.constexpr):
+        """MODE 15 and 20: the step delta in u after which F = 1 exactly if the support does not change, from
+        the sums at the current u over its support S (f = F, qq = -dF/du, n_sup = |S|); and the shift of every
+        w_j = 1 + a1 (s_j - t) that the step makes (w_j - shift is w_j at u + delta).
+
+        Sparsemax: F(u + delta) = f - |S| delta, so delta = (f - 1) / |S| (Newton's own step).
+        1.5-entmax: with w_j the support's terms, F(u + delta) = sum (w_j - delta / 2)^2 = f - qq delta +
+        |S| delta^2 / 4; its smaller root (F decreases there), NaN where the parabola stays above 1 (the
+        support must shrink first).  Written as 2 (f - 1) / (qq + sqrt(disc)) rather than (qq - sqrt(disc))
+        / (|S| / 2): no cancellation when delta is small, which it is near the root.  (MODE 20: qq is |S|.)
+        """
+        if MODE == 15:
+            disc = qq * qq - n_sup * (f - 1.0)
+            delta = tl.where(disc >= 0.0, 2.0 * (f - 1.0) / tl.maximum(qq + tl.sqrt(tl.maximum(disc, 0.0)), 1e-30), float("nan"))
+            return delta, 0.5 * delta
+        else:
+            delta = (f - 1.0) / tl.maximum(qq, 1.0)
+            return delta, delta
+
     @triton.jit
     def _fwd_kernel(
         Q, K, V, O, OS, M, U, FS, TILES, KV_COUNT, KV_INDEX, ALPHA, KPM, SEED,
         sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, sosb, sosh, sosm, skpmb, skpmh,
         H, Nq, Nk, D, n_key_tiles, scale, drop_below, keep_scale,
         HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MODE: tl.constexpr, BACKWARD: tl.constexpr,
-        SKIP_TILES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        SKIP_TILES: tl.constexpr, EXACT_STEP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         SOFT_THRESHOLD: tl.constexpr, TOL_F: tl.constexpr, STALL: tl.constexpr, MAX_ITER_N: tl.constexpr,
         DOT_PRECISION: tl.constexpr,
     ):  # fmt: skip
@@ -377,10 +404,15 @@ if triton is not None:
         busy = tl.sum((live & row_ok).to(tl.int32), 0)
         busy = tl.where(is_soft, 0, busy)  # softmax heads: t = m, nothing to solve
         it = 0
+        settled = offs_m < 0  # rows whose threshold is found (kept across passes)
         while (busy > 0) & (it < MAX_ITER_N):
             f = tl.zeros((BLOCK_M,), tl.float32)
             qq = tl.zeros((BLOCK_M,), tl.float32)  # sum_j qt_j = -dF/du
             n_sup = tl.zeros((BLOCK_M,), tl.float32)  # the support's size |S| (MODE 15: d^2F/du^2 = |S| / 2)
+            # MODE 15 and 20: the least w_j = 1 + a1 (s_j - t) on the support and the largest off it (visible keys):
+            # whether a step keeps the support as it is (`_exact_on_support`).
+            w_in = tl.full((BLOCK_M,), float("inf"), tl.float32)
+            w_out = tl.full((BLOCK_M,), float("-inf"), tl.float32)
             kept = tl.zeros((), tl.int32)
             for i in range(0, n_listed):
                 j = tl.load(list_row + i).to(tl.int32)
@@ -388,11 +420,18 @@ if triton is not None:
                 kv_mask = (offs_n < Nk)[:, None] & d_ok[None, :]
                 s = _scores(q, k_base + offs_n[:, None] * skn + offs_d[None, :], kv_mask, scale, DOT_PRECISION)
                 vis = _visible(offs_m[:, None], offs_n[None, :], Nq, Nk, kpm_row, HAS_KPM, CAUSAL)
-                pt, qt, _, support = _unnormalised(s, m[:, None], u[:, None], a1_eff, is_soft, vis, MODE)
+                pt, qt, d, support = _unnormalised(s, m[:, None], u[:, None], a1_eff, is_soft, vis, MODE)
                 f += tl.sum(pt, 1)
                 qq += tl.sum(qt, 1)
                 if MODE == 15:
                     n_sup += tl.sum(support.to(tl.float32), 1)
+                if EXACT_STEP and (MODE == 15 or MODE == 20):
+                    if MODE == 15:
+                        w = 1.0 + 0.5 * d
+                    else:
+                        w = 1.0 + d
+                    w_in = tl.minimum(w_in, tl.min(tl.where(support, w, float("inf")), 1))
+                    w_out = tl.maximum(w_out, tl.max(tl.where(vis & ~support, w, float("-inf")), 1))
                 # AdaSplash's skipping: a tile none of whose keys has p > 0 at a proven lower bound of the threshold,
                 # t = m + u_lo (F >= 1 there), has none at the threshold itself or at any later iterate (u >= u_lo),
                 # so it is dropped from the list.  Not at u, which Halley's steps may carry past the threshold.
@@ -413,8 +452,18 @@ if triton is not None:
             # Done: sum p = 1 to TOL_F, or the step moves u by at most a few ulps (a large
             # support resolves F - 1 only to |support| * ulp(u), which can exceed TOL_F).
             done = (tl.abs(f - 1.0) <= TOL_F) | (tl.abs(u_new - u) <= STALL * u) | ~live
-            u = tl.where(done, u, u_new)
-            busy = tl.sum((~done & row_ok).to(tl.int32), 0)
+            u_done = u
+            if EXACT_STEP and (MODE == 15 or MODE == 20):
+                # ... or the step to the root on this pass's support keeps that support: no w_j on it reaches 0 and
+                # none off it rises above 0, so F = 1 at u + delta without another pass to check it.  Only inside the
+                # bracket, at or right of u_lo, where the tiles dropped from the list hold no p > 0 either.
+                delta, shift = _exact_on_support(f, qq, n_sup, MODE)
+                exact = (w_in - shift > 0.0) & (w_out - shift <= 0.0) & (u + delta >= u_lo) & (u + delta <= u_hi) & ~done
+                u_done = tl.where(exact, u + delta, u)
+                done = done | exact
+            u = tl.where(settled, u, tl.where(done, u_done, u_new))
+            settled = settled | done
+            busy = tl.sum((~settled & row_ok).to(tl.int32), 0)
             it += 1
 
         # Last pass: acc = sum_j pt_j z_j v_j and F = sum_j pt_j (z the dropout scale, 1 without
@@ -749,7 +798,7 @@ def _forward(
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *o_s.stride()[:3],
             *kpm_strides,
             H, Nq, Nk, D, n_key_tiles, float(scale), *_dropout_args(dropout_p),
-            HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout, MODE=mode, BACKWARD=bool(backward), SKIP_TILES=SKIP_EMPTY_TILES,
+            HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout, MODE=mode, BACKWARD=bool(backward), SKIP_TILES=SKIP_EMPTY_TILES, EXACT_STEP=EXACT_ON_SUPPORT,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
             SOFT_THRESHOLD=ALPHA_SOFTMAX_THRESHOLD, TOL_F=TOL, STALL=STALL, MAX_ITER_N=MAX_ITER,
             DOT_PRECISION=_DOT_PRECISION, num_warps=warps,
