@@ -334,6 +334,19 @@ def test_interpreter_backward_skips_the_tiles_without_weight(monkeypatch, skip):
     assert torch.equal(tiles[1].bool(), torch.eye(4, dtype=torch.bool) if skip else torch.ones(4, 4, dtype=torch.bool))
 
 
+def _count_calls(monkeypatch, name: str, original) -> list[int]:
+    """Count the calls of the kernel's helper `name` (the interpreter looks its helpers up at each call), which
+    runs `original`: the returned list's one element is the count so far."""
+    calls = [0]
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(T, name, counted)
+    return calls
+
+
 @interpreter
 @pytest.mark.parametrize("alpha, mode", [(1.5, 15), (2.0, 20), (LEARNED, 0)])
 def test_interpreter_solver_passes_skip_tiles_and_change_nothing(monkeypatch, alpha, mode):
@@ -347,14 +360,8 @@ def test_interpreter_solver_passes_skip_tiles_and_change_nothing(monkeypatch, al
     scores = T._scores
     runs = {}
     for skip in (True, False):
-        calls = [0]
-
-        def counted(*args, **kwargs):
-            calls[0] += 1
-            return scores(*args, **kwargs)
-
         monkeypatch.setattr(T, "SKIP_EMPTY_TILES", skip)
-        monkeypatch.setattr(T, "_scores", counted)
+        calls = _count_calls(monkeypatch, "_scores", scores)
         runs[skip] = (*_kernel_run(q, k, v, alpha_for(alpha, 2), mode, grad_out, key_padding_mask=kpm, causal=True), calls[0])
     (got, tiles, reads), (want, _, reads_all) = runs[True], runs[False]
     for x, y in zip(got, want):
@@ -375,18 +382,13 @@ def test_interpreter_the_root_on_a_kept_support_needs_no_confirming_pass(monkeyp
     steps = T._step
     passes = {}
     for exact in (True, False):
-        calls = [0]
-
-        def counted(*args, **kwargs):
-            calls[0] += 1
-            return steps(*args, **kwargs)
-
         monkeypatch.setattr(T, "EXACT_ON_SUPPORT", exact)
-        monkeypatch.setattr(T, "_step", counted)
+        calls = _count_calls(monkeypatch, "_step", steps)
         got, want = run_both(q, k, v, alpha, key_padding_mask=kpm, causal=True)
         assert_matches(got, want, TOL32)
         passes[exact] = calls[0]
-    # One solver step per pass and program; 2 x 2 x 4 programs of 16 queries here.
+    # One solver step per pass and program; 2 x 2 x 4 programs of 16 queries here (41 against 64 steps for 1.5-entmax,
+    # 45 against 61 for sparsemax).
     assert passes[True] <= passes[False] - 16, passes
 
 
